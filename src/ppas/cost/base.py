@@ -1,0 +1,101 @@
+"""The cost-model interface: ``step_time(step) -> seconds`` for one engine step.
+
+A ``StepShape`` is the token-budget view of one step reduced to what any cost model
+needs: how many prefill tokens run on top of how much cached context, how many decodes
+with how much context. Engines build it incrementally (O(1) per scheduled request).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """One step. For prefill chunk i of c_i tokens on top of p_i cached tokens and decode
+    j with context k_j (tokens already in its KV cache):
+
+    num_prefill_tokens = sum c_i            num_prefill_reqs = number of chunks
+    prefill_attn_work  = sum c_i (p_i + (c_i + 1) / 2)   (causal query-key pairs)
+    prefill_kv_tokens  = sum (p_i + c_i)   (KV read by the chunks' attention)
+    num_decodes        = number of decodes  decode_ctx_tokens = sum k_j
+    """
+
+    num_prefill_tokens: int = 0
+    num_prefill_reqs: int = 0
+    prefill_attn_work: float = 0.0
+    prefill_kv_tokens: int = 0
+    num_decodes: int = 0
+    decode_ctx_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decodes
+
+    @staticmethod
+    def of(chunks: list[tuple[int, int]], decode_contexts: list[int]) -> StepShape:
+        """Build from explicit (chunk, cached_context) pairs and decode contexts."""
+        return StepShape(
+            num_prefill_tokens=sum(c for c, _ in chunks),
+            num_prefill_reqs=len(chunks),
+            prefill_attn_work=sum(c * (p + (c + 1) / 2) for c, p in chunks),
+            prefill_kv_tokens=sum(p + c for c, p in chunks),
+            num_decodes=len(decode_contexts),
+            decode_ctx_tokens=sum(decode_contexts),
+        )
+
+
+class CostModel(ABC):
+    """Predicts the wall time of one engine step."""
+
+    #: KV-cache capacity in tokens that this model/hardware pair leaves after weights,
+    #: or None when unknown (engines then use their own configured capacity).
+    kv_capacity_tokens: int | None = None
+
+    @abstractmethod
+    def step_time(self, step: StepShape) -> float:
+        """Seconds for one step (> 0 for any non-empty step)."""
+
+    def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
+        """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
+        from ``context`` cached tokens (no decodes alongside)."""
+        t, done = 0.0, context
+        end = context + prompt_tokens
+        while done < end:
+            c = min(chunk, end - done)
+            t += self.step_time(StepShape.of([(c, done)], []))
+            done += c
+        return t
+
+
+def largest_chunk_within(
+    cost_model: CostModel,
+    target_s: float,
+    num_decodes: int,
+    c_max: int,
+    decode_ctx: int = 0,
+    prefill_ctx: int = 0,
+) -> int:
+    """Largest prefill chunk c in [0, c_max] with step_time(decodes + chunk c) <= target,
+    by binary search (step time is monotone in c). Returns 0 when none fits."""
+    dctx = decode_ctx * num_decodes
+
+    def t(c: int) -> float:
+        return cost_model.step_time(
+            StepShape(c, 1 if c else 0, c * (prefill_ctx + (c + 1) / 2),
+                      prefill_ctx + c if c else 0, num_decodes, dctx)
+        )
+
+    if t(1) > target_s:
+        return 0
+    lo, hi = 1, c_max
+    if t(hi) <= target_s:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if t(mid) <= target_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo

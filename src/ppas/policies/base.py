@@ -1,0 +1,69 @@
+"""The policy interface: one pure decision per engine step.
+
+A policy reads a ``SchedulerView`` and returns a ``Decision``: the step's prefill token
+budget and, optionally, the order in which prefilling requests get it. The engine (the
+simulator or vLLM through ``ppas.vllm.PolicyScheduler``) enforces, every step:
+
+* sum of prefill tokens scheduled <= ``Decision.prefill_budget``;
+* decode tokens are never reduced by the policy (they only count against the engine's
+  global ``max_num_batched_tokens``, which is ``Policy.max_num_batched_tokens``);
+* when the budget is spent, remaining prefills wait for the next step.
+
+Policies hold only their frozen config; anything that looks like state (DLFP's current
+chunk, say) is recomputed from ``SchedulerView.recent_steps``. No torch, vllm or HTTP.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ppas.state import SchedulerView
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One step's decision.
+
+    prefill_budget: cap on the sum of prefill tokens this step (>= 0).
+    prefill_order: request ids in the order prefills should be served; ``None`` keeps the
+        engine's own order (running in order, then waiting FCFS). Ids not listed keep their
+        engine order after the listed ones.
+    decodes_first: schedule every running decode before any running prefill chunk
+        (Sarathi-Serve's stall-free batching); vLLM's default is plain running order.
+    """
+
+    prefill_budget: int
+    prefill_order: tuple[str, ...] | None = None
+    decodes_first: bool = False
+
+
+class Policy(ABC):
+    """Base class of every policy. Subclasses set ``name`` and ``Config``."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    #: Called only on arrival/completion events (FlowPrefill); engines may still call it
+    #: every step; the decision must then be the same as the last event's.
+    history_window: ClassVar[int] = 0
+
+    def __init__(self, config: Any, spec: str | None = None) -> None:
+        self.config = config
+        self.spec = spec or self.name
+
+    @property
+    @abstractmethod
+    def max_num_batched_tokens(self) -> int:
+        """The engine's global per-step token budget (vLLM's MBT) this policy runs with."""
+
+    @abstractmethod
+    def decide(self, view: SchedulerView) -> Decision:
+        """The step's decision. Must be fast (microseconds) and side-effect free."""
+
+    def bind_cost_model(self, cost_model: Any) -> None:
+        """Give model-based policies the served model's cost model (``ppas.cost``).
+        Model-free policies ignore it."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec}>"

@@ -1,0 +1,47 @@
+"""The policy registry and config-string entry point: ``make_policy('ppas:b_cap=1024')``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from ppas.config import parse_dataclass, split_spec
+from ppas.errors import PpasError
+from ppas.registry import Registry
+
+POLICIES: Registry[type] = Registry("policy")
+
+# Modules that register policies; imported lazily on first lookup.
+_MODULES = (
+    "ppas.policies.fixed",
+    "ppas.policies.ppas",
+)
+_loaded = False
+
+
+def register(name: str) -> Callable[[type], type]:
+    return POLICIES.register(name)
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for m in _MODULES:
+            importlib.import_module(m)
+
+
+def policy_names() -> list[str]:
+    _load()
+    return POLICIES.names()
+
+
+def make_policy(spec: str):  # type: ignore[no-untyped-def]
+    """Parse a config string (``NAME[:k=v,...]``) into a policy instance."""
+    _load()
+    if not isinstance(spec, str) or not spec.strip():
+        raise PpasError(f"empty policy config; allowed: {', '.join(POLICIES.names())}")
+    name, args = split_spec(spec)
+    cls = POLICIES.get(name)
+    config = parse_dataclass(cls.Config, name, args)
+    return cls(config, spec.strip())

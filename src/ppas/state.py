@@ -1,0 +1,116 @@
+"""The read-only view of scheduler state that every policy receives, every engine step.
+
+The same view is produced by the simulator (``ppas.simulator``) and by the vLLM adapter
+(``ppas.vllm``), so a policy runs unchanged in both. vLLM's token-budget model: there is
+no prefill or decode phase, only ``num_computed_tokens`` catching up with the prompt; a
+request is *prefilling* while ``num_computed_tokens < prompt_tokens`` (P-PAS §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class RequestView(Protocol):
+    """What a policy may read about one request. Engines pass their own objects."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def arrival_time(self) -> float: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+    @property
+    def num_output_tokens(self) -> int: ...
+    @property
+    def max_output_tokens(self) -> int: ...
+    @property
+    def is_running(self) -> bool: ...
+    @property
+    def last_token_time(self) -> float | None: ...
+    @property
+    def ttft_slo(self) -> float | None: ...
+    @property
+    def tpot_slo(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSnapshot:
+    """A plain RequestView (tests, adapters)."""
+
+    request_id: str
+    arrival_time: float
+    prompt_tokens: int
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    max_output_tokens: int = 1
+    is_running: bool = False
+    last_token_time: float | None = None
+    ttft_slo: float | None = None
+    tpot_slo: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One executed engine step, as fed back to policies (and written to the step log).
+
+    ``duration_s`` is completion-timed: from the step's launch to its output arriving.
+    ``interval_s`` is the time between successive scheduler calls (DLFP's original proxy).
+    """
+
+    launch_time: float
+    duration_s: float
+    interval_s: float
+    prefill_budget: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_prefill_reqs: int
+    num_decode_reqs: int
+
+    @property
+    def guarded(self) -> bool:
+        """A step whose prefill ran beside decodes (DLFP's 'guarded' step)."""
+        return self.num_prefill_tokens > 0 and self.num_decode_reqs > 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    """Scheduler state at the start of one step.
+
+    ``requests``: running requests in the engine's order, then waiting ones FCFS.
+    ``num_pending_prefills`` (N_p) counts running requests with prompt tokens left plus
+    all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
+    prompt (P-PAS §3). Engines compute both while building the view so that policies that
+    need only counts cost O(1).
+    """
+
+    now: float
+    requests: Sequence[RequestView]
+    num_pending_prefills: int
+    num_running_decodes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
+
+    def prefilling(self) -> list[RequestView]:
+        return [r for r in self.requests if r.num_computed_tokens < r.prompt_tokens]
+
+    def decoding(self) -> list[RequestView]:
+        return [
+            r for r in self.requests if r.is_running and r.num_computed_tokens >= r.prompt_tokens
+        ]
+
+    @staticmethod
+    def count(requests: Sequence[RequestView]) -> tuple[int, int]:
+        """(N_p, N_d) of a request list; used by engines and tests."""
+        np_ = nd = 0
+        for r in requests:
+            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
+                np_ += 1
+            else:
+                nd += 1
+        return np_, nd
