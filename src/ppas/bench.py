@@ -1,0 +1,708 @@
+"""The live benchmark: replay a ``Trace`` against an OpenAI-compatible ``/v1/completions``
+endpoint (vLLM, SGLang, ...) and measure what the paper's client measures (spec "Metrics").
+
+Invariants:
+
+* every trace request yields exactly one ``RequestOutcome``, in trace order, whether it
+  succeeded, failed, timed out or was cut off; a failure carries a one-line reason and the
+  run goes on;
+* latencies are measured from the request's *scheduled* submission time (run start + its
+  arrival offset), so client lateness counts against the server as in the paper;
+* a request succeeds only if its stream ended with ``[DONE]`` after at least the requested
+  number of output tokens (``ignore_eos`` makes that count exact).
+
+Tokens are counted from the stream: with ``stream_options.continuous_usage_stats`` (vLLM,
+SGLang) each chunk's cumulative ``usage.completion_tokens`` gives the exact count per chunk;
+otherwise each chunk carrying text counts as one token, and a final ``usage`` block, when
+sent, overrides the total. ITLs are gaps between token-carrying chunks (as ``vllm bench
+serve``); TPOT = (last token - first token) / max(tokens - 1, 1) is exact either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ppas.errors import PpasError
+from ppas.workload import (
+    PAPER_PHASES,
+    RequestSpec,
+    Trace,
+    gamma_trace,
+    load_trace,
+    phase_trace,
+)
+
+if TYPE_CHECKING:
+    import aiohttp
+
+PREFIX_TOKENS = 128  # spec: each prompt starts with 128 random ids (defeats prefix caching)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+METRIC_NAMES = {
+    "ttft": "Time to First Token",
+    "tpot": "Time per Output Token (excl. 1st token)",
+    "itl": "Inter-token Latency",
+    "e2el": "End-to-end Latency",
+}
+USAGE_MODES = ("continuous", "final", "off")
+# Plain words that common BPE vocabularies encode as one token each (text prompts only).
+_WORDS = (
+    "time year people way day man thing woman life child world school state family "
+    "student group country problem hand part place case week company system program "
+    "question work government number night point home water room mother area money "
+    "story fact month lot right study book eye job word business issue side kind head"
+).split()
+
+
+# ---------------------------------------------------------------- per-request results
+
+
+@dataclass(slots=True)
+class RequestOutcome:
+    """What one request did. Times are seconds; ``scheduled_s``/``end_s`` count from the run
+    start, ``ttft``/``latency``/``itl`` from the scheduled submission."""
+
+    index: int
+    arrival_s: float  # the trace's arrival time
+    scheduled_s: float  # submission time from the run start (= arrival - first arrival)
+    prompt_tokens: int  # as sent; replaced by the server's usage.prompt_tokens when given
+    requested_tokens: int
+    output_tokens: int = 0  # tokens received (also for failures: what arrived before)
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    latency: float | None = None  # last token - scheduled submission; successes only
+    end_s: float | None = None  # when the request finished or failed, from the run start
+    error: str = ""  # "" on success, else "<category>: detail" on one line
+
+    @property
+    def success(self) -> bool:
+        return not self.error and self.latency is not None
+
+    @property
+    def tpot(self) -> float | None:
+        """Spec: (completion - first token) / max(output_tokens - 1, 1); successes only."""
+        if not self.success or self.ttft is None or self.latency is None:
+            return None
+        return (self.latency - self.ttft) / max(self.output_tokens - 1, 1)
+
+
+@dataclass
+class BenchResult:
+    """All outcomes of one run, in trace order (one per trace request)."""
+
+    outcomes: list[RequestOutcome]
+    duration_s: float  # first submission -> last request ended (success or failure)
+    description: str = ""
+    interrupted: bool = False  # Ctrl-C: unfinished requests are failed as "cancelled"
+
+    def summary(
+        self,
+        goodput: Mapping[str, float] | None = None,
+        percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
+        percentiles: Sequence[float] = (99.0,),
+    ) -> dict[str, Any]:
+        return summarize(self, goodput, percentile_metrics, percentiles)
+
+    def per_request(self) -> dict[str, list[Any]]:
+        """Per-request arrays in trace order (``vllm bench serve`` names; None where a
+        failed request has no value)."""
+        o = self.outcomes
+        return {
+            "arrival_s": [r.arrival_s for r in o],
+            "scheduled_s": [r.scheduled_s for r in o],
+            "end_s": [r.end_s for r in o],
+            "input_lens": [r.prompt_tokens for r in o],
+            "output_lens": [r.output_tokens for r in o],
+            "ttfts": [r.ttft for r in o],
+            "tpots": [r.tpot for r in o],
+            "itls": [list(r.itl) for r in o],
+            "e2els": [r.latency for r in o],
+            "errors": [r.error for r in o],
+        }
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _pword(p: float) -> str:
+    return str(int(p)) if float(p).is_integer() else str(p)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _pct(xs: Sequence[float], p: float) -> float | None:
+    import numpy as np
+
+    return float(np.percentile(xs, p)) if xs else None  # numpy linear, as the paper
+
+
+def metric_values(result: BenchResult) -> dict[str, list[float]]:
+    """Seconds per metric over successful requests (``itl`` pools all gaps)."""
+    ok = [r for r in result.outcomes if r.success]
+    return {
+        "ttft": [r.ttft for r in ok if r.ttft is not None],
+        "tpot": [t for r in ok if (t := r.tpot) is not None],
+        "itl": [g for r in ok for g in r.itl],
+        "e2el": [r.latency for r in ok if r.latency is not None],
+    }
+
+
+def good_requests(result: BenchResult, goodput: Mapping[str, float]) -> int:
+    """Successful requests meeting every given SLO (milliseconds, ``ttft``/``tpot``/``e2el``;
+    ``vllm bench serve --goodput``: a value equal to the SLO meets it)."""
+    n = 0
+    for r in result.outcomes:
+        if not r.success:
+            continue
+        vals = {"ttft": r.ttft, "tpot": r.tpot, "e2el": r.latency}
+        if all((v := vals[k]) is not None and v * 1000.0 <= slo for k, slo in goodput.items()):
+            n += 1
+    return n
+
+
+def summarize(
+    result: BenchResult,
+    goodput: Mapping[str, float] | None = None,
+    percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
+    percentiles: Sequence[float] = (99.0,),
+) -> dict[str, Any]:
+    """Run-level metrics. Seconds under the simulator's record names (``avg_latency``,
+    ``p95_latency``, ``avg_ttft``, ``p95_ttft``, ``avg_tpot``, ``p95_tpot``, ``makespan``)
+    and milliseconds under ``vllm bench serve`` names (``mean_ttft_ms``, ``p99_itl_ms``...).
+    Means and percentiles are over successful requests; None when there are none."""
+    o = result.outcomes
+    ok = [r for r in o if r.success]
+    vals = metric_values(result)
+    ends = [r.end_s for r in ok if r.end_s is not None]
+    makespan = max(ends) - min(r.scheduled_s for r in o) if ends else None
+    dur = result.duration_s
+    out_tokens = sum(r.output_tokens for r in ok)
+    in_tokens = sum(r.prompt_tokens for r in ok)
+    s: dict[str, Any] = {
+        "completed": len(ok),
+        "failed": len(o) - len(ok),
+        "num_requests": len(o),
+        "interrupted": result.interrupted,
+        "failure_reasons": dict(Counter(r.error.split(":")[0] for r in o if not r.success)),
+        "duration": dur,
+        "makespan": makespan,
+        "avg_latency": _mean(vals["e2el"]),
+        "p95_latency": _pct(vals["e2el"], 95),
+        "avg_ttft": _mean(vals["ttft"]),
+        "p95_ttft": _pct(vals["ttft"], 95),
+        "avg_tpot": _mean(vals["tpot"]),
+        "p95_tpot": _pct(vals["tpot"], 95),
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(ok) / dur if dur > 0 else None,
+        "output_throughput": out_tokens / dur if dur > 0 else None,
+        "total_token_throughput": (in_tokens + out_tokens) / dur if dur > 0 else None,
+    }
+    if goodput:
+        good = good_requests(result, goodput)
+        s["goodput_slos_ms"] = dict(goodput)
+        s["good_requests"] = good
+        s["request_goodput"] = good / dur if dur > 0 else None
+    for m in percentile_metrics:
+        xs = [x * 1000.0 for x in vals[m]]
+        s[f"mean_{m}_ms"] = _mean(xs)
+        s[f"median_{m}_ms"] = _pct(xs, 50)
+        s[f"std_{m}_ms"] = _std(xs)
+        for p in percentiles:
+            s[f"p{_pword(p)}_{m}_ms"] = _pct(xs, p)
+    return s
+
+
+def _std(xs: Sequence[float]) -> float | None:
+    import numpy as np
+
+    return float(np.std(xs)) if xs else None
+
+
+def format_table(s: Mapping[str, Any], percentile_metrics: Sequence[str],
+                 percentiles: Sequence[float]) -> str:
+    """The ``vllm bench serve`` result table, plus the paper's seconds-based lines."""
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
+
+    def row(name: str, v: Any) -> None:
+        if v is None:
+            lines.append(f"{name:<40} {'n/a':<10}")
+        elif isinstance(v, float):
+            lines.append(f"{name:<40} {v:<10.2f}")
+        else:
+            lines.append(f"{name:<40} {v:<10}")
+
+    row("Successful requests:", s["completed"])
+    row("Failed requests:", s["failed"])
+    for reason, n in sorted(s["failure_reasons"].items()):
+        row(f"  {reason}:", n)
+    row("Benchmark duration (s):", s["duration"])
+    row("Makespan (s):", s["makespan"])
+    row("Total input tokens:", s["total_input_tokens"])
+    row("Total generated tokens:", s["total_output_tokens"])
+    row("Request throughput (req/s):", s["request_throughput"])
+    if "request_goodput" in s:
+        row("Request goodput (req/s):", s["request_goodput"])
+    row("Output token throughput (tok/s):", s["output_throughput"])
+    row("Total token throughput (tok/s):", s["total_token_throughput"])
+    lines.append("{s:{c}^{n}}".format(s=" Paper metrics (s) ", n=50, c="-"))
+    for key, name in (("latency", "E2E"), ("ttft", "TTFT"), ("tpot", "TPOT")):
+        row(f"Mean {name} (s):", s[f"avg_{key}"])
+        row(f"P95 {name} (s):", s[f"p95_{key}"])
+    for m in percentile_metrics:
+        lines.append("{s:{c}^{n}}".format(s=f" {METRIC_NAMES[m]} ", n=50, c="-"))
+        label = m.upper()
+        row(f"Mean {label} (ms):", s[f"mean_{m}_ms"])
+        row(f"Median {label} (ms):", s[f"median_{m}_ms"])
+        for p in percentiles:
+            row(f"P{_pword(p)} {label} (ms):", s[f"p{_pword(p)}_{m}_ms"])
+    lines.append("=" * 50)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def token_prompt(index: int, seed: int, prompt_tokens: int, vocab_size: int,
+                 filler_id: int) -> list[int]:
+    """The paper's prompt: 128 random ids seeded by (seed, index), then ``filler_id``
+    repeated; exactly ``prompt_tokens`` ids, all in ``[0, vocab_size)``."""
+    rng = random.Random(seed * 1_000_003 + index)
+    n = min(PREFIX_TOKENS, prompt_tokens)
+    return [rng.randrange(vocab_size) for _ in range(n)] + [filler_id] * (prompt_tokens - n)
+
+
+def text_prompt(index: int, seed: int, prompt_tokens: int) -> str:
+    """A text prompt of ``prompt_tokens`` words (about as many tokens): 128 random words
+    seeded by (seed, index), then one filler word repeated."""
+    rng = random.Random(seed * 1_000_003 + index)
+    n = min(PREFIX_TOKENS, prompt_tokens)
+    return " ".join([rng.choice(_WORDS) for _ in range(n)] + ["hello"] * (prompt_tokens - n))
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+def normalize_base_url(url: str) -> str:
+    """``http://HOST:PORT[/v1][/]`` -> ``http://HOST:PORT`` (no trailing ``/v1``)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PpasError(f"bad --base-url {url!r}; expected http://HOST:PORT (optionally /v1)")
+    base = url.strip().rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+async def check_server(session: aiohttp.ClientSession, base_url: str, model: str,
+                       timeout_s: float = 10.0) -> None:
+    """Fail with one line when nothing answers at ``base_url`` or ``model`` is not served.
+    Probes ``/v1/models``, then ``/health`` for servers without a model list."""
+    import aiohttp
+
+    to = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(f"{base_url}/v1/models", timeout=to) as r:
+            if r.status == 200:
+                try:
+                    data = await r.json(content_type=None)
+                    ids = [m["id"] for m in data.get("data", []) if isinstance(m, dict)]
+                except (ValueError, KeyError, AttributeError, TypeError):
+                    return  # answered, but not with an OpenAI model list: still a server
+                if ids and model not in ids:
+                    raise PpasError(f"model {model!r} is not served at {base_url}; "
+                                    f"served: {', '.join(map(str, ids))}")
+                return
+        async with session.get(f"{base_url}/health", timeout=to) as r:
+            if r.status != 200:
+                raise PpasError(f"server at {base_url} answers /v1/models and /health with "
+                                f"HTTP {r.status}; is it an OpenAI-compatible server?")
+    except aiohttp.ClientConnectorError as e:
+        why = e.os_error.strerror or str(e.os_error)
+        raise PpasError(f"cannot connect to {base_url} ({_one_line(why)}); is the server "
+                        "up? --base-url expects http://HOST:PORT") from None
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise PpasError(f"server at {base_url} did not answer /v1/models within "
+                        f"{timeout_s:g} s ({type(e).__name__})") from None
+
+
+def _payload(model: str, prompt: list[int] | str, max_tokens: int, usage: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    if usage != "off":
+        body["stream_options"] = {"include_usage": True,
+                                  "continuous_usage_stats": usage == "continuous"}
+    return body
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, out: RequestOutcome, start: float) -> None:
+    """Consume one SSE completion stream into ``out`` (see the module doc for counting)."""
+    counted, final_usage, last, done = 0, None, None, False
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue  # blank separators, comments, event:/id: fields
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            done = True
+            break
+        now = time.perf_counter()
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            out.error = f"bad stream: not JSON: {_one_line(data.decode(errors='replace'), 80)}"
+            return
+        if not isinstance(obj, dict):
+            out.error = "bad stream: chunk is not a JSON object"
+            return
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            out.error = f"stream error: {_one_line(str(msg))}"
+            return
+        usage = obj.get("usage")
+        ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            out.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            new = max(ct - counted, 0) if isinstance(ct, int) else int(bool(choices[0].get("text")))
+            if new:
+                if last is None:
+                    out.ttft = now - start
+                else:
+                    out.itl.append(now - last)
+                last, counted = now, counted + new
+        if isinstance(ct, int):
+            final_usage = ct
+    out.output_tokens = final_usage if final_usage is not None else counted
+    if not done:
+        out.error = (f"cut off: stream ended without [DONE] after {out.output_tokens} of "
+                     f"{out.requested_tokens} tokens")
+    elif out.output_tokens < out.requested_tokens or last is None:
+        out.error = f"cut off: {out.output_tokens} of {out.requested_tokens} tokens"
+    else:
+        out.latency = last - start
+
+
+async def _send(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                out: RequestOutcome, start: float, timeout_s: float) -> None:
+    """One request; never raises for server-side trouble, records it in ``out.error``."""
+    import aiohttp
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body) as resp:
+                if resp.status != 200:
+                    text = await resp.text(errors="replace")
+                    out.error = f"http {resp.status}: {_one_line(text)}"
+                    return
+                await _read_stream(resp, out, start)
+    except TimeoutError:
+        out.error = f"timeout: not finished {timeout_s:g} s after sending"
+    except aiohttp.ClientError as e:  # refused, reset, disconnected, truncated payload
+        out.error = f"connection error: {type(e).__name__}: {_one_line(str(e))}"
+    except ValueError as e:  # an SSE line longer than aiohttp's reader limit
+        out.error = f"bad stream: {_one_line(str(e))}"
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _prompt(spec: RequestSpec, index: int, seed: int, prompt_format: str, vocab_size: int,
+            filler_id: int) -> list[int] | str:
+    if prompt_format == "text":
+        return text_prompt(index, seed, spec.prompt_tokens)
+    return token_prompt(index, seed, spec.prompt_tokens, vocab_size, filler_id)
+
+
+async def run_trace(
+    base_url: str,
+    model: str,
+    trace: Trace,
+    *,
+    seed: int = 0,
+    prompt_format: str = "tokens",
+    vocab_size: int = 32000,
+    filler_id: int = 1000,
+    request_timeout_s: float = 1800.0,
+    max_concurrency: int | None = None,
+    num_warmups: int = 0,
+    usage: str = "continuous",
+    on_done: Callable[[RequestOutcome], None] | None = None,
+    keep_partial_on_cancel: bool = False,
+) -> BenchResult:
+    """Replay ``trace`` (request i submitted ``arrival_i - arrival_0`` s after the start)
+    and return one outcome per request. Raises PpasError only before the run (bad URL,
+    server down, failed warm-up); trouble during the run is recorded per request. With
+    ``keep_partial_on_cancel``, a cancellation (Ctrl-C) returns the partial result with
+    unfinished requests failed as ``cancelled`` instead of raising."""
+    import aiohttp
+
+    if prompt_format not in ("tokens", "text"):
+        raise PpasError(f"unknown prompt format {prompt_format!r}; allowed: tokens, text")
+    if usage not in USAGE_MODES:
+        raise PpasError(f"unknown usage mode {usage!r}; allowed: {', '.join(USAGE_MODES)}")
+    if not 0 <= filler_id < vocab_size:
+        raise PpasError(f"filler token id {filler_id} must be in [0, vocab size {vocab_size})")
+    if len(trace) == 0:
+        raise PpasError("the trace has no requests")
+    base = normalize_base_url(base_url)
+    url = f"{base}/v1/completions"
+    reqs = trace.requests
+    t_first = reqs[0].arrival_s
+    outcomes = [RequestOutcome(i, r.arrival_s, r.arrival_s - t_first, r.prompt_tokens,
+                               r.output_tokens) for i, r in enumerate(reqs)]
+    # No client-side connection cap: concurrency is the trace's (or --max-concurrency).
+    # aiohttp's default 300 s total timeout is replaced by the per-request one in _send.
+    connector = aiohttp.TCPConnector(limit=0)
+    no_timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=no_timeout) as session:
+        await check_server(session, base, model)
+        for k in range(num_warmups):  # same shape as the first request, distinct prefixes
+            w = RequestOutcome(-1 - k, 0.0, 0.0, reqs[0].prompt_tokens, reqs[0].output_tokens)
+            body = _payload(model, _prompt(reqs[0], w.index, seed, prompt_format, vocab_size,
+                                           filler_id), w.requested_tokens, usage)
+            await _send(session, url, body, w, time.perf_counter(), request_timeout_s)
+            if not w.success:
+                raise PpasError(f"warm-up request {k + 1} failed: {w.error}")
+        sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        t0 = time.perf_counter()
+
+        async def one(out: RequestOutcome) -> None:
+            spec = reqs[out.index]
+            body = _payload(model, _prompt(spec, out.index, seed, prompt_format, vocab_size,
+                                           filler_id), spec.output_tokens, usage)
+            start = t0 + out.scheduled_s
+            await asyncio.sleep(max(0.0, start - time.perf_counter()))
+            try:
+                if sem is None:
+                    await _send(session, url, body, out, start, request_timeout_s)
+                else:
+                    async with sem:
+                        await _send(session, url, body, out, start, request_timeout_s)
+            finally:
+                out.end_s = time.perf_counter() - t0
+            if on_done is not None:
+                on_done(out)
+
+        tasks = [asyncio.create_task(one(o)) for o in outcomes]
+        interrupted = False
+        try:
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not keep_partial_on_cancel:
+                raise
+            interrupted = True
+            for o in outcomes:
+                if not o.success and not o.error:
+                    o.error = "cancelled: run interrupted before this request finished"
+        ends = [o.end_s for o in outcomes if o.end_s is not None]
+    return BenchResult(outcomes, max(ends, default=0.0), trace.description, interrupted)
+
+
+# ---------------------------------------------------------------- results file
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary file and rename: readers see the
+    old file or the whole new one, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_trace_arguments(p: argparse.ArgumentParser) -> None:
+    """Trace options shared with the simulator's vocabulary (same generators)."""
+    g = p.add_argument_group("trace (one of --phases, --request-rate, --trace)")
+    g.add_argument("--phases", help=f"piecewise-Poisson phases DUR:RATE,... (default the "
+                   f"paper's {PAPER_PHASES!r}); {{burst}} is --burst-rate")
+    g.add_argument("--burst-rate", type=float, default=1.0,
+                   help="requests/s substituted for {burst} in --phases (default 1.0)")
+    g.add_argument("--request-rate", type=float,
+                   help="gamma arrivals at this mean rate (vllm bench serve); inf = all at once")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape with --request-rate: 1 Poisson, < 1 burstier (default 1)")
+    g.add_argument("--num-prompts", type=int, default=100,
+                   help="requests with --request-rate (default 100)")
+    g.add_argument("--trace", metavar="FILE", help="a CSV/JSONL trace file (ppas.workload)")
+    g.add_argument("--seed", type=int, default=0, help="arrivals and prompt prefixes (default 0)")
+    g.add_argument("--prompt-tokens", type=int, help="prompt length (default 25000, the paper)")
+    g.add_argument("--output-tokens", type=int, help="output length (default 32, the paper)")
+
+
+def trace_from_args(args: argparse.Namespace) -> Trace:
+    """The trace the options describe, built by ``ppas.workload``'s generators only."""
+    given = [n for n in ("phases", "request_rate", "trace") if getattr(args, n) is not None]
+    if len(given) > 1:
+        raise PpasError("give only one of --phases, --request-rate, --trace; got "
+                        + ", ".join("--" + n.replace("_", "-") for n in given))
+    if args.trace is not None:
+        if args.prompt_tokens is not None or args.output_tokens is not None:
+            raise PpasError("--prompt-tokens/--output-tokens do not apply to --trace "
+                            "(the file gives each request's lengths)")
+        return load_trace(args.trace)
+    pt = 25000 if args.prompt_tokens is None else args.prompt_tokens
+    ot = 32 if args.output_tokens is None else args.output_tokens
+    if args.request_rate is not None:
+        return gamma_trace(args.request_rate, args.num_prompts, args.seed, args.burstiness, pt, ot)
+    trace = phase_trace(args.phases or PAPER_PHASES, args.seed, pt, ot, burst=args.burst_rate)
+    if len(trace) == 0:
+        raise PpasError(f"the phases {trace.description!r} produce no requests; raise the rates")
+    return trace
+
+
+def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
+    """``['ttft:500', 'tpot:50']`` -> ``{'ttft': 500.0, 'tpot': 50.0}`` (milliseconds)."""
+    slos: dict[str, float] = {}
+    for item in items or ():
+        key, sep, val = item.partition(":")
+        try:
+            ms = float(val)
+        except ValueError:
+            ms = math.nan
+        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0 and math.isfinite(ms)):
+            raise PpasError(f"bad --goodput item {item!r}; expected KEY:MS with KEY one of "
+                            "ttft, tpot, e2el and MS a number > 0")
+        slos[key] = ms
+    return slos
+
+
+def _parse_list(text: str, what: str, allowed: Sequence[str] | None = None) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if allowed is not None and x not in allowed]
+    if not items or bad:
+        raise PpasError(f"bad {what} {text!r}; allowed: comma-separated "
+                        + (", ".join(allowed) if allowed else "values"))
+    return items
+
+
+def parse_percentiles(text: str) -> list[float]:
+    out = []
+    for x in _parse_list(text, "--metric-percentiles"):
+        try:
+            p = float(x)
+        except ValueError:
+            p = math.nan
+        if not 0 <= p <= 100:
+            raise PpasError(f"bad --metric-percentiles item {x!r}; allowed: numbers in [0, 100]")
+        out.append(p)
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="model name as served (see /v1/models)")
+    add_trace_arguments(p)
+    g = p.add_argument_group("requests")
+    g.add_argument("--prompt-format", choices=("tokens", "text"), default="tokens",
+                   help="token ids in the paper's shape (default) or approximate text")
+    g.add_argument("--vocab-size", type=int, default=32000,
+                   help="random prefix ids are drawn from [0, N) (default 32000; must not "
+                   "exceed the model's vocabulary)")
+    g.add_argument("--filler-token", type=int, default=1000,
+                   help="the id repeated after the prefix (default 1000)")
+    g.add_argument("--request-timeout", type=float, default=1800.0,
+                   help="seconds a request may take after sending; then it fails (default 1800)")
+    g.add_argument("--max-concurrency", type=int, help="cap on requests in flight (default none)")
+    g.add_argument("--num-warmups", type=int, default=0,
+                   help="sequential unmeasured requests shaped like the first one (default 0)")
+    g.add_argument("--stream-usage", choices=USAGE_MODES, default="continuous",
+                   help="stream_options usage to request: per chunk (default), final, off")
+    g = p.add_argument_group("results")
+    g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
+    g.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                   help="metrics to report percentiles of: ttft,tpot,itl,e2el (default "
+                   "ttft,tpot,itl)")
+    g.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,95,99")
+    g.add_argument("--save-result", action="store_true", help="write a JSON results file")
+    g.add_argument("--result-dir", default=".", help="folder for --save-result (default .)")
+    g.add_argument("--result-filename", help="file name for --save-result (default "
+                   "bench-MODEL-YYYYmmdd-HHMMSS.json)")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object of run metrics to stdout (no table, no bar)")
+    g.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    normalize_base_url(args.base_url)  # fail fast, before building a long trace
+    for name in ("vocab_size", "request_timeout", "max_concurrency", "num_prompts"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            raise PpasError(f"--{name.replace('_', '-')} must be > 0, got {v}")
+    if args.num_warmups < 0:
+        raise PpasError(f"--num-warmups must be >= 0, got {args.num_warmups}")
+    goodput = parse_goodput(args.goodput)
+    pmetrics = _parse_list(args.percentile_metrics, "--percentile-metrics", METRICS)
+    percentiles = parse_percentiles(args.metric_percentiles)
+    trace = trace_from_args(args)
+    started = datetime.now()
+    bar = tqdm(total=len(trace), file=sys.stderr, unit="req", desc="bench",
+               disable=args.json or args.disable_tqdm)
+    try:
+        result = asyncio.run(run_trace(
+            args.base_url, args.model, trace, seed=args.seed, prompt_format=args.prompt_format,
+            vocab_size=args.vocab_size, filler_id=args.filler_token,
+            request_timeout_s=args.request_timeout, max_concurrency=args.max_concurrency,
+            num_warmups=args.num_warmups, usage=args.stream_usage,
+            on_done=lambda _o: bar.update(1), keep_partial_on_cancel=True))
+    finally:
+        bar.close()
+    summary = result.summary(goodput, pmetrics, percentiles)
+    if args.save_result:
+        name = args.result_filename or (
+            f"bench-{Path(args.model).name}-{started:%Y%m%d-%H%M%S}.json")
+        path = Path(args.result_dir) / name
+        record = {"date": started.isoformat(timespec="seconds"), "backend": "openai",
+                  "base_url": args.base_url, "model": args.model, "trace": trace.description,
+                  "seed": args.seed, "prompt_format": args.prompt_format, **summary,
+                  **result.per_request()}
+        write_json_atomic(path, record)
+        if not args.json:
+            print(f"results: {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(summary, allow_nan=False))
+    else:
+        print(format_table(summary, pmetrics, percentiles))
+    return 130 if result.interrupted else 0
