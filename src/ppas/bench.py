@@ -240,11 +240,11 @@ def format_table(s: Mapping[str, Any], percentile_metrics: Sequence[str],
     """The ``vllm bench serve`` result table, plus the paper's seconds-based lines."""
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
 
-    def row(name: str, v: Any) -> None:
+    def row(name: str, v: Any, digits: int = 2) -> None:
         if v is None:
             lines.append(f"{name:<40} {'n/a':<10}")
         elif isinstance(v, float):
-            lines.append(f"{name:<40} {v:<10.2f}")
+            lines.append(f"{name:<40} {v:<10.{digits}f}")
         else:
             lines.append(f"{name:<40} {v:<10}")
 
@@ -263,8 +263,8 @@ def format_table(s: Mapping[str, Any], percentile_metrics: Sequence[str],
     row("Total token throughput (tok/s):", s["total_token_throughput"])
     lines.append("{s:{c}^{n}}".format(s=" Paper metrics (s) ", n=50, c="-"))
     for key, name in (("latency", "E2E"), ("ttft", "TTFT"), ("tpot", "TPOT")):
-        row(f"Mean {name} (s):", s[f"avg_{key}"])
-        row(f"P95 {name} (s):", s[f"p95_{key}"])
+        row(f"Mean {name} (s):", s[f"avg_{key}"], 4)
+        row(f"P95 {name} (s):", s[f"p95_{key}"], 4)
     for m in percentile_metrics:
         lines.append("{s:{c}^{n}}".format(s=f" {METRIC_NAMES[m]} ", n=50, c="-"))
         label = m.upper()
@@ -397,6 +397,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, out: RequestOutcome, start:
                 else:
                     out.itl.append(now - last)
                 last, counted = now, counted + new
+                out.output_tokens = counted  # kept if the stream breaks later
         if isinstance(ct, int):
             final_usage = ct
     out.output_tokens = final_usage if final_usage is not None else counted
@@ -453,12 +454,14 @@ async def run_trace(
     max_concurrency: int | None = None,
     num_warmups: int = 0,
     usage: str = "continuous",
+    on_start: Callable[[], None] | None = None,
     on_done: Callable[[RequestOutcome], None] | None = None,
     keep_partial_on_cancel: bool = False,
 ) -> BenchResult:
     """Replay ``trace`` (request i submitted ``arrival_i - arrival_0`` s after the start)
     and return one outcome per request. Raises PpasError only before the run (bad URL,
-    server down, failed warm-up); trouble during the run is recorded per request. With
+    server down, failed warm-up); trouble during the run is recorded per request.
+    ``on_start`` is called when the measured run begins, ``on_done`` per request. With
     ``keep_partial_on_cancel``, a cancellation (Ctrl-C) returns the partial result with
     unfinished requests failed as ``cancelled`` instead of raising."""
     import aiohttp
@@ -491,6 +494,8 @@ async def run_trace(
             if not w.success:
                 raise PpasError(f"warm-up request {k + 1} failed: {w.error}")
         sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        if on_start is not None:
+            on_start()
         t0 = time.perf_counter()
 
         async def one(out: RequestOutcome) -> None:
@@ -678,17 +683,23 @@ def run(args: argparse.Namespace) -> int:
     percentiles = parse_percentiles(args.metric_percentiles)
     trace = trace_from_args(args)
     started = datetime.now()
-    bar = tqdm(total=len(trace), file=sys.stderr, unit="req", desc="bench",
-               disable=args.json or args.disable_tqdm)
+    bars: list[tqdm[Any]] = []  # opened once the server answered: no bar before an error
+
+    def start_bar() -> None:
+        bars.append(tqdm(total=len(trace), file=sys.stderr, unit="req", desc="bench",
+                         disable=args.json or args.disable_tqdm))
+
     try:
         result = asyncio.run(run_trace(
             args.base_url, args.model, trace, seed=args.seed, prompt_format=args.prompt_format,
             vocab_size=args.vocab_size, filler_id=args.filler_token,
             request_timeout_s=args.request_timeout, max_concurrency=args.max_concurrency,
             num_warmups=args.num_warmups, usage=args.stream_usage,
-            on_done=lambda _o: bar.update(1), keep_partial_on_cancel=True))
+            on_start=start_bar, on_done=lambda _o: bars[0].update(1),
+            keep_partial_on_cancel=True))
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     summary = result.summary(goodput, pmetrics, percentiles)
     if args.save_result:
         name = args.result_filename or (

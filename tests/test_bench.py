@@ -1,0 +1,349 @@
+"""``ppas bench`` against a fake OpenAI-compatible server started in-test (offline, CPU).
+
+The fake server recognises each request by its 128-token prefix (seeded by seed and index),
+so a test can make request i succeed, fail with HTTP 500, drop its connection, stop short,
+end without [DONE] or hang, and check that the bench records exactly that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from ppas.bench import (
+    PREFIX_TOKENS,
+    BenchResult,
+    RequestOutcome,
+    normalize_base_url,
+    run_trace,
+    summarize,
+    text_prompt,
+    token_prompt,
+    trace_from_args,
+)
+from ppas.cli import build_parser, main
+from ppas.errors import PpasError
+from ppas.workload import PAPER_PHASES, constant_trace, gamma_trace, phase_trace, save_trace
+
+SEED, PROMPT, VOCAB, FILLER = 7, 140, 5000, 11
+CHUNK_DELAY = 0.01
+
+
+class FakeServer:
+    """Streams ``max_tokens`` tokens, ``per_chunk`` per SSE chunk, ``CHUNK_DELAY`` apart,
+    honouring ``stream_options``. ``behaviors[i]`` changes what request i gets."""
+
+    def __init__(self, behaviors: dict[int, str] | None = None, n: int = 16,
+                 per_chunk: int = 1, service_s: float = 0.0) -> None:
+        self.behaviors = behaviors or {}
+        self.per_chunk = per_chunk
+        self.service_s = service_s
+        self.keys = {tuple(token_prompt(i, SEED, PROMPT, VOCAB, FILLER)[:PREFIX_TOKENS]): i
+                     for i in range(n)}
+        self.seen: list[dict[str, Any]] = []
+        self.loop = asyncio.new_event_loop()
+        self.busy = asyncio.Lock()
+        self.port = 0
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append(body)
+        prompt = body["prompt"]
+        idx = self.keys.get(tuple(prompt[:PREFIX_TOKENS])) if isinstance(prompt, list) else None
+        how = self.behaviors.get(idx, "ok") if idx is not None else "ok"
+        if how == "500":
+            return web.Response(status=500, text="internal\nerror")
+        if self.service_s:  # one request at a time, service_s each: queueing shows in E2E
+            async with self.busy:
+                await asyncio.sleep(self.service_s)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        opts = body.get("stream_options") or {}
+        n, done = body["max_tokens"], 0
+        while done < n:
+            if how == "drop" and done == 2:
+                assert request.transport is not None
+                request.transport.close()
+                return resp
+            if how == "short" and done == n - 1:
+                break
+            await asyncio.sleep(CHUNK_DELAY)
+            k = min(self.per_chunk, n - done)
+            done += k
+            chunk: dict[str, Any] = {"choices": [{"index": 0, "text": "ab"[:k],
+                                                  "finish_reason": None}]}
+            if opts.get("continuous_usage_stats"):
+                chunk["usage"] = {"prompt_tokens": len(prompt), "completion_tokens": done}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if how == "hang":
+            await asyncio.sleep(2.0)
+        if how == "nodone":
+            return resp
+        if opts.get("include_usage"):
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": done}
+            await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode()
+                             + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def __enter__(self) -> str:
+        app = web.Application()
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.completions)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        ready = threading.Event()
+
+        async def start() -> None:
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            ready.set()
+
+        self.runner = runner
+        self.thread = threading.Thread(target=self._serve, args=(start(),), daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self, start: Any) -> None:
+        self.loop.run_until_complete(start)
+        self.loop.run_forever()
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            await self.runner.cleanup()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:  # handlers still sleeping ("hang") after their client left
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def free_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    yield port  # closed again: nothing listens there
+
+
+def _bench_argv(base: str, *extra: str) -> list[str]:
+    return ["bench", "--base-url", base, "--model", "fake", "--seed", str(SEED),
+            "--vocab-size", str(VOCAB), "--filler-token", str(FILLER), *extra]
+
+
+def test_failures_are_counted_with_reasons_and_every_request_is_saved(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    behaviors = {1: "500", 2: "drop", 3: "short", 4: "hang", 5: "nodone"}
+    trace_file = tmp_path / "t.jsonl"
+    save_trace(constant_trace(50.0, 8, prompt_tokens=PROMPT, output_tokens=5), trace_file)
+    with FakeServer(behaviors) as base:
+        rc = main(_bench_argv(base, "--trace", str(trace_file), "--request-timeout", "0.5",
+                              "--json", "--save-result", "--result-dir", str(tmp_path),
+                              "--result-filename", "r.json", "--goodput", "ttft:10000"))
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert (s["completed"], s["failed"]) == (3, 5)
+    assert s["failure_reasons"] == {"http 500": 1, "connection error": 1, "cut off": 2,
+                                    "timeout": 1}
+    assert s["good_requests"] == 3
+    saved = json.loads((tmp_path / "r.json").read_text())
+    for key in ("ttfts", "itls", "e2els", "output_lens", "errors", "input_lens"):
+        assert len(saved[key]) == 8, key
+    errs = saved["errors"]
+    assert errs[0] == errs[6] == errs[7] == ""
+    assert errs[1].startswith("http 500: internal error")
+    assert errs[2].startswith("connection error:")
+    assert errs[3] == "cut off: 4 of 5 tokens"
+    assert errs[4].startswith("timeout:")
+    assert errs[5].startswith("cut off: stream ended without [DONE] after 5 of 5")
+    assert saved["output_lens"][0] == 5 and saved["output_lens"][2] == 2
+    assert saved["ttfts"][1] is None and saved["e2els"][3] is None
+    for i in (0, 6, 7):
+        assert saved["ttfts"][i] >= CHUNK_DELAY
+        assert len(saved["itls"][i]) == 4
+        assert saved["e2els"][i] >= saved["ttfts"][i] + sum(saved["itls"][i]) - 1e-9
+    assert not list(tmp_path.glob(".r.json.*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("usage,tokens,error", [
+    ("continuous", 6, ""), ("final", 6, ""), ("off", 3, "cut off: 3 of 6 tokens")])
+def test_token_counting_with_multi_token_chunks(usage: str, tokens: int, error: str) -> None:
+    """Chunks of 2 tokens: usage (per chunk or final) counts them exactly; without usage
+    each text chunk counts as one token, which undercounts and is reported as cut off."""
+    trace = constant_trace(10.0, 1, prompt_tokens=PROMPT, output_tokens=6)
+    with FakeServer(per_chunk=2) as base:
+        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+                                    filler_id=FILLER, usage=usage))
+    (o,) = res.outcomes
+    assert (o.output_tokens, o.error) == (tokens, error)
+    if not error:
+        assert len(o.itl) == 2  # three chunks
+    assert o.prompt_tokens == PROMPT
+
+
+def test_request_body_is_the_paper_shape() -> None:
+    trace = constant_trace(10.0, 2, prompt_tokens=PROMPT, output_tokens=3)
+    server = FakeServer()
+    with server as base:
+        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+                                    filler_id=FILLER))
+    assert [o.success for o in res.outcomes] == [True, True]
+    for body in server.seen:
+        assert body["stream"] is True and body["ignore_eos"] is True
+        assert body["temperature"] == 0 and body["max_tokens"] == 3 and body["model"] == "fake"
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    prompts = sorted((b["prompt"] for b in server.seen), key=lambda p: p != token_prompt(
+        0, SEED, PROMPT, VOCAB, FILLER))
+    assert prompts == [token_prompt(i, SEED, PROMPT, VOCAB, FILLER) for i in range(2)]
+
+
+def test_latency_counts_from_scheduled_submission() -> None:
+    """Three requests at t=0 against a server serving one at a time for 0.2 s each: the
+    third request's E2E includes its 0.4 s wait, TTFTs grow, and makespan covers all."""
+    trace = gamma_trace(float("inf"), 3, seed=0, prompt_tokens=PROMPT, output_tokens=2)
+    with FakeServer(service_s=0.2) as base:
+        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+                                    filler_id=FILLER))
+    lat = sorted(o.latency for o in res.outcomes if o.latency is not None)
+    assert len(lat) == 3
+    assert lat[0] >= 0.2 and lat[1] >= 0.4 and lat[2] >= 0.6
+    s = res.summary()
+    assert s["makespan"] == pytest.approx(max(o.end_s or 0 for o in res.outcomes))
+    assert s["makespan"] >= 0.6
+
+
+def test_cancel_keeps_partial_result() -> None:
+    trace = constant_trace(20.0, 3, prompt_tokens=PROMPT, output_tokens=2)
+
+    async def go(base: str) -> BenchResult:
+        task = asyncio.create_task(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+                                             filler_id=FILLER, keep_partial_on_cancel=True))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        return await task
+
+    with FakeServer({2: "hang"}) as base:
+        res = asyncio.run(go(base))
+    assert res.interrupted
+    assert [o.success for o in res.outcomes] == [True, True, False]
+    assert res.outcomes[2].error.startswith("cancelled:")
+
+
+def test_server_down_is_one_line_exit_2(free_port: int,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(_bench_argv(f"http://127.0.0.1:{free_port}", "--request-rate", "1",
+                          "--num-prompts", "2"))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "cannot connect to http://127.0.0.1:" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("url", ["localhost:8000", "ftp://x:1", "http://"])
+def test_bad_url_is_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_bench_argv(url, "--request-rate", "1", "--num-prompts", "1")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected http://HOST:PORT" in err
+
+
+def test_unknown_model_lists_served_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeServer() as base:
+        argv = _bench_argv(base, "--request-rate", "1", "--num-prompts", "1")
+        argv[argv.index("fake")] = "other"
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "model 'other' is not served" in err and "served: fake" in err
+
+
+def test_normalize_base_url() -> None:
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000"
+    assert normalize_base_url(" https://h ") == "https://h"
+    with pytest.raises(PpasError):
+        normalize_base_url("h:8000")
+
+
+# ---------------------------------------------------------------- trace identity
+
+
+def _trace_args(*argv: str) -> Any:
+    return build_parser().parse_args(["bench", "--base-url", "http://x:1", "--model", "m",
+                                      *argv])
+
+
+@pytest.mark.parametrize("seed,burst", [(0, 0.4), (3, 1.4)])
+def test_bench_trace_equals_simulator_trace(seed: int, burst: float) -> None:
+    got = trace_from_args(_trace_args("--seed", str(seed), "--burst-rate", str(burst)))
+    assert got == phase_trace(PAPER_PHASES, seed, 25000, 32, burst=burst)
+    got = trace_from_args(_trace_args("--phases", "5:1,5:{burst}", "--burst-rate", str(burst),
+                                      "--seed", str(seed), "--prompt-tokens", "300",
+                                      "--output-tokens", "4"))
+    assert got == phase_trace("5:1,5:{burst}", seed, 300, 4, burst=burst)
+    got = trace_from_args(_trace_args("--request-rate", "2", "--burstiness", "0.5",
+                                      "--num-prompts", "9", "--seed", str(seed)))
+    assert got == gamma_trace(2.0, 9, seed, 0.5, 25000, 32)
+
+
+def test_trace_options_conflict() -> None:
+    with pytest.raises(PpasError, match="only one of"):
+        trace_from_args(_trace_args("--phases", "1:1", "--request-rate", "1"))
+    with pytest.raises(PpasError, match="do not apply to --trace"):
+        trace_from_args(_trace_args("--trace", "x.jsonl", "--prompt-tokens", "5"))
+
+
+# ---------------------------------------------------------------- prompts and metrics
+
+
+def test_token_prompt_shape() -> None:
+    a = token_prompt(0, SEED, 300, VOCAB, FILLER)
+    assert len(a) == 300 and a[PREFIX_TOKENS:] == [FILLER] * (300 - PREFIX_TOKENS)
+    assert all(0 <= t < VOCAB for t in a)
+    assert a == token_prompt(0, SEED, 300, VOCAB, FILLER)
+    assert a[:PREFIX_TOKENS] != token_prompt(1, SEED, 300, VOCAB, FILLER)[:PREFIX_TOKENS]
+    assert a[:PREFIX_TOKENS] != token_prompt(0, SEED + 1, 300, VOCAB, FILLER)[:PREFIX_TOKENS]
+    assert len(token_prompt(0, SEED, 50, VOCAB, FILLER)) == 50
+    assert len(text_prompt(0, SEED, 300).split()) == 300
+
+
+def _outcome(i: int, ttft: float | None, itl: list[float], lat: float | None, out: int,
+             error: str = "", sched: float = 0.0) -> RequestOutcome:
+    end = None if lat is None else sched + lat
+    return RequestOutcome(i, sched, sched, 100, out, out, ttft, itl, lat, end, error)
+
+
+def test_metrics_math_on_hand_made_timings() -> None:
+    res = BenchResult([
+        _outcome(0, 0.5, [0.1, 0.3], 0.9, 3, sched=0.0),  # tpot (0.9-0.5)/2 = 0.2
+        _outcome(1, 1.0, [0.2], 2.0, 2, sched=1.0),  # tpot 1.0/1 = 1.0, ends at 3.0
+        _outcome(2, 0.2, [], 0.2, 1, sched=1.5),  # one token: tpot 0/max(0,1) = 0
+        _outcome(3, None, [], None, 0, "http 503: busy", sched=2.0),
+    ], duration_s=4.0)
+    assert [o.tpot for o in res.outcomes] == [pytest.approx(0.2), 1.0, 0.0, None]
+    s = summarize(res, {"ttft": 500, "tpot": 200}, ("ttft", "tpot", "itl", "e2el"), (50, 95))
+    assert (s["completed"], s["failed"], s["failure_reasons"]) == (3, 1, {"http 503": 1})
+    assert s["makespan"] == pytest.approx(3.0)  # last completion 3.0 - first submission 0
+    assert s["avg_latency"] == pytest.approx((0.9 + 2.0 + 0.2) / 3)
+    assert s["p95_latency"] == pytest.approx(0.9 + 0.9 * (2.0 - 0.9))  # linear percentile
+    assert s["avg_tpot"] == pytest.approx(0.4)
+    assert s["mean_itl_ms"] == pytest.approx(200.0)  # pooled gaps 0.1, 0.3, 0.2
+    assert s["median_itl_ms"] == pytest.approx(200.0)
+    assert s["p50_ttft_ms"] == pytest.approx(500.0)
+    assert s["good_requests"] == 2  # request 0 meets both at equality; 2 meets both; 1 not
+    assert s["request_goodput"] == pytest.approx(2 / 4.0)
+    assert s["request_throughput"] == pytest.approx(3 / 4.0)
+    assert s["total_output_tokens"] == 6
