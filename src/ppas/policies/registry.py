@@ -15,6 +15,7 @@ POLICIES: Registry[type] = Registry("policy")
 _MODULES = (
     "ppas.policies.fixed",
     "ppas.policies.ppas",
+    "ppas.policies.predictive",
 )
 _loaded = False
 

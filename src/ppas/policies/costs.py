@@ -1,0 +1,79 @@
+"""Cost-model tables that model-based policies precompute once in ``bind_cost_model``.
+
+``decide`` must cost microseconds, so nothing here is called per step except table
+look-ups. Everything is derived from ``CostModel.step_time`` alone, so any monotone cost
+model (roofline, fitted) works.
+
+``StepCosts`` linearises one step around the shapes that matter to prefill scheduling:
+
+    T(step with chunk c at context p, decodes with contexts k_j)
+        ~= pre[c](p) + sum_j (dec_ride + dec_kv * k_j)          (c > 0)
+    T(decode-only step, decodes k_j)
+        ~= dec_base + sum_j (dec_alone + dec_kv * k_j)
+
+``pre[c]`` is tabulated per chunk ``c`` as a cumulative table ``F_c(x)`` = time to
+prefill prompt tokens ``[0, x)`` alone in chunks of ``c``, on a grid of ``c`` tokens,
+so the time to prefill ``[p, P)`` is ``F_c(P) - F_c(p)`` (interpolated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppas.cost.base import CostModel, StepShape
+
+
+def chunk_shape(c: int, context: int, num_decodes: int = 0, decode_ctx: int = 0) -> StepShape:
+    """One prefill chunk of ``c`` tokens on ``context`` cached tokens, beside decodes."""
+    return StepShape(c, 1 if c else 0, c * (context + (c + 1) / 2), context + c if c else 0,
+                     num_decodes, decode_ctx)
+
+
+class StepCosts:
+    """Precomputed, linearised step costs for a set of candidate chunk sizes."""
+
+    def __init__(self, cost_model: CostModel, chunks: Sequence[int], max_len: int = 131072,
+                 ref_ctx: int = 8192) -> None:
+        self.chunks = tuple(sorted(set(int(c) for c in chunks if c > 0)))
+        self.max_len = max_len
+        st = cost_model.step_time
+        self._cum: dict[int, list[float]] = {}
+        for c in self.chunks:
+            cum = [0.0]
+            done = 0
+            while done < max_len:
+                n = min(c, max_len - done)
+                cum.append(cum[-1] + st(chunk_shape(n, done)))
+                done += n
+            self._cum[c] = cum
+        # Marginal cost of one decode riding along a prefill chunk, and per context token.
+        c0 = self.chunks[len(self.chunks) // 2] if self.chunks else 2048
+        base = st(chunk_shape(c0, 0))
+        n = 16
+        self.dec_ride = max(0.0, (st(chunk_shape(c0, 0, n, 0)) - base) / n)
+        self.dec_kv = max(0.0, (st(chunk_shape(c0, 0, n, n * ref_ctx))
+                                - st(chunk_shape(c0, 0, n, 0))) / (n * ref_ctx))
+        # Decode-only steps: weight-bound base plus a (small) per-decode increment.
+        one = st(StepShape(0, 0, 0.0, 0, 1, 0))
+        many = st(StepShape(0, 0, 0.0, 0, 64, 0))
+        self.dec_alone = max(0.0, (many - one) / 63)
+        self.dec_base = max(0.0, one - self.dec_alone)
+
+    def prefill_time(self, c: int, start: int, end: int) -> float:
+        """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c``."""
+        return self._at(c, end) - self._at(c, start)
+
+    def _at(self, c: int, x: int) -> float:
+        cum = self._cum[c]
+        if x >= self.max_len:
+            # Beyond the table: extend linearly with the last chunk's cost per token.
+            last = (cum[-1] - cum[-2]) / max(1, self.max_len - (len(cum) - 2) * c)
+            return cum[-1] + (x - self.max_len) * last
+        i, r = divmod(x, c)
+        if r == 0:
+            return cum[i]
+        return cum[i] + (cum[i + 1] - cum[i]) * r / min(c, self.max_len - i * c)
+
+    def decode_cost(self, context: int, with_prefill: bool) -> float:
+        """Marginal step time of one decode with ``context`` cached tokens."""
+        return (self.dec_ride if with_prefill else self.dec_alone) + self.dec_kv * context

@@ -1,0 +1,182 @@
+"""Predictive: the prefill budget that minimises the predicted sum of request latencies.
+
+Ours (not from a paper; P-PAS's future work asks for budgets that adapt to the model and
+the load). The objective is P-PAS's: mean end-to-end latency. Rule, every step:
+
+* no decode running -> budget ``c_max`` (nothing to stall; the biggest chunk is the most
+  efficient prefill, P-PAS's B_max);
+* otherwise, for each candidate ``a`` in {0} + powers of two in [c_min, c_max], project
+  the requests now in the system forward under "budget ``a`` while any decode runs,
+  ``c_max`` when none does", and take the ``a`` with the smallest predicted sum of
+  completion times. ``a = 0`` is a decode-only step.
+
+The projection is event-driven (one iteration per prompt completion or decode
+completion, a heap of decode finish steps: O(N log N) per candidate, no per-step loop):
+
+* prompts complete in engine order (running, then waiting FCFS), the budget shared in
+  order (a step's leftover spills into the next prompt, as in vLLM's ``schedule()``);
+  a completed prompt emits its first token and becomes a decode for ``o - 1`` steps;
+* a decode with ``r`` outputs left finishes ``r`` steps later: decodes count *steps*,
+  prompts count *tokens*;
+* a step lasts ``F_c(prompt range) + sum_decodes (d_ride + d_kv * context)`` when it
+  carries prefill, ``base + sum_decodes (d_alone + d_kv * context)`` when it does not
+  (``ppas.policies.costs.StepCosts``: tables precomputed from the bound cost model).
+
+This weighs both sides of the P-PAS finding on every request: a bigger ``a`` finishes the
+queue's prompts with fewer, more efficient steps (waiting requests gain) but stretches
+each of the decodes' remaining steps (decoding requests lose); ``a = 0`` finishes the
+decodes in short weight-bound steps and pays for it with a pause of the prefill queue.
+Future arrivals are not predicted (the projection only covers requests in the view).
+
+Without a cost model (``bind_cost_model(None)``, e.g. the vLLM plugin with no model
+configured) the policy falls back to P-PAS with the paper's parameters (N_th = 2,
+B_cap = 2048, B_max = ``c_max``), which needs none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
+
+from ppas.config import require
+from ppas.cost.base import CostModel
+from ppas.policies.base import Decision, Policy
+from ppas.policies.costs import StepCosts
+from ppas.policies.registry import register
+from ppas.state import SchedulerView
+
+
+@dataclass(frozen=True)
+class PredictiveConfig:
+    """Candidate budgets under decode pressure: 0 and powers of two in [c_min, c_max];
+    ``c_max`` is also the budget without decodes and the global MBT (P-PAS's B_max)."""
+
+    c_min: int = 512
+    c_max: int = 16384
+
+    def __post_init__(self) -> None:
+        require(self.c_min >= 1, f"predictive: c_min must be >= 1, got {self.c_min}")
+        require(self.c_max >= self.c_min,
+                f"predictive: c_max must be >= c_min={self.c_min}, got {self.c_max}")
+
+
+def candidate_chunks(c_min: int, c_max: int) -> tuple[int, ...]:
+    out, c = [], c_min
+    while c < c_max:
+        out.append(c)
+        c *= 2
+    out.append(c_max)
+    return tuple(out)
+
+
+@register("predictive")
+class Predictive(Policy):
+    name = "predictive"
+    Config = PredictiveConfig
+
+    def __init__(self, config: PredictiveConfig, spec: str | None = None) -> None:
+        super().__init__(config, spec)
+        self.chunks = candidate_chunks(config.c_min, config.c_max)
+        self.candidates = (0, *self.chunks)
+        self.costs: StepCosts | None = None
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return int(self.config.c_max)
+
+    def bind_cost_model(self, cost_model: CostModel | None) -> None:
+        self.costs = None if cost_model is None else StepCosts(cost_model, self.chunks)
+
+    def decide(self, view: SchedulerView) -> Decision:
+        costs = self.costs
+        c_max = self.config.c_max
+        if costs is None:  # model-free fallback: P-PAS, paper parameters
+            if view.num_pending_prefills >= 2 and view.num_running_decodes > 0:
+                return Decision(min(2048, c_max))
+            return Decision(c_max)
+        if view.num_pending_prefills == 0 or view.num_running_decodes == 0:
+            # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
+            return Decision(c_max)
+        queue: list[tuple[int, int, int]] = []  # (computed, prompt, outputs left)
+        decs: list[tuple[int, int]] = []  # (outputs left, context)
+        for r in view.requests:
+            left = r.max_output_tokens - r.num_output_tokens
+            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
+                queue.append((r.num_computed_tokens, r.prompt_tokens, max(1, left)))
+            elif left > 0:
+                decs.append((left, r.num_computed_tokens))
+        best_a, best_j = c_max, float("inf")
+        for a in self.candidates:
+            j = project(costs, a, c_max, queue, decs, best_j)
+            if j < best_j:
+                best_a, best_j = a, j
+        return Decision(best_a)
+
+
+def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
+            decs: list[tuple[int, int]], stop_above: float = float("inf")) -> float:
+    """Sum of predicted completion times (seconds from now) of every request when the
+    prefill budget is ``a`` while any decode runs and ``b`` otherwise. Event-driven: one
+    iteration per prompt completion or decode completion, O(N log N) in all. Returns
+    early (a value > ``stop_above``) once the partial sum exceeds ``stop_above``."""
+    ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
+    heap: list[tuple[int, int]] = [(left, ctx) for left, ctx in decs]  # (finish step, ctx)
+    heapify(heap)
+    n_dec, ctx_sum = len(heap), sum(ctx for _, ctx in decs)
+    qi, pos = 0, queue[0][0] if queue else 0
+    step, t, total = 0, 0.0, 0.0
+    nq = len(queue)
+    while qi < nq or heap:
+        c = a if heap else b
+        if qi < nq and c > 0:
+            end = queue[qi][1]
+            k1 = -(-(end - pos) // c)
+        else:
+            k1 = 1 << 60
+        k = heap[0][0] - step if heap else k1
+        k = k1 if k1 < k else k
+        if k1 < (1 << 60) and k == k1:
+            # The head's prompt completes in this segment; the last step's leftover
+            # budget spills into the next prompts (vLLM shares the budget in order).
+            pre = costs.prefill_time(c, pos, end)
+            spill = k * c - (end - pos)
+            done_heads = [qi]
+            qi += 1
+            pos = queue[qi][0] if qi < nq else 0
+            while spill > 0 and qi < nq:
+                nxt_end = queue[qi][1]
+                take = min(spill, nxt_end - pos)
+                pre += costs.prefill_time(c, pos, pos + take)
+                spill -= take
+                pos += take
+                if pos >= nxt_end:
+                    done_heads.append(qi)
+                    qi += 1
+                    pos = queue[qi][0] if qi < nq else 0
+            dur = pre + k * (n_dec * ride + kv * ctx_sum)
+        elif k1 < (1 << 60):
+            nxt = pos + k * c
+            dur = costs.prefill_time(c, pos, nxt) + k * (n_dec * ride + kv * ctx_sum)
+            pos = nxt
+            done_heads = []
+        else:
+            dur = k * (base + n_dec * alone + kv * ctx_sum)
+            done_heads = []
+        step += k
+        t += dur
+        while heap and heap[0][0] <= step:
+            _, ctx = heappop(heap)
+            n_dec -= 1
+            ctx_sum -= ctx
+            total += t
+        for h in done_heads:
+            _, end, o = queue[h]
+            if o <= 1:
+                total += t
+            else:
+                heappush(heap, (step + o - 1, end))
+                n_dec += 1
+                ctx_sum += end
+        if total > stop_above:
+            return total
+    return total
