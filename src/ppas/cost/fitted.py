@@ -1,0 +1,245 @@
+"""A step-time model fitted to measured engine steps (the vLLM plugin's step log).
+
+    step_time = overhead_s                                      (launch, sampling, host sync)
+              + per_prefill_token_s    * num_prefill_tokens     (GEMMs over prefill tokens)
+              + per_attn_pair_s        * prefill_attn_work      (causal query-key pairs)
+              + per_decode_s           * num_decodes            (GEMM rows of the decodes)
+              + per_decode_ctx_token_s * decode_ctx_tokens      (KV read by decode attention)
+
+Features are ``StepShape``'s (``ppas.cost.base``). Every coefficient is >= 0 (non-negative
+least squares), so the prediction is monotone in every feature, which
+``largest_chunk_within``'s binary search relies on, and ``overhead_s > 0``, so every step
+costs time. Least squares on absolute seconds keeps the summed step time, i.e. what
+request latencies add up to, close to the measured sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ppas.config import require
+from ppas.cost.base import CostModel, StepShape
+from ppas.errors import PpasError
+
+COEFFICIENTS = ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_s",
+                "per_decode_ctx_token_s")
+FORMAT = "ppas-fitted-cost-model/1"
+
+
+def features(step: StepShape) -> tuple[float, float, float, float, float]:
+    """The regressors, in ``COEFFICIENTS`` order."""
+    return (1.0, float(step.num_prefill_tokens), float(step.prefill_attn_work),
+            float(step.num_decodes), float(step.decode_ctx_tokens))
+
+
+@dataclass(frozen=True)
+class FitStats:
+    """How well the model reproduces the steps it was fitted on."""
+
+    num_steps: int
+    mape: float  # mean |predicted - measured| / measured, over steps with measured > 0
+    r2: float  # coefficient of determination (1 = perfect)
+    rmse_s: float
+    total_error: float  # (sum predicted - sum measured) / sum measured
+    unfitted: tuple[str, ...] = ()  # coefficients no step exercised (left at 0)
+
+    def line(self) -> str:
+        s = (f"{self.num_steps} steps: MAPE {self.mape:.1%}, R^2 {self.r2:.4f}, "
+             f"RMSE {self.rmse_s * 1e3:.3f} ms, total-time error {self.total_error:+.2%}")
+        return s + (f"; not exercised (left 0): {', '.join(self.unfitted)}"
+                    if self.unfitted else "")
+
+
+@dataclass(frozen=True)
+class FittedCostModel(CostModel):
+    """Linear, non-negative step-time model (see the module doc for the formula)."""
+
+    overhead_s: float
+    per_prefill_token_s: float = 0.0
+    per_attn_pair_s: float = 0.0
+    per_decode_s: float = 0.0
+    per_decode_ctx_token_s: float = 0.0
+    kv_capacity_tokens: int | None = None  # the server's KV cache size, when known
+    stats: FitStats | None = field(default=None, compare=False)
+    sources: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        for name in COEFFICIENTS:
+            v = getattr(self, name)
+            require(isinstance(v, int | float) and math.isfinite(v) and v >= 0,
+                    f"fitted cost model: {name} must be a finite number >= 0, got {v!r}")
+        require(self.overhead_s > 0, "fitted cost model: overhead_s must be > 0")
+        require(self.kv_capacity_tokens is None or self.kv_capacity_tokens > 0,
+                f"fitted cost model: kv_capacity_tokens must be > 0, got "
+                f"{self.kv_capacity_tokens}")
+
+    @property
+    def coefficients(self) -> tuple[float, ...]:
+        return tuple(float(getattr(self, n)) for n in COEFFICIENTS)
+
+    def step_time(self, step: StepShape) -> float:
+        return sum(c * x for c, x in zip(self.coefficients, features(step), strict=True))
+
+    # ------------------------------------------------------------ files
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "formula": "step_time = " + " + ".join(
+                ["overhead_s"] + [f"{c} * {f}" for c, f in zip(COEFFICIENTS[1:], (
+                    "num_prefill_tokens", "prefill_attn_work", "num_decodes",
+                    "decode_ctx_tokens"), strict=True)]),
+            "coefficients": {n: getattr(self, n) for n in COEFFICIENTS},
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "fit": None if self.stats is None else asdict(self.stats),
+            "sources": list(self.sources),
+        }
+
+    def to_file(self, path: str | Path) -> None:
+        """Write JSON atomically (a temporary file renamed over ``path``)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_dict(), f, indent=1, allow_nan=False)
+                f.write("\n")
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FittedCostModel:
+        """Load a file written by ``to_file``; any problem is a one-line PpasError."""
+        p = Path(path)
+        if not p.is_file():
+            raise PpasError(f"fitted cost model file {str(p)!r} does not exist "
+                            "(write one with: ppas calibrate STEPLOG -o FILE)")
+        try:
+            obj = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise PpasError(f"{p}: cannot read fitted cost model: {e}") from None
+        except json.JSONDecodeError as e:
+            raise PpasError(f"{p}:{e.lineno}: not a fitted cost model: invalid JSON ({e.msg})"
+                            ) from None
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise PpasError(f"{p}: not a fitted cost model (expected \"format\": {FORMAT!r})")
+        coef = obj.get("coefficients")
+        if not isinstance(coef, dict) or any(n not in coef for n in COEFFICIENTS):
+            raise PpasError(f"{p}: \"coefficients\" must give {', '.join(COEFFICIENTS)}")
+        kv = obj.get("kv_capacity_tokens")
+        if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool)):
+            raise PpasError(f"{p}: kv_capacity_tokens must be an integer or null, got {kv!r}")
+        for n in COEFFICIENTS:
+            if not isinstance(coef[n], int | float) or isinstance(coef[n], bool):
+                raise PpasError(f"{p}: coefficient {n} must be a number, got {coef[n]!r}")
+        stats = None
+        if isinstance(obj.get("fit"), dict):
+            try:
+                st = obj["fit"]
+                stats = FitStats(**{f.name: st[f.name] for f in fields(FitStats)
+                                    if f.name != "unfitted"},
+                                 unfitted=tuple(st.get("unfitted", ())))
+            except (KeyError, TypeError):
+                stats = None  # fit statistics are informative only
+        try:
+            return cls(**{n: float(coef[n]) for n in COEFFICIENTS}, kv_capacity_tokens=kv,
+                       stats=stats, sources=tuple(map(str, obj.get("sources") or ())))
+        except PpasError as e:
+            raise PpasError(f"{p}: {e}") from None
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active-set method).
+
+    Columns are scaled to unit norm first (features span ~15 orders of magnitude);
+    all-zero columns get 0."""
+    m, n = a.shape
+    norms = np.linalg.norm(a, axis=0)
+    live = norms > 0
+    scaled = np.zeros_like(a)
+    scaled[:, live] = a[:, live] / norms[live]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(m, n) * max(1.0, float(np.abs(scaled).sum(0).max()))
+    w = scaled.T @ (b - scaled @ x)
+    for _ in range(3 * n + 10):  # each outer round adds one variable; inner rounds drop
+        candidates = ~passive & live
+        if not candidates.any() or w[candidates].max() <= tol:
+            break
+        passive[np.argmax(np.where(candidates, w, -np.inf))] = True
+        for _inner in range(n + 1):  # each round drops >= 1 variable from the passive set
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(scaled[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                break
+            bad = passive & (z <= tol)
+            denom = x[bad] - z[bad]
+            safe = np.where(denom > 0, denom, 1.0)
+            alpha = float(np.min(np.where(denom > 0, x[bad] / safe, 0.0)))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = np.maximum(z, 0.0)
+        w = scaled.T @ (b - scaled @ x)
+    out = np.zeros(n)
+    out[live] = x[live] / norms[live]
+    return out
+
+
+def fit_stats(model: CostModel, records: Sequence[tuple[StepShape, float]],
+              unfitted: tuple[str, ...] = ()) -> FitStats:
+    """Errors of ``model`` on measured ``(step, seconds)`` records."""
+    require(len(records) > 0, "no steps to evaluate")
+    y = np.array([t for _, t in records], dtype=float)
+    pred = np.array([model.step_time(s) for s, _ in records], dtype=float)
+    pos = y > 0
+    mape = float(np.mean(np.abs(pred[pos] - y[pos]) / y[pos])) if pos.any() else math.nan
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    ss_res = float(np.sum((pred - y) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    total = float(y.sum())
+    return FitStats(len(records), mape, r2, math.sqrt(ss_res / len(records)),
+                    float(pred.sum() - total) / total if total > 0 else math.nan, unfitted)
+
+
+def fit(records: Iterable[tuple[StepShape, float]], *,
+        kv_capacity_tokens: int | None = None,
+        sources: Sequence[str] = ()) -> FittedCostModel:
+    """Fit the coefficients to measured ``(step, seconds)`` records by non-negative least
+    squares. A coefficient whose feature is zero in every record stays 0 and is listed in
+    ``stats.unfitted``."""
+    recs = list(records)
+    if len(recs) < len(COEFFICIENTS):
+        raise PpasError(f"need at least {len(COEFFICIENTS)} steps to fit "
+                        f"{len(COEFFICIENTS)} coefficients, got {len(recs)}")
+    a = np.array([features(s) for s, _ in recs], dtype=float)
+    y = np.array([t for _, t in recs], dtype=float)
+    if not np.all(np.isfinite(y)) or np.any(y < 0):
+        raise PpasError("step times must be finite and >= 0")
+    x = nnls(a, y)
+    unfitted = tuple(n for n, col in zip(COEFFICIENTS, a.T, strict=True) if not col.any())
+    if x[0] <= 0:
+        raise PpasError("the fit gives no per-step overhead (steps cost nothing beyond their "
+                        "tokens); the step log is too small or not from one server")
+    c = [float(v) for v in x]  # COEFFICIENTS order
+    model = FittedCostModel(c[0], c[1], c[2], c[3], c[4], kv_capacity_tokens=kv_capacity_tokens)
+    return dataclasses.replace(model, stats=fit_stats(model, recs, unfitted),
+                               sources=tuple(sources))
+
+
+__all__ = ["COEFFICIENTS", "FitStats", "FittedCostModel", "features", "fit", "fit_stats", "nnls"]
