@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ppas.config import parse_dataclass, split_spec
 from ppas.errors import PpasError
 from ppas.registry import Registry
 
-POLICIES: Registry[type] = Registry("policy")
+if TYPE_CHECKING:
+    from ppas.policies.base import Policy
+
+POLICIES: Registry[Any] = Registry("policy")
 
 # Modules that register policies; imported lazily on first lookup.
 _MODULES = (
     "ppas.policies.fixed",
     "ppas.policies.ppas",
     "ppas.policies.predictive",
+    "ppas.policies.auto",
 )
 _loaded = False
 
 
-def register(name: str) -> Callable[[type], type]:
+def register(name: str) -> Callable[[Any], Any]:
     return POLICIES.register(name)
 
 
@@ -37,7 +42,7 @@ def policy_names() -> list[str]:
     return POLICIES.names()
 
 
-def make_policy(spec: str):  # type: ignore[no-untyped-def]
+def make_policy(spec: str) -> Policy:
     """Parse a config string (``NAME[:k=v,...]``) into a policy instance."""
     _load()
     if not isinstance(spec, str) or not spec.strip():
