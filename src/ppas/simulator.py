@@ -179,7 +179,7 @@ def simulate(
 
     running: list[SimRequest] = []
     waiting: deque[SimRequest] = deque()
-    recent: deque[StepRecord] = deque(maxlen=max(1, engine.history))
+    recent: deque[StepRecord] = deque(maxlen=max(1, engine.history, policy.history_window))
     steps: list[StepTrace] = []
     n_total, n_done, nxt = len(reqs), 0, 0
     now, prev_dt, num_steps, num_preempt = 0.0, 0.0, 0, 0
@@ -189,7 +189,8 @@ def simulate(
         while nxt < n_total and reqs[nxt].arrival_time <= now:
             r = reqs[nxt]
             nxt += 1
-            if total_blocks is not None and -(-(r.prompt_tokens + r.max_output_tokens) // bs) > total_blocks:
+            need = -(-(r.prompt_tokens + r.max_output_tokens) // bs)
+            if total_blocks is not None and need > total_blocks:
                 r.failed = "request does not fit in the KV cache"
                 n_done += 1
                 continue

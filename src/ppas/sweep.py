@@ -57,7 +57,8 @@ def run_grid(
         trace = grid.trace(b, s)
         lb_cache: float | None = None
         for c in grid.configs:
-            rec = run_one(trace, c, cms[c], grid.max_num_seqs, with_lower_bound and lb_cache is None)
+            want_lb = with_lower_bound and lb_cache is None
+            rec = run_one(trace, c, cms[c], grid.max_num_seqs, want_lb)
             if with_lower_bound:
                 if lb_cache is None:
                     lb_cache = float(rec["lower_bound_latency"])

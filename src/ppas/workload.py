@@ -190,7 +190,9 @@ def load_trace(path: str | Path) -> Trace:
         reader = csv.DictReader(text.splitlines())
         missing = [f for f in _FIELDS if f not in (reader.fieldnames or [])]
         if missing:
-            raise PpasError(f"{p}:1: CSV header lacks {', '.join(missing)}; need {', '.join(_FIELDS)}")
+            raise PpasError(
+                f"{p}:1: CSV header lacks {', '.join(missing)}; need {', '.join(_FIELDS)}"
+            )
         for n, row in enumerate(reader, 2):
             rows.append((n, {k: v for k, v in row.items() if v not in (None, "")}))
     else:

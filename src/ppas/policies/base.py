@@ -44,10 +44,8 @@ class Policy(ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type]
-    #: Called only on arrival/completion events (FlowPrefill); engines may still call it
-    #: every step; the decision must then be the same as the last event's.
+    #: How many recent ``StepRecord``s the policy reads; engines keep at least this many.
     history_window: ClassVar[int] = 0
-
     def __init__(self, config: Any, spec: str | None = None) -> None:
         self.config = config
         self.spec = spec or self.name
@@ -61,7 +59,7 @@ class Policy(ABC):
     def decide(self, view: SchedulerView) -> Decision:
         """The step's decision. Must be fast (microseconds) and side-effect free."""
 
-    def bind_cost_model(self, cost_model: Any) -> None:
+    def bind_cost_model(self, cost_model: Any) -> None:  # noqa: B027 (optional hook)
         """Give model-based policies the served model's cost model (``ppas.cost``).
         Model-free policies ignore it."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.config import require
+from ppas.cost.base import CostModel, largest_chunk_within
 from ppas.policies.base import Decision, Policy
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
@@ -67,11 +68,9 @@ class Sarathi(Policy):
         super().__init__(config, spec)
         self._budget = config.budget
 
-    def bind_cost_model(self, cost_model: object) -> None:
+    def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.tbt_slo is None or cost_model is None:
             return
-        from ppas.cost.base import largest_chunk_within
-
         self._budget = max(
             1,
             self.config.decodes

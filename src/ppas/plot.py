@@ -1,0 +1,50 @@
+"""Plots (matplotlib imported lazily: an edge, not part of the core)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ppas.errors import PpasError
+from ppas.sweep import cell_means
+
+
+def check_plot_path(path: str | Path) -> Path:
+    """Validate a plot destination before any work is done."""
+    p = Path(path)
+    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise PpasError(f"plot file {str(p)!r}: unknown format; allowed: .png, .svg, .pdf")
+    if not p.parent.exists():
+        raise PpasError(f"plot file {str(p)!r}: directory {str(p.parent)!r} does not exist")
+    return p
+
+
+def plot_e2e_vs_burst(records: Sequence[dict[str, Any]], path: str | Path,
+                      title: str = "Mean E2E latency vs burst rate",
+                      key: str = "avg_latency") -> None:
+    """P-PAS Fig. 3: mean E2E vs burst rate, one line per config. Written atomically."""
+    p = check_plot_path(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = cell_means(records, key)
+    configs = list(dict.fromkeys(str(r["config"]) for r in records))
+    bursts = sorted({float(r["burst_rate"]) for r in records})
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for c in configs:
+        style = "-" if c.startswith("mbt") else "-o"
+        ax.plot(bursts, [m[(c, b)] for b in bursts], style, label=c,
+                linewidth=1.2 if c.startswith("mbt") else 2.2, markersize=4)
+    ax.set_xlabel("burst rate (requests/s)")
+    ax.set_ylabel(f"{key} (s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = p.with_name(p.stem + ".tmp" + p.suffix)
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(p)

@@ -1,0 +1,100 @@
+"""The CLI contract: JSON schema, tables, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppas.cli import main
+from ppas.sweep import RECORD_KEYS
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        rc = main(args)
+    except SystemExit as e:  # argparse errors
+        rc = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_sweep_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run_cli(["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b",
+                          "--burst-rates", "0.4,1.4", "--seeds", "0,1",
+                          "--configs", "mbt:2048,ppas:n_th=2,b_max=16384,b_cap=2048",
+                          "--json"], capsys)
+    assert rc == 0
+    recs = json.loads(out)
+    assert len(recs) == 2 * 2 * 2
+    for r in recs:
+        assert set(RECORD_KEYS) <= set(r)
+        assert r["config"] in ("mbt:2048", "ppas:n_th=2,b_max=16384,b_cap=2048")
+        assert r["failed"] == 0 and r["num_requests"] > 0
+        assert 0 < r["avg_ttft"] < r["avg_latency"] <= r["p95_latency"] * 1.0001 + 1e9 * 0
+        assert r["makespan"] > 0 and r["avg_tpot"] > 0
+
+
+def test_simulate_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run_cli(["simulate", "--hardware", "h100-sxm-80gb", "--model", "qwen2.5-7b",
+                          "--burst-rate", "1.0", "--configs", "mbt:2048,ppas"], capsys)
+    assert rc == 0 and "avg_latency" in out and "ppas" in out
+    rc, out, _ = run_cli(["simulate", "--hardware", "h100-sxm-80gb", "--model", "qwen2.5-7b",
+                          "--configs", "ppas", "--json", "--seed", "3"], capsys)
+    (rec,) = json.loads(out)
+    assert rec["seed"] == 3 and rec["config"] == "ppas"
+
+
+def test_sweep_plot_and_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "fig.png"
+    rc, out, _ = run_cli(["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b",
+                          "--burst-rates", "0.4,1.0", "--seeds", "0", "--plot", str(plot),
+                          "--out-dir", str(tmp_path / "out")], capsys)
+    assert rc == 0 and plot.stat().st_size > 1000
+    assert "geometric-mean improvement" in out and "mean E2E latency" in out
+    assert json.loads((tmp_path / "out" / "records.json").read_text())
+
+
+BAD = [
+    (["sweep", "--hardware", "rtx9999", "--model", "qwen2.5-3b"], "allowed: rtx5090"),
+    (["sweep", "--hardware", "rtx5090", "--model", "gpt-5"], "allowed: qwen2.5-0.5b"),
+    (["sweep", "--hardware", "rtx5090"], "needs --hardware and --model"),
+    (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--configs", "fast"],
+     "unknown policy 'fast'; allowed: mbt"),
+    (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--burst-rates", "0.4,x"],
+     "not a comma-separated list"),
+    (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--burst-rates", "-1"],
+     "must be finite numbers > 0"),
+    (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--phases", "10:1"],
+     "must contain {burst}"),
+    (["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--phases", "10:x"],
+     "malformed phase"),
+    (["simulate", "--cost-model", "magic"], "allowed: roofline, fitted:FILE"),
+    (["simulate", "--cost-model", "fitted:/nonexistent/cost.json"], "nonexistent"),
+    (["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--trace", "/no/such.csv"],
+     "does not exist"),
+    (["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--prompt-tokens", "0"],
+     "must be >= 1"),
+    (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--plot", "/tmp/x.bmp"],
+     "allowed: .png"),
+    (["simulate", "--max-num-seqs", "abc"], "invalid int value"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_one_line_exit_2(args: list[str], needle: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(args, capsys)
+    assert rc == 2
+    assert out == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], err
+
+
+def test_console_script_no_traceback() -> None:
+    p = subprocess.run([sys.executable, "-m", "ppas.cli", "sweep", "--hardware", "nope",
+                        "--model", "qwen2.5-3b"], capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
