@@ -49,7 +49,9 @@ class TinyModelConfig:
             if getattr(self, name) < 1:
                 raise PpasError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.vocab_size < 300:
-            raise PpasError(f"vocab_size must be >= 300 (256 bytes + specials), got {self.vocab_size}")
+            raise PpasError(
+                f"vocab_size must be >= 300 (256 bytes + specials), got {self.vocab_size}"
+            )
         if self.hidden_size % self.num_heads:
             raise PpasError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of "
@@ -180,7 +182,7 @@ def make_tiny_model(
     )
     hf_cfg.architectures = ["Qwen2ForCausalLM"]
     torch.manual_seed(cfg.seed)
-    model = Qwen2ForCausalLM(hf_cfg).to(torch.float32).eval()
+    model = Qwen2ForCausalLM(hf_cfg).float().eval()
     with torch.no_grad():  # random biases too, so every layer contributes
         for name, p in model.named_parameters():
             if name.endswith(".bias"):

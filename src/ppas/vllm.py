@@ -1,0 +1,482 @@
+"""vLLM adapter: ``--scheduler-cls ppas.vllm.PolicyScheduler`` runs a ppas policy in vLLM V1.
+
+    vllm serve MODEL --scheduler-cls ppas.vllm.PolicyScheduler --max-num-batched-tokens 16384 \\
+        --additional-config '{"ppas": {"policy": "ppas:n_th=2,b_max=16384,b_cap=2048",
+                                       "step_log": "/tmp/steps.jsonl"}}'
+
+Config keys under ``ppas`` (``CONFIG_KEYS``): ``policy`` (required, a policy config string),
+``step_log`` (JSONL path), ``step_log_flush`` (steps per buffered write, default 256),
+``cost_model`` (a ``ppas.cost.make_cost_model`` spec such as ``fitted:FILE``, bound to the
+policy; default none). Supported vLLM versions: ``SUPPORTED_VLLM`` (checked at startup).
+
+The hook (no copy of vLLM's ``schedule()``)
+------------------------------------------
+Both loops of vLLM's ``Scheduler.schedule()`` (running, then waiting) pass every request's
+token count through ``_reserve_prefill_lookahead(request, num_computed, num_new)`` right
+before the ``num_new_tokens == 0`` test: the running loop then *skips* the request, the
+waiting loop *stops admission*. That is exactly the paper patch's cap behaviour, so we
+override only that method: a prefill chunk gets ``min(its tokens, cap left)`` and the cap
+shrinks by what it got. Invariants, per step:
+
+* sum of prefill tokens scheduled <= ``Decision.prefill_budget`` (the cap is charged before
+  allocation; a request that then fails allocation ends its loop, so an over-charge can only
+  leave the cap unused, never exceeded);
+* decode chunks pass through untouched: the policy never reduces decode tokens;
+* the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
+
+A chunk is a prefill chunk when it starts before ``max(prompt, num_tokens - 1)`` tokens are
+computed (prompt prefill, or recompute after preemption); everything else is a decode.
+``decodes_first`` moves running decodes ahead of running prefills (stable); ``prefill_order``
+reorders running prefills among their own slots and the FCFS waiting queue (best effort:
+vLLM always serves running requests before waiting ones; a priority queue is left as is).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+
+from ppas.errors import PpasError
+from ppas.policies import Decision, Policy, make_policy, policy_names
+from ppas.state import RequestView, SchedulerView, StepRecord
+
+logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
+
+#: vLLM release lines (major.minor) this adapter is tested against.
+SUPPORTED_VLLM = ("0.32",)
+CONFIG_KEYS = ("policy", "step_log", "step_log_flush", "cost_model")
+HISTORY = 32  # StepRecords kept for feedback policies (recent_steps)
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise PpasError unless ``version`` is on a tested release line."""
+    line = ".".join(version.split("+")[0].split(".")[:2])
+    if line not in SUPPORTED_VLLM:
+        raise PpasError(
+            f"ppas.vllm: vLLM {version} is untested; supported: "
+            + ", ".join(f"{v}.x" for v in SUPPORTED_VLLM)
+        )
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """The validated ``--additional-config '{"ppas": {...}}'`` section."""
+
+    policy: str
+    step_log: str | None = None
+    step_log_flush: int = 256
+    cost_model: str | None = None
+
+    @staticmethod
+    def from_additional_config(additional: Mapping[str, Any] | None) -> PluginConfig:
+        section = (additional or {}).get("ppas")
+        example = '--additional-config \'{"ppas": {"policy": "ppas:n_th=2,b_cap=2048"}}\''
+        if not isinstance(section, Mapping):
+            raise PpasError(
+                f"ppas.vllm: missing config; pass {example} "
+                f"(policies: {', '.join(policy_names())})"
+            )
+        unknown = sorted(set(section) - set(CONFIG_KEYS))
+        if unknown:
+            raise PpasError(
+                f"ppas.vllm: unknown config key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(CONFIG_KEYS)}"
+            )
+        policy = section.get("policy")
+        if not isinstance(policy, str) or not policy.strip():
+            raise PpasError(
+                f"ppas.vllm: 'policy' must be a config string such as 'ppas:b_cap=2048'; "
+                f"policies: {', '.join(policy_names())}"
+            )
+        step_log = section.get("step_log")
+        if step_log is not None and (not isinstance(step_log, str) or not step_log):
+            raise PpasError("ppas.vllm: 'step_log' must be a file path (string)")
+        flush = section.get("step_log_flush", 256)
+        if not isinstance(flush, int) or isinstance(flush, bool) or flush < 1:
+            raise PpasError(f"ppas.vllm: 'step_log_flush' must be an integer >= 1, got {flush!r}")
+        cost = section.get("cost_model")
+        if cost is not None and not isinstance(cost, str):
+            raise PpasError("ppas.vllm: 'cost_model' must be a cost-model spec such as fitted:FILE")
+        return PluginConfig(policy.strip(), step_log, flush, cost)
+
+
+class _RequestAdapter:
+    """A vLLM ``Request`` seen as a ``RequestView`` (read-through, no copy)."""
+
+    __slots__ = ("_r", "is_running")
+
+    def __init__(self, request: Request, is_running: bool) -> None:
+        self._r = request
+        self.is_running = is_running
+
+    @property
+    def request_id(self) -> str:
+        return str(self._r.request_id)
+
+    @property
+    def arrival_time(self) -> float:
+        return float(self._r.arrival_time)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self._r.num_prompt_tokens)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return int(self._r.num_computed_tokens)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return int(self._r.num_output_tokens)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return int(self._r.max_tokens)
+
+    @property
+    def last_token_time(self) -> float | None:
+        return None  # vLLM's Request does not record it
+
+    def _slo(self, key: str) -> float | None:
+        sp = self._r.sampling_params
+        extra = getattr(sp, "extra_args", None) if sp is not None else None
+        v = extra.get(key) if extra else None
+        return float(v) if isinstance(v, int | float) else None
+
+    @property
+    def ttft_slo(self) -> float | None:
+        return self._slo("ttft_slo")
+
+    @property
+    def tpot_slo(self) -> float | None:
+        return self._slo("tpot_slo")
+
+
+class _LazyRequests(Sequence[RequestView]):
+    """Running requests in engine order, then waiting ones (KV holders first, then FCFS),
+    wrapped on access: building a view costs O(1) until a policy reads the list."""
+
+    def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]]) -> None:
+        self._running = running
+        self._waiting = waiting
+
+    def __len__(self) -> int:
+        return len(self._running) + sum(len(q) for q in self._waiting)
+
+    def __iter__(self) -> Iterator[RequestView]:
+        for r in self._running:
+            yield _RequestAdapter(r, True)
+        for q in self._waiting:
+            for r in q:
+                yield _RequestAdapter(r, False)
+
+    @overload
+    def __getitem__(self, i: int) -> RequestView: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RequestView]: ...
+    def __getitem__(self, i: int | slice) -> RequestView | Sequence[RequestView]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        if i < len(self._running):
+            return _RequestAdapter(self._running[i], True)
+        i -= len(self._running)
+        for q in self._waiting:
+            if i < len(q):
+                return _RequestAdapter(list(q)[i], False)
+            i -= len(q)
+        raise IndexError(i)  # pragma: no cover
+
+
+def is_prefill_chunk(request: Request, num_computed_tokens: int) -> bool:
+    """Whether a chunk starting at ``num_computed_tokens`` is prefill (prompt or recompute)."""
+    return num_computed_tokens < max(request.num_prompt_tokens, request.num_tokens - 1)
+
+
+class StepLog:
+    """Buffered JSONL writer: one object per completed step, written every ``flush_every``
+    lines, when the engine goes idle, at shutdown and at interpreter exit."""
+
+    def __init__(self, path: str, flush_every: int) -> None:
+        self.path = path
+        self.flush_every = flush_every
+        self._buf: list[str] = []
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except OSError as e:
+            raise PpasError(f"ppas.vllm: cannot open step_log {path!r}: {e.strerror}") from None
+        atexit.register(self.close)
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self._buf.append(json.dumps(obj, separators=(",", ":")))
+        if len(self._buf) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf and not self._f.closed:
+            self._f.write("\n".join(self._buf) + "\n")
+            self._f.flush()
+            self._buf.clear()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self.flush()
+            self._f.close()
+
+
+@dataclass(slots=True)
+class _Launched:
+    """A scheduled, not yet completed step (keyed by its SchedulerOutput)."""
+
+    output: SchedulerOutput
+    launch: float
+    interval: float
+    num_pending_prefills: int
+    num_running_decodes: int
+    prefill_budget: int
+    num_prefill_tokens: int
+    num_prefill_reqs: int
+    prefill_chunks: list[tuple[int, int]] | None
+    decode_contexts: list[int] | None
+
+
+class PolicyScheduler(Scheduler):
+    """vLLM's V1 scheduler with a ppas policy choosing each step's prefill budget.
+
+    Instantiating it under async scheduling (vLLM's default) yields ``AsyncPolicyScheduler``
+    (same behaviour on top of ``AsyncScheduler``), so the plugin keeps vLLM's overlap.
+    """
+
+    def __new__(cls, vllm_config: Any, *args: Any, **kwargs: Any) -> PolicyScheduler:
+        if cls is PolicyScheduler and getattr(
+            vllm_config.scheduler_config, "async_scheduling", False
+        ):
+            cls = AsyncPolicyScheduler
+        return super().__new__(cls)
+
+    def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        import vllm
+
+        check_vllm_version(vllm.__version__)
+        cfg = PluginConfig.from_additional_config(vllm_config.additional_config)
+        policy: Policy = make_policy(cfg.policy)
+        cost = None
+        if cfg.cost_model is not None:
+            from ppas.cost import make_cost_model
+
+            cost = make_cost_model(cfg.cost_model)
+        policy.bind_cost_model(cost)
+        sc = vllm_config.scheduler_config
+        if policy.max_num_batched_tokens != sc.max_num_batched_tokens:
+            raise PpasError(
+                f"ppas.vllm: policy {cfg.policy!r} runs with max_num_batched_tokens="
+                f"{policy.max_num_batched_tokens} but vLLM has {sc.max_num_batched_tokens}; "
+                f"start vLLM with --max-num-batched-tokens {policy.max_num_batched_tokens}"
+            )
+        super().__init__(vllm_config, *args, **kwargs)
+        if self.max_num_encoder_input_tokens > 0 or self.is_encoder_decoder:
+            raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")
+        if self.need_mamba_block_aligned_split:
+            raise PpasError("ppas.vllm: mamba_cache_mode='align' is not supported")
+        self.ppas_config = cfg
+        self.ppas_policy = policy
+        self._prefill_left: int | None = None  # cap left; None outside schedule()
+        self._prefills: dict[str, tuple[int, int]] = {}  # req id -> (chunk, context)
+        self._history: deque[StepRecord] = deque(maxlen=max(HISTORY, policy.history_window))
+        self._recent: tuple[StepRecord, ...] = ()
+        self._launched: dict[int, _Launched] = {}
+        self._last_schedule: float | None = None
+        self._last_done = 0.0
+        self._step = 0
+        self.step_log = StepLog(cfg.step_log, cfg.step_log_flush) if cfg.step_log else None
+        if self.step_log is not None:  # close even if the engine never calls shutdown()
+            weakref.finalize(self, self.step_log.close)
+        logger.info(
+            "ppas.vllm: %s with policy %s, MBT %d, step log %s",
+            type(self).__name__, policy.spec, sc.max_num_batched_tokens, cfg.step_log,
+        )
+
+    # -- the view the policy reads ------------------------------------------------------
+    def ppas_view(self, now: float) -> SchedulerView:
+        """The policy's view: counts in one pass over ``running``; requests wrapped lazily."""
+        running = self.running
+        nd = 0
+        for r in running:
+            if r.num_computed_tokens >= r.num_prompt_tokens:
+                nd += 1
+        waiting = (self.kv_holding_waiting, self.waiting)
+        np_ = len(running) - nd + len(self.kv_holding_waiting) + len(self.waiting)
+        return SchedulerView(
+            now=now,
+            requests=_LazyRequests(running, waiting),  # type: ignore[arg-type]
+            num_pending_prefills=np_,
+            num_running_decodes=nd,
+            max_num_batched_tokens=self.max_num_scheduled_tokens,
+            max_num_seqs=self.max_num_running_reqs,
+            recent_steps=self._recent,
+        )
+
+    def _reorder(self, d: Decision) -> None:
+        """Apply ``decodes_first`` / ``prefill_order`` to running (and FCFS waiting)."""
+        running = self.running
+        if d.prefill_order:
+            rank = {rid: i for i, rid in enumerate(d.prefill_order)}
+            last = len(rank)
+            slots = [i for i, r in enumerate(running) if is_prefill_chunk(r, r.num_computed_tokens)]
+            ordered = sorted(
+                (running[i] for i in slots), key=lambda r: rank.get(r.request_id, last)
+            )
+            for i, r in zip(slots, ordered, strict=True):
+                running[i] = r
+            if isinstance(self.waiting, deque) and len(self.waiting) > 1:
+                items = sorted(self.waiting, key=lambda r: rank.get(r.request_id, last))
+                self.waiting.clear()
+                self.waiting.extend(items)
+        if d.decodes_first:
+            pre = [r for r in running if is_prefill_chunk(r, r.num_computed_tokens)]
+            if pre:
+                running[:] = [r for r in running if not is_prefill_chunk(r, r.num_computed_tokens)]
+                running.extend(pre)
+
+    # -- vLLM hooks ---------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        now = time.monotonic()
+        view = self.ppas_view(now)
+        decision = self.ppas_policy.decide(view)
+        budget = max(0, int(decision.prefill_budget))
+        if decision.decodes_first or decision.prefill_order:
+            self._reorder(decision)
+        self._prefills.clear()
+        self._prefill_left = budget
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            self._prefill_left = None
+        launch = time.monotonic()
+        interval = now - self._last_schedule if self._last_schedule is not None else 0.0
+        self._last_schedule = now
+        if out.total_num_scheduled_tokens > 0:
+            self._on_launch(out, launch, interval, view, budget)
+        return out
+
+    def _reserve_prefill_lookahead(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> int:
+        """vLLM's last per-request clamp before ``num_new_tokens == 0`` skips a running
+        request or stops admission: cap prefill chunks at the policy budget left."""
+        n: int = super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+        left = self._prefill_left
+        if left is None or n <= 0 or not is_prefill_chunk(request, num_computed_tokens):
+            return n
+        if n > left:  # re-apply vLLM's clamp: the shorter chunk must respect it too
+            n = super()._reserve_prefill_lookahead(request, num_computed_tokens, left)
+        self._prefill_left = left - n
+        if n > 0:
+            self._prefills[request.request_id] = (n, num_computed_tokens)
+        return n
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> Any:
+        done = time.monotonic()
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        launched = self._launched.pop(id(scheduler_output), None)
+        if launched is not None and launched.output is scheduler_output:
+            self._on_complete(launched, done)
+        if self.step_log is not None and not self.has_requests():
+            self.step_log.flush()  # idle: make the log readable now
+        return outputs
+
+    def shutdown(self) -> None:
+        if self.step_log is not None:
+            self.step_log.close()
+        super().shutdown()
+
+    # -- step accounting ------------------------------------------------------------------
+    def _on_launch(
+        self, out: SchedulerOutput, launch: float, interval: float, view: SchedulerView,
+        budget: int,
+    ) -> None:
+        scheduled = out.num_scheduled_tokens
+        chunks: list[tuple[int, int]] = []
+        p_tokens = 0
+        for rid, (n, ctx) in self._prefills.items():
+            if scheduled.get(rid) == n:  # still scheduled (not preempted later this step)
+                chunks.append((n, ctx))
+                p_tokens += n
+        contexts: list[int] | None = None
+        if self.step_log is not None:
+            reqs = self.requests
+            contexts = [
+                reqs[rid].num_computed_tokens - n
+                for rid, n in scheduled.items()
+                if rid not in self._prefills
+            ]
+        if len(self._launched) > 8:  # outputs the engine dropped (aborts, resets)
+            self._launched.pop(next(iter(self._launched)))
+        self._launched[id(out)] = _Launched(
+            out, launch, interval, view.num_pending_prefills, view.num_running_decodes,
+            budget, p_tokens, len(chunks), chunks if self.step_log is not None else None,
+            contexts,
+        )
+
+    def _on_complete(self, s: _Launched, done: float) -> None:
+        # Completion-timed: with async scheduling a step launches while the previous one
+        # still runs, so it starts executing when that one's output arrives.
+        duration = done - max(s.launch, self._last_done)
+        self._last_done = done
+        out = s.output
+        d_tokens = out.total_num_scheduled_tokens - s.num_prefill_tokens
+        d_reqs = len(out.num_scheduled_tokens) - s.num_prefill_reqs
+        rec = StepRecord(
+            launch_time=s.launch,
+            duration_s=duration,
+            interval_s=s.interval,
+            prefill_budget=s.prefill_budget,
+            num_prefill_tokens=s.num_prefill_tokens,
+            num_decode_tokens=d_tokens,
+            num_prefill_reqs=s.num_prefill_reqs,
+            num_decode_reqs=d_reqs,
+        )
+        self._history.append(rec)
+        self._recent = tuple(self._history)
+        if self.step_log is not None:
+            self._step += 1
+            self.step_log.write({
+                "step": self._step,
+                "time": s.launch,
+                "duration_s": duration,
+                "interval_s": s.interval,
+                "pending_prefills": s.num_pending_prefills,
+                "running_decodes": s.num_running_decodes,
+                "prefill_budget": s.prefill_budget,
+                "num_prefill_tokens": s.num_prefill_tokens,
+                "num_decode_tokens": d_tokens,
+                "num_prefill_reqs": s.num_prefill_reqs,
+                "num_decode_reqs": d_reqs,
+                "prefill_chunks": s.prefill_chunks,
+                "decode_contexts": s.decode_contexts,
+            })
+
+
+class AsyncPolicyScheduler(PolicyScheduler, AsyncScheduler):
+    """``PolicyScheduler`` on top of vLLM's ``AsyncScheduler`` (chosen automatically)."""

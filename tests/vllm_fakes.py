@@ -1,0 +1,147 @@
+"""Build vLLM's real V1 scheduler on CPU without a model, as vLLM's own tests do
+(``tests/v1/core/utils.py::create_scheduler``), and drive it with hand-made model outputs.
+
+Shared by ``tests/test_vllm_scheduler.py`` and ``benchmarks/plugin_overhead.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+BLOCK_SIZE = 16
+EOS = 0
+
+
+def tiny_model_dir(tmp_root: Path | None = None) -> str:
+    """``$PPAS_TINY_MODEL`` if set, else a tiny model generated under ``tmp_root``."""
+    env = os.environ.get("PPAS_TINY_MODEL")
+    if env and Path(env, "config.json").is_file():
+        return env
+    from ppas.tiny_model import make_tiny_model
+
+    root = tmp_root or Path(".cache")
+    return str(make_tiny_model(root / "tiny-qwen2"))
+
+
+def make_scheduler(
+    model_dir: str,
+    *,
+    policy: str | None,
+    max_num_batched_tokens: int,
+    max_num_seqs: int = 256,
+    num_blocks: int = 10_000,
+    enable_prefix_caching: bool = False,
+    step_log: str | None = None,
+    cls: type[Scheduler] | None = None,
+) -> Scheduler:
+    """A ``PolicyScheduler`` (``policy`` given) or stock ``Scheduler`` with a fake KV cache
+    of ``num_blocks`` blocks of ``BLOCK_SIZE`` tokens and no tensors."""
+    additional: dict[str, Any] = {}
+    if policy is not None:
+        additional = {"ppas": {"policy": policy}}
+        if step_log:
+            additional["ppas"]["step_log"] = step_log
+    model_config = ModelConfig(model=model_dir, dtype="float32", seed=0, max_model_len=8192)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=model_config.max_model_len,
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+        async_scheduling=False,
+    )
+    cache_config = CacheConfig(
+        block_size=BLOCK_SIZE,
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        additional_config=json.loads(json.dumps(additional)),
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                    block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
+                ))
+        ],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    if cls is None:
+        if policy is None:
+            cls = Scheduler
+        else:
+            from ppas.vllm import PolicyScheduler
+
+            cls = PolicyScheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=BLOCK_SIZE,
+        log_stats=False,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+    )
+
+
+_hash_ready = False
+
+
+def make_request(
+    rid: str, prompt_len: int, max_tokens: int, *, seed: int = 0, arrival: float = 0.0
+) -> Request:
+    """A request of ``prompt_len`` distinct-ish token ids (no accidental prefix sharing)."""
+    global _hash_ready
+    if not _hash_ready:
+        init_none_hash(sha256)
+        _hash_ready = True
+    ids = [(seed * 7919 + i * 31 + 1) % 3000 + 3 for i in range(prompt_len)]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    return Request(
+        request_id=rid,
+        prompt_token_ids=ids,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=arrival,
+        block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256),
+    )
+
+
+def fake_output(out: SchedulerOutput, sched: Scheduler, token: int = 7) -> ModelRunnerOutput:
+    """What the model runner would return: one sampled token for every scheduled request
+    whose prompt is complete after this step, nothing for mid-prefill chunks."""
+    req_ids = list(out.num_scheduled_tokens)
+    sampled: list[list[int]] = []
+    for rid in req_ids:
+        r = sched.requests[rid]
+        sampled.append([token] if r.num_computed_tokens >= r.num_tokens else [])
+    return ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+    )
+
+
+def add_all(sched: Scheduler, reqs: Iterable[Request]) -> None:
+    for r in reqs:
+        sched.add_request(r)
