@@ -21,6 +21,10 @@ _MODULES = (
     "ppas.policies.ppas",
     "ppas.policies.predictive",
     "ppas.policies.auto",
+    "ppas.policies.dlfp",
+    "ppas.policies.sloweave",
+    "ppas.policies.flowprefill",
+    "ppas.policies.lprs",
 )
 _loaded = False
 
