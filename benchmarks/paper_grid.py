@@ -1,0 +1,69 @@
+"""The P-PAS main experiment in the simulator, side by side with the paper's measurements.
+
+Simulates the whole grid (RTX 5090 / Qwen2.5-3B, 25k prompt / 32 output, bursts 0.4-1.4,
+configs mbt:512 ... mbt:16384 and ppas, seeds 0-4 = 210 runs) and compares every cell with
+the measured runs shipped in ``ppas/data`` (derived from the artifact log):
+
+* per-cell mean E2E error, share of the 42 cells within 15%, median absolute error;
+* the same for TTFT, TPOT, P95 E2E and makespan (where the model is weakest);
+* the crossover (16k beats 2k at 0.4; 2k beats 16k at 1.0-1.4), simulated and measured;
+* P-PAS's geometric-mean improvement vs mbt:2048 and mbt:16384, simulated and measured;
+* wall time of the 210 simulated runs vs the GPU time the measured runs took.
+
+    .venv/bin/python benchmarks/paper_grid.py        (or: make paper)
+"""
+
+from __future__ import annotations
+
+import time
+
+from ppas.cost.roofline import RooflineCostModel
+from ppas.policies import make_policy
+from ppas.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
+from ppas.sweep import Grid, improvement, run_grid
+
+
+def main() -> None:
+    grid = Grid(PAPER_CONFIGS, PAPER_BURSTS)
+    t0 = time.perf_counter()
+    recs = run_grid(grid, lambda c: RooflineCostModel(
+        "rtx5090", "qwen2.5-3b", max_num_batched_tokens=make_policy(c).max_num_batched_tokens))
+    wall = time.perf_counter() - t0
+    ref = reference_runs()
+
+    acc = accuracy(recs, "avg_latency")
+    print("mean E2E latency (s): simulated / measured (error), mean of 5 seeds")
+    print(f"{'config':>10} " + " ".join(f"{b:>20g}" for b in PAPER_BURSTS))
+    for c in PAPER_CONFIGS:
+        cells = [acc["cells"][(c, b)] for b in PAPER_BURSTS]
+        print(f"{c:>10} " + " ".join(f"{s:7.2f}/{r:6.2f} ({e:+4.0%})" for s, r, e in cells))
+    print()
+    print(f"{'metric':<12} {'cells within 15%':>17} {'median |err|':>13} {'worst cell':>24}")
+    for key in ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot", "makespan"):
+        a = accuracy(recs, key)
+        worst = max(a["cells"].items(), key=lambda kv: abs(kv[1][2]))
+        print(f"{key:<12} {a['within15']:>16.0%} {a['median_abs_err']:>13.1%} "
+              f"{worst[0][0] + ' @' + format(worst[0][1], 'g'):>16} {worst[1][2]:+6.0%}")
+    print("  (targets for avg_latency: >= 80% of cells within 15%, median |err| <= 10%)")
+    print()
+    print("crossover (mean E2E, s)      simulated            measured")
+    for b in (0.4, 1.0, 1.2, 1.4):
+        s2, r2 = acc["cells"][("mbt:2048", b)][:2]
+        s16, r16 = acc["cells"][("mbt:16384", b)][:2]
+        print(f"  burst {b:>3}: 2k vs 16k   {s2:6.2f} vs {s16:6.2f} ({'2k' if s2 < s16 else '16k'})"
+              f"   {r2:6.2f} vs {r16:6.2f} ({'2k' if r2 < r16 else '16k'})")
+    print()
+    print("P-PAS geometric-mean improvement (%)   simulated  measured")
+    for key in ("avg_latency", "p95_latency", "avg_ttft", "avg_tpot", "makespan"):
+        for base in ("mbt:2048", "mbt:16384"):
+            print(f"  {key:<12} vs {base:<10} {improvement(recs, 'ppas', base, key):>14.1f} "
+                  f"{improvement(ref, 'ppas', base, key):>9.1f}")
+    gpu = sum(float(r["makespan"]) for r in ref)
+    print()
+    print(f"speed: 210 simulated runs in {wall:.2f} s wall; the measured runs took "
+          f"{gpu / 60:.0f} min of GPU time (sum of makespans, excluding server restarts): "
+          f"{gpu / wall:,.0f}x faster (target: grid under 10 s)")
+
+
+if __name__ == "__main__":
+    main()
