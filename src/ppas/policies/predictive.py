@@ -105,8 +105,13 @@ class Predictive(Policy):
                 queue.append((r.num_computed_tokens, r.prompt_tokens, max(1, left)))
             elif left > 0:
                 decs.append((left, r.num_computed_tokens))
+        # Try last step's budget first: decisions are sticky, so the bound prunes early.
+        cands = self.candidates
+        last = view.recent_steps[-1].prefill_budget if view.recent_steps else -1
+        if last in cands:
+            cands = (last, *(a for a in cands if a != last))
         best_a, best_j = c_max, float("inf")
-        for a in self.candidates:
+        for a in cands:
             j = project(costs, a, c_max, queue, decs, best_j)
             if j < best_j:
                 best_a, best_j = a, j
@@ -118,7 +123,8 @@ def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
     """Sum of predicted completion times (seconds from now) of every request when the
     prefill budget is ``a`` while any decode runs and ``b`` otherwise. Event-driven: one
     iteration per prompt completion or decode completion, O(N log N) in all. Returns
-    early (a value > ``stop_above``) once the partial sum exceeds ``stop_above``."""
+    ``inf`` as soon as a lower bound of the sum (finished requests' times plus ``t`` for
+    every request still in the system) exceeds ``stop_above``."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     heap: list[tuple[int, int]] = [(left, ctx) for left, ctx in decs]  # (finish step, ctx)
     heapify(heap)
@@ -177,6 +183,7 @@ def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
                 heappush(heap, (step + o - 1, end))
                 n_dec += 1
                 ctx_sum += end
-        if total > stop_above:
-            return total
+        # Every request still in the system finishes at >= t: a lower bound on the sum.
+        if total + (n_dec + nq - qi) * t > stop_above:
+            return float("inf")
     return total
