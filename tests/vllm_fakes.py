@@ -6,9 +6,11 @@ Shared by ``tests/test_vllm_scheduler.py`` and ``benchmarks/plugin_overhead.py``
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -48,6 +51,7 @@ def make_scheduler(
     num_blocks: int = 10_000,
     enable_prefix_caching: bool = False,
     step_log: str | None = None,
+    async_scheduling: bool = False,
     cls: type[Scheduler] | None = None,
 ) -> Scheduler:
     """A ``PolicyScheduler`` (``policy`` given) or stock ``Scheduler`` with a fake KV cache
@@ -57,40 +61,25 @@ def make_scheduler(
         additional = {"ppas": {"policy": policy}}
         if step_log:
             additional["ppas"]["step_log"] = step_log
-    model_config = ModelConfig(model=model_dir, dtype="float32", seed=0, max_model_len=8192)
-    scheduler_config = SchedulerConfig(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=model_config.max_model_len,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-        async_scheduling=False,
-    )
-    cache_config = CacheConfig(
-        block_size=BLOCK_SIZE,
-        gpu_memory_utilization=0.9,
-        cache_dtype="auto",
-        enable_prefix_caching=enable_prefix_caching,
-    )
-    vllm_config = VllmConfig(
-        scheduler_config=scheduler_config,
-        model_config=model_config,
-        cache_config=cache_config,
-        additional_config=json.loads(json.dumps(additional)),
+    vllm_config = make_vllm_config(
+        model_dir, json.dumps(additional), max_num_batched_tokens, max_num_seqs, num_blocks,
+        enable_prefix_caching, async_scheduling,
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[
-            KVCacheGroupSpec(["layer"], FullAttentionSpec(
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
                     block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
-                ))
+                ),
+            )
         ],
     )
-    cache_config.num_gpu_blocks = num_blocks
     if cls is None:
         if policy is None:
-            cls = Scheduler
+            cls = AsyncScheduler if async_scheduling else Scheduler
         else:
             from ppas.vllm import PolicyScheduler
 
@@ -102,6 +91,42 @@ def make_scheduler(
         log_stats=False,
         structured_output_manager=StructuredOutputManager(vllm_config),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def make_vllm_config(
+    model_dir: str,
+    additional_json: str,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    num_blocks: int,
+    enable_prefix_caching: bool,
+    async_scheduling: bool,
+) -> VllmConfig:
+    """The VllmConfig of ``make_scheduler`` (cached: building a ModelConfig reads files)."""
+    model_config = ModelConfig(model=model_dir, dtype="float32", seed=0, max_model_len=8192)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=model_config.max_model_len,
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+        async_scheduling=async_scheduling,
+    )
+    cache_config = CacheConfig(
+        block_size=BLOCK_SIZE,
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        additional_config=json.loads(additional_json),
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    return vllm_config
 
 
 _hash_ready = False
@@ -145,3 +170,46 @@ def fake_output(out: SchedulerOutput, sched: Scheduler, token: int = 7) -> Model
 def add_all(sched: Scheduler, reqs: Iterable[Request]) -> None:
     for r in reqs:
         sched.add_request(r)
+
+
+CheckFn = Callable[[Scheduler, SchedulerOutput, dict[str, tuple[int, int]]], None]
+
+
+def drive(
+    sched: Scheduler,
+    arrivals: dict[int, list[Request]],
+    *,
+    check: CheckFn | None = None,
+    before_step: Callable[[Scheduler, int], None] | None = None,
+    max_steps: int = 20_000,
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Run schedule -> fake output -> update until no request is left.
+
+    ``arrivals[k]`` are added before step k. ``check(sched, out, running_before)`` sees each
+    step's output with ``running_before[rid] = (num_computed, num_prompt)`` of the requests
+    running before the step. Returns (output tokens per request, finish reason per request).
+    """
+    pending = dict(arrivals)
+    tokens: dict[str, int] = defaultdict(int)
+    finished: dict[str, str] = {}
+    step = 0
+    while True:
+        for r in pending.pop(step, []):
+            sched.add_request(r)
+        if before_step is not None:
+            before_step(sched, step)
+        if not sched.has_requests() and not pending:
+            return dict(tokens), finished
+        before = {r.request_id: (r.num_computed_tokens, r.num_prompt_tokens)
+                  for r in sched.running}
+        out = sched.schedule()
+        if check is not None:
+            check(sched, out, before)
+        outputs = sched.update_from_output(out, fake_output(out, sched))
+        for eco in outputs.values():
+            for o in eco.outputs:
+                tokens[o.request_id] += len(o.new_token_ids)
+                if o.finish_reason is not None:
+                    finished[o.request_id] = str(o.finish_reason)
+        step += 1
+        assert step < max_steps, "requests did not finish"

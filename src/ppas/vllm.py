@@ -299,6 +299,7 @@ class PolicyScheduler(Scheduler):
             raise PpasError("ppas.vllm: mamba_cache_mode='align' is not supported")
         self.ppas_config = cfg
         self.ppas_policy = policy
+        self.ppas_decision: Decision | None = None  # the latest step's decision
         self._prefill_left: int | None = None  # cap left; None outside schedule()
         self._prefills: dict[str, tuple[int, int]] = {}  # req id -> (chunk, context)
         self._history: deque[StepRecord] = deque(maxlen=max(HISTORY, policy.history_window))
@@ -361,7 +362,7 @@ class PolicyScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         now = time.monotonic()
         view = self.ppas_view(now)
-        decision = self.ppas_policy.decide(view)
+        decision = self.ppas_decision = self.ppas_policy.decide(view)
         budget = max(0, int(decision.prefill_budget))
         if decision.decodes_first or decision.prefill_order:
             self._reorder(decision)

