@@ -42,8 +42,9 @@ class FakeServer:
     honouring ``stream_options``. ``behaviors[i]`` changes what request i gets."""
 
     def __init__(self, behaviors: dict[int, str] | None = None, n: int = 16,
-                 per_chunk: int = 1, service_s: float = 0.0) -> None:
+                 per_chunk: int = 1, service_s: float = 0.0, model: str = "fake") -> None:
         self.behaviors = behaviors or {}
+        self.model = model
         self.per_chunk = per_chunk
         self.service_s = service_s
         self.keys = {tuple(token_prompt(i, SEED, PROMPT, VOCAB, FILLER)[:PREFIX_TOKENS]): i
@@ -54,7 +55,8 @@ class FakeServer:
         self.port = 0
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        return web.json_response({"object": "list",
+                                  "data": [{"id": self.model, "object": "model"}]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
