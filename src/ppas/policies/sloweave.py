@@ -1,7 +1,8 @@
 """SLOWeave: deadline-aware chunk size (arXiv 2609.07883; spec related-policies.md).
 
 Rule [R abstract, detail from secondary notes]: decode i's next-token deadline is
-``d_i = last_token_time_i + D`` (D = its TPOT SLO, else ``tpot_s``). The step's time
+``d_i = last_token_time_i + D`` (D = its TPOT SLO, else ``tpot_s``; a decode whose
+last token time is unknown, as in the vLLM plugin today, gets ``d_i = now + D``). The step's time
 budget is ``B_t = max(0, min_i d_i - now)`` and the chunk is
 
     c* = max{c <= min(C_max, L_t) : T(n_decodes, c) + margin <= B_t}
