@@ -79,6 +79,7 @@ class VllmServer:
         self.log_path = Path(log_path) if log_path else None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: object | None = None
+        self._own_log = False  # a temporary log we delete after a clean run
 
     @property
     def base_url(self) -> str:
@@ -101,6 +102,16 @@ class VllmServer:
                     "--additional-config", json.dumps({"ppas": ppas})]
         return cmd + list(self.extra_args)
 
+    def failure(self, what: str) -> PpasError:
+        """A PpasError led by the cause found in the log (our own one-line PpasError from the
+        plugin, else vLLM's last error line), then the log's tail."""
+        text = self.log_tail(100_000).splitlines()
+        cause = next((ln.split("PpasError: ", 1)[1] for ln in text if "PpasError: " in ln), None)
+        if cause is None:
+            errs = [ln.strip() for ln in text if "Error: " in ln]
+            cause = errs[-1] if errs else "see the log"
+        return PpasError(f"vllm server {what}: {cause}\nlog {self.log_path}:\n{self.log_tail()}")
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
@@ -112,6 +123,7 @@ class VllmServer:
             fd, name = tempfile.mkstemp(prefix="ppas-vllm-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+            self._own_log = True
         env = {**os.environ, **CPU_ENV, **self.env}
         log = open(self.log_path, "wb")  # noqa: SIM115 (closed in _stop)
         self._log_file = log
@@ -132,8 +144,7 @@ class VllmServer:
         while time.monotonic() < deadline:
             rc = self._proc.poll()
             if rc is not None:
-                raise PpasError(f"vllm server exited with code {rc} during startup; "
-                                f"log {self.log_path}:\n{self.log_tail()}")
+                raise self.failure(f"exited with code {rc} during startup")
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -141,8 +152,7 @@ class VllmServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        raise PpasError(f"vllm server not healthy after {self.startup_timeout_s:.0f}s; "
-                        f"log {self.log_path}:\n{self.log_tail()}")
+        raise self.failure(f"not healthy after {self.startup_timeout_s:.0f}s")
 
     def _stop(self) -> None:
         """SIGTERM the group (vLLM shuts down cleanly and flushes the step log), then
@@ -180,6 +190,8 @@ class VllmServer:
         tb: TracebackType | None,
     ) -> None:
         self._stop()
+        if exc_type is None and self._own_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
 
 
 def _group_alive(pgid: int) -> bool:

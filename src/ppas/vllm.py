@@ -298,6 +298,8 @@ class PolicyScheduler(Scheduler):
         if self.need_mamba_block_aligned_split:
             raise PpasError("ppas.vllm: mamba_cache_mode='align' is not supported")
         self.ppas_config = cfg
+        # vLLM's own clamp, bound once (the hook runs for every request of every step).
+        self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._prefill_left: int | None = None  # cap left; None outside schedule()
@@ -383,13 +385,21 @@ class PolicyScheduler(Scheduler):
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
     ) -> int:
         """vLLM's last per-request clamp before ``num_new_tokens == 0`` skips a running
-        request or stops admission: cap prefill chunks at the policy budget left."""
-        n: int = super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+        request or stops admission: cap prefill chunks at the policy budget left.
+        (Runs for every scheduled request, so decodes take the shortest path.)"""
+        n: int = self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
         left = self._prefill_left
-        if left is None or n <= 0 or not is_prefill_chunk(request, num_computed_tokens):
+        if (
+            left is None
+            or n <= 0
+            or (
+                num_computed_tokens >= request.num_prompt_tokens
+                and num_computed_tokens >= request.num_tokens - 1
+            )  # a decode: not is_prefill_chunk(request, num_computed_tokens)
+        ):
             return n
         if n > left:  # re-apply vLLM's clamp: the shorter chunk must respect it too
-            n = super()._reserve_prefill_lookahead(request, num_computed_tokens, left)
+            n = self._vllm_reserve(request, num_computed_tokens, left)
         self._prefill_left = left - n
         if n > 0:
             self._prefills[request.request_id] = (n, num_computed_tokens)
