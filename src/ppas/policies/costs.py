@@ -37,15 +37,22 @@ class StepCosts:
         self.chunks = tuple(sorted(set(int(c) for c in chunks if c > 0)))
         self.max_len = max_len
         st = cost_model.step_time
+        # Per chunk size: cum[i] = F_c(i * c), slope[i] = seconds per token within chunk i
+        # (linear interpolation inside a chunk; the last slope extends the table).
         self._cum: dict[int, list[float]] = {}
+        self._slope: dict[int, list[float]] = {}
         for c in self.chunks:
-            cum = [0.0]
+            cum, slope = [0.0], []
             done = 0
             while done < max_len:
                 n = min(c, max_len - done)
-                cum.append(cum[-1] + st(chunk_shape(n, done)))
+                t = st(chunk_shape(n, done))
+                cum.append(cum[-1] + t)
+                slope.append(t / n)
                 done += n
+            slope.append(slope[-1])
             self._cum[c] = cum
+            self._slope[c] = slope
         # Marginal cost of one decode riding along a prefill chunk, and per context token.
         c0 = self.chunks[len(self.chunks) // 2] if self.chunks else 2048
         base = st(chunk_shape(c0, 0))
@@ -60,19 +67,21 @@ class StepCosts:
         self.dec_base = max(0.0, one - self.dec_alone)
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
-        """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c``."""
-        return self._at(c, end) - self._at(c, start)
+        """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
+        for chunk-aligned ranges; a partial chunk is interpolated linearly)."""
+        cum, slope, m = self._cum[c], self._slope[c], self.max_len
+        if end > m or start > m:
+            return self._at(c, end) - self._at(c, start)
+        i, r = divmod(end, c)
+        j, q = divmod(start, c)
+        return cum[i] + slope[i] * r - cum[j] - slope[j] * q
 
     def _at(self, c: int, x: int) -> float:
-        cum = self._cum[c]
-        if x >= self.max_len:
-            # Beyond the table: extend linearly with the last chunk's cost per token.
-            last = (cum[-1] - cum[-2]) / max(1, self.max_len - (len(cum) - 2) * c)
-            return cum[-1] + (x - self.max_len) * last
+        cum, slope = self._cum[c], self._slope[c]
+        if x >= self.max_len:  # beyond the table: the last chunk's cost per token
+            return cum[-1] + (x - self.max_len) * slope[-1]
         i, r = divmod(x, c)
-        if r == 0:
-            return cum[i]
-        return cum[i] + (cum[i + 1] - cum[i]) * r / min(c, self.max_len - i * c)
+        return cum[i] + slope[i] * r
 
     def decode_cost(self, context: int, with_prefill: bool) -> float:
         """Marginal step time of one decode with ``context`` cached tokens."""
