@@ -190,7 +190,7 @@ def test_token_counting_with_multi_token_chunks(usage: str, tokens: int, error: 
     each text chunk counts as one token, which undercounts and is reported as cut off."""
     trace = constant_trace(10.0, 1, prompt_tokens=PROMPT, output_tokens=6)
     with FakeServer(per_chunk=2) as base:
-        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
                                     filler_id=FILLER, usage=usage))
     (o,) = res.outcomes
     assert (o.output_tokens, o.error) == (tokens, error)
@@ -203,7 +203,7 @@ def test_request_body_is_the_paper_shape() -> None:
     trace = constant_trace(10.0, 2, prompt_tokens=PROMPT, output_tokens=3)
     server = FakeServer()
     with server as base:
-        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
                                     filler_id=FILLER))
     assert [o.success for o in res.outcomes] == [True, True]
     for body in server.seen:
@@ -220,7 +220,7 @@ def test_latency_counts_from_scheduled_submission() -> None:
     third request's E2E includes its 0.4 s wait, TTFTs grow, and makespan covers all."""
     trace = gamma_trace(float("inf"), 3, seed=0, prompt_tokens=PROMPT, output_tokens=2)
     with FakeServer(service_s=0.2) as base:
-        res = asyncio.run(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
+        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
                                     filler_id=FILLER))
     lat = sorted(o.latency for o in res.outcomes if o.latency is not None)
     assert len(lat) == 3
@@ -234,8 +234,9 @@ def test_cancel_keeps_partial_result() -> None:
     trace = constant_trace(20.0, 3, prompt_tokens=PROMPT, output_tokens=2)
 
     async def go(base: str) -> BenchResult:
-        task = asyncio.create_task(run_trace(base, "fake", trace, seed=SEED, vocab_size=VOCAB,
-                                             filler_id=FILLER, keep_partial_on_cancel=True))
+        task = asyncio.create_task(run_trace(base, "fake", trace, prompt_seed=SEED,
+                                             vocab_size=VOCAB, filler_id=FILLER,
+                                             keep_partial_on_cancel=True))
         await asyncio.sleep(0.5)
         task.cancel()
         return await task

@@ -446,7 +446,7 @@ async def run_trace(
     model: str,
     trace: Trace,
     *,
-    seed: int = 0,
+    prompt_seed: int = 0,
     prompt_format: str = "tokens",
     vocab_size: int = 32000,
     filler_id: int = 1000,
@@ -459,8 +459,11 @@ async def run_trace(
     keep_partial_on_cancel: bool = False,
 ) -> BenchResult:
     """Replay ``trace`` (request i submitted ``arrival_i - arrival_0`` s after the start)
-    and return one outcome per request. Raises PpasError only before the run (bad URL,
-    server down, failed warm-up); trouble during the run is recorded per request.
+    and return one outcome per request. Request i's prompt prefix is seeded by
+    (``prompt_seed``, i): replaying with the same ``prompt_seed`` against a server with prefix
+    caching serves the prompts from its cache, so give each run on one server its own.
+    Raises PpasError only before the run (bad URL, server down, failed warm-up); trouble
+    during the run is recorded per request.
     ``on_start`` is called when the measured run begins, ``on_done`` per request. With
     ``keep_partial_on_cancel``, a cancellation (Ctrl-C) returns the partial result with
     unfinished requests failed as ``cancelled`` instead of raising."""
@@ -488,7 +491,7 @@ async def run_trace(
         await check_server(session, base, model)
         for k in range(num_warmups):  # same shape as the first request, distinct prefixes
             w = RequestOutcome(-1 - k, 0.0, 0.0, reqs[0].prompt_tokens, reqs[0].output_tokens)
-            body = _payload(model, _prompt(reqs[0], w.index, seed, prompt_format, vocab_size,
+            body = _payload(model, _prompt(reqs[0], w.index, prompt_seed, prompt_format, vocab_size,
                                            filler_id), w.requested_tokens, usage)
             await _send(session, url, body, w, time.perf_counter(), request_timeout_s)
             if not w.success:
@@ -500,7 +503,7 @@ async def run_trace(
 
         async def one(out: RequestOutcome) -> None:
             spec = reqs[out.index]
-            body = _payload(model, _prompt(spec, out.index, seed, prompt_format, vocab_size,
+            body = _payload(model, _prompt(spec, out.index, prompt_seed, prompt_format, vocab_size,
                                            filler_id), spec.output_tokens, usage)
             start = t0 + out.scheduled_s
             await asyncio.sleep(max(0.0, start - time.perf_counter()))
@@ -638,6 +641,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model name as served (see /v1/models)")
     add_trace_arguments(p)
     g = p.add_argument_group("requests")
+    g.add_argument("--prompt-seed", type=int,
+                   help="seed of the prompts' random prefixes (default --seed); change it to "
+                   "replay a trace on the same server without prefix-cache hits")
     g.add_argument("--prompt-format", choices=("tokens", "text"), default="tokens",
                    help="token ids in the paper's shape (default) or approximate text")
     g.add_argument("--vocab-size", type=int, default=32000,
@@ -691,7 +697,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(run_trace(
-            args.base_url, args.model, trace, seed=args.seed, prompt_format=args.prompt_format,
+            args.base_url, args.model, trace,
+            prompt_seed=args.seed if args.prompt_seed is None else args.prompt_seed,
+            prompt_format=args.prompt_format,
             vocab_size=args.vocab_size, filler_id=args.filler_token,
             request_timeout_s=args.request_timeout, max_concurrency=args.max_concurrency,
             num_warmups=args.num_warmups, usage=args.stream_usage,
