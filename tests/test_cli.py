@@ -63,7 +63,7 @@ BAD = [
     (["sweep", "--hardware", "rtx5090", "--model", "gpt-5"], "allowed: qwen2.5-0.5b"),
     (["sweep", "--hardware", "rtx5090"], "needs --hardware and --model"),
     (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--configs", "fast"],
-     "unknown policy 'fast'; allowed: mbt"),
+     "unknown policy 'fast'; allowed: "),
     (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--burst-rates", "0.4,x"],
      "not a comma-separated list"),
     (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--burst-rates", "-1"],
