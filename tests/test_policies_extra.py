@@ -236,8 +236,17 @@ def test_predictive_choice_is_the_projection_argmin() -> None:
     v = view([dec(0, out=3), dec(1, out=20), pre(0), wait(1), wait(2)])
     queue = [(4096, 25000, 32), (0, 25000, 32), (0, 25000, 32)]
     decs = [(29, 25000), (12, 25000)]
-    scores = {a: project(p.costs, a, 16384, queue, decs) for a in p.candidates}
+    rate = 4 / 10.0  # 5 requests in the view, the oldest arrived at 0, now = 10
+    scores = {a: project(p.costs, a, 16384, queue, decs, arrival_rate=rate)
+              for a in p.candidates}
     assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
+
+
+def test_projection_charges_future_arrivals_for_the_busy_period() -> None:
+    costs = StepCosts(CM, (2048,))
+    t = CM.prefill_time(32768, 2048)  # busy period of a lone chunk-aligned prompt
+    got = project(costs, 2048, 2048, [(0, 32768, 1)], [], arrival_rate=0.5)
+    assert got == pytest.approx(t + 0.5 * 0.5 * t * t, rel=1e-9)
 
 
 def test_projection_of_a_lone_prompt_is_its_prefill_time() -> None:
