@@ -16,7 +16,7 @@ from ppas.errors import PpasError
 from ppas.policies import make_policy, policy_names
 from ppas.policies.auto import PpasAuto, PpasAutoConfig, derive
 from ppas.policies.costs import StepCosts, chunk_shape
-from ppas.policies.predictive import Predictive, project
+from ppas.policies.predictive import Predictive, kv_admission_cap, project
 from ppas.simulator import EngineConfig, simulate
 from ppas.state import RequestSnapshot, SchedulerView, StepRecord
 from ppas.workload import RequestSpec
@@ -277,6 +277,28 @@ def test_predictive_protects_many_decodes_and_finishes_lone_prompt() -> None:
     assert p.decide(view([dec(0, out=1), pre(0, done=0, prompt=2000)])).prefill_budget >= 2000
     # ... but a decode on its last token goes first (a shortest-remaining-first effect).
     assert p.decide(view([dec(0, out=31), pre(0, done=0, prompt=2000)])).prefill_budget == 0
+
+
+def test_kv_admission_cap_admits_only_what_fits() -> None:
+    running = [dec(0, ctx=1000), pre(0, done=500, prompt=1000)]  # 2 x (1000 + 32 + 16)
+    reqs = [*running, wait(1, prompt=1000), wait(2, prompt=1000)]
+    v = view(reqs)
+    assert kv_admission_cap(v, 10_000, 16384) == 500 + 1000 + 1000  # both waiting fit
+    assert kv_admission_cap(v, 2 * 1048 + 1048, 16384) == 500 + 1000  # only the first
+    assert kv_admission_cap(v, 2 * 1048, 16384) == 500  # running prefill only
+    assert kv_admission_cap(v, 10_000, 700) == 700  # never above the budget
+
+
+def test_predictive_kv_guard_needs_a_capacity() -> None:
+    p = make_policy("predictive")
+    p.bind_cost_model(CM)
+    assert isinstance(p, Predictive) and p.kv_capacity == CM.kv_capacity_tokens
+    assert p.kv_capacity is not None
+    # Nothing running, three waiting prompts, capacity for about one and a half of them.
+    v = view([wait(i, prompt=p.kv_capacity * 2 // 3) for i in range(3)])
+    assert p.decide(v).prefill_budget == 16384  # the first prompt alone exceeds the budget
+    small = view([dec(0, ctx=p.kv_capacity * 2 // 3), wait(1, prompt=p.kv_capacity // 2)])
+    assert p.decide(small).prefill_budget == 0  # the waiting one cannot finish: hold it
 
 
 def test_step_costs_table_matches_cost_model() -> None:
