@@ -287,6 +287,8 @@ def test_kv_admission_cap_admits_only_what_fits() -> None:
     assert kv_admission_cap(v, 2 * 1048 + 1048, 16384) == 500 + 1000  # only the first
     assert kv_admission_cap(v, 2 * 1048, 16384) == 500  # running prefill only
     assert kv_admission_cap(v, 10_000, 700) == 700  # never above the budget
+    idle = view([wait(1, prompt=5000)])
+    assert kv_admission_cap(idle, 1000, 2048) == 2048  # an idle engine admits its head
 
 
 def test_predictive_kv_guard_needs_a_capacity() -> None:

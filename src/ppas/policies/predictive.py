@@ -159,6 +159,8 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     avoids that thrash under overload."""
     room = capacity
     allowance = 0
+    if not any(r.is_running for r in view.requests):
+        return budget  # an idle engine always admits its head (liveness)
     for r in view.requests:
         if r.is_running:
             room -= r.prompt_tokens + r.max_output_tokens + slack
