@@ -20,8 +20,7 @@ completion, a heap of decode finish steps: O(N log N) per candidate, no per-step
   prompts count *tokens*;
 * a step lasts ``F_c(prompt range) + sum_decodes (d_ride + d_kv * context)`` when it
   carries prefill, ``base + sum_decodes (d_alone + d_kv * context)`` when it does not
-  (``ppas.policies.costs.StepCosts``: tables precomputed from the bound cost model).
-
+  (``ppas.policies.costs.StepCosts``: tables precomputed from the bound cost model);
 * requests that will arrive while the current work runs wait for it to finish; with
   Poisson arrivals at rate lambda that adds ``lambda * T_end^2 / 2`` (T_end = projected
   time at which the current work is done). lambda is read off the view: the N - 1
@@ -35,6 +34,12 @@ This weighs both sides of the P-PAS finding on every request: a bigger ``a`` fin
 queue's prompts with fewer, more efficient steps (waiting requests gain) but stretches
 each of the decodes' remaining steps (decoding requests lose); ``a = 0`` finishes the
 decodes in short weight-bound steps and pays for it with a pause of the prefill queue.
+In practice, with short answers (32 tokens) it alternates decode-only steps and B_max
+chunks: the decode phase of a request costs ~31 weight-bound steps (a few ms each), far
+less than riding 31 prefill steps; with long answers (256+) it rides mid-size chunks.
+The simulator's gains therefore rest on the cost of decode-only steps relative to mixed
+ones; the policy's own model may be off (halving or doubling any calibrated parameter
+moved the paper-grid improvement by < 1 point), but the simulator's must be right.
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
