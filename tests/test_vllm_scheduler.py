@@ -256,7 +256,7 @@ ARRIVALS = st.lists(
 
 
 @pytest.mark.parametrize("name", policy_names())
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mix=ARRIVALS)
 def test_properties_every_policy(model_dir: str, name: str,
                                  mix: list[tuple[int, int, int]]) -> None:

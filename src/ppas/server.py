@@ -141,10 +141,20 @@ class VllmServer:
     def _wait_healthy(self) -> None:
         assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout_s
+        seen = 0  # log bytes already scanned for the plugin's config error
         while time.monotonic() < deadline:
             rc = self._proc.poll()
             if rc is not None:
                 raise self.failure(f"exited with code {rc} during startup")
+            if self.log_path is not None:
+                start = max(0, seen - 64)  # overlap: a marker may straddle two reads
+                with open(self.log_path, "rb") as f:
+                    f.seek(start)
+                    chunk = f.read()
+                seen = start + len(chunk)
+                if b"PpasError: " in chunk:  # our config error: vLLM is going down anyway
+                    time.sleep(1.0)  # let the traceback finish
+                    raise self.failure("failed during startup")
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
                     if r.status == 200:
