@@ -49,7 +49,8 @@ def test_demo_runs_every_config_and_burst(tmp_path: Path, monkeypatch: pytest.Mo
     out = tmp_path / "demo"
     rc = main(["demo", "--model-dir", str(model), "--out-dir", str(out), "--phases",
                "1:2,1:{burst}", "--burst-rates", "1,4", "--prompt-tokens", "140",
-               "--output-tokens", "3", "--small-budget", "64", "--large-budget", "512"])
+               "--output-tokens", "3", "--small-budget", "64", "--large-budget", "512",
+               "--max-num-seqs", "64"])
     assert rc == 0
     assert FakeVllmServer.started == [("mbt:64", 64), ("mbt:512", 512),
                                       ("ppas:n_th=2,b_max=512,b_cap=64", 512)]
@@ -70,6 +71,8 @@ def test_demo_settings_are_validated(tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(PpasError, match="small-budget < --large-budget"):
         DemoSettings("m", "o", small_budget=4096, large_budget=2048)
+    with pytest.raises(PpasError, match="max_num_seqs <= max_num_batched_tokens"):
+        DemoSettings("m", "o", small_budget=64, max_num_seqs=128)
     assert main(["demo", "--model-dir", str(tmp_path), "--out-dir", str(tmp_path / "o")]) == 2
     assert "missing config.json" in capsys.readouterr().err
     assert main(["demo", "--model-dir", str(tmp_path), "--burst-rates", "x"]) == 2

@@ -47,7 +47,7 @@ class DemoSettings:
     seed: int = 0
     prompt_tokens: int = 2000
     output_tokens: int = 16
-    max_num_seqs: int = 256
+    max_num_seqs: int = 128  # vLLM needs it <= every MBT; the demo stays far below it
 
     def __post_init__(self) -> None:
         from ppas.config import require
@@ -60,7 +60,9 @@ class DemoSettings:
                 f"--burst-rates must be numbers > 0, got {self.burst_rates}")
         require(self.prompt_tokens >= 1 and self.output_tokens >= 1,
                 "--prompt-tokens and --output-tokens must be >= 1")
-        require(self.max_num_seqs >= 1, f"--max-num-seqs must be >= 1, got {self.max_num_seqs}")
+        require(1 <= self.max_num_seqs <= self.small_budget,
+                f"--max-num-seqs must be in [1, --small-budget={self.small_budget}] (vLLM needs "
+                f"max_num_seqs <= max_num_batched_tokens), got {self.max_num_seqs}")
 
     def configs(self) -> list[tuple[str, int]]:
         """(policy config string, max_num_batched_tokens) per server, in run order."""
