@@ -63,9 +63,10 @@ HISTORY = 32  # StepRecords kept for feedback policies (recent_steps)
 
 
 def check_vllm_version(version: str) -> None:
-    """Raise PpasError unless ``version`` is on a tested release line."""
+    """Raise PpasError unless ``version`` is on a tested release line (and still has the
+    scheduler method the cap hooks into)."""
     line = ".".join(version.split("+")[0].split(".")[:2])
-    if line not in SUPPORTED_VLLM:
+    if line not in SUPPORTED_VLLM or not hasattr(Scheduler, "_reserve_prefill_lookahead"):
         raise PpasError(
             f"ppas.vllm: vLLM {version} is untested; supported: "
             + ", ".join(f"{v}.x" for v in SUPPORTED_VLLM)
