@@ -24,8 +24,11 @@ shrinks by what it got. Invariants, per step:
 * decode chunks pass through untouched: the policy never reduces decode tokens;
 * the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
 
-A chunk is a prefill chunk when it starts before ``max(prompt, num_tokens - 1)`` tokens are
-computed (prompt prefill, or recompute after preemption); everything else is a decode.
+A chunk is a prefill chunk when it starts inside the prompt (``num_computed < prompt``), the
+same test that puts a request in N_p rather than N_d in the policy's view (P-PAS §3): a
+request the policy counts as decoding is never capped, so a zero budget cannot stall it.
+After a preemption, recomputing the output tokens past the prompt is decode-side work
+(uncapped, logged as one multi-token decode).
 ``decodes_first`` moves running decodes ahead of running prefills (stable); ``prefill_order``
 reorders running prefills among their own slots and the FCFS waiting queue (best effort:
 vLLM always serves running requests before waiting ones; a priority queue is left as is).
@@ -208,8 +211,8 @@ class _LazyRequests(Sequence[RequestView]):
 
 
 def is_prefill_chunk(request: Request, num_computed_tokens: int) -> bool:
-    """Whether a chunk starting at ``num_computed_tokens`` is prefill (prompt or recompute)."""
-    return num_computed_tokens < max(request.num_prompt_tokens, request.num_tokens - 1)
+    """Whether a chunk starting at ``num_computed_tokens`` is prefill (inside the prompt)."""
+    return bool(num_computed_tokens < request.num_prompt_tokens)
 
 
 class StepLog:
@@ -390,15 +393,8 @@ class PolicyScheduler(Scheduler):
         (Runs for every scheduled request, so decodes take the shortest path.)"""
         n: int = self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
         left = self._prefill_left
-        if (
-            left is None
-            or n <= 0
-            or (
-                num_computed_tokens >= request.num_prompt_tokens
-                and num_computed_tokens >= request.num_tokens - 1
-            )  # a decode: not is_prefill_chunk(request, num_computed_tokens)
-        ):
-            return n
+        if left is None or n <= 0 or num_computed_tokens >= request.num_prompt_tokens:
+            return n  # outside schedule(), nothing to cap, or a decode (not a prefill chunk)
         if n > left:  # re-apply vLLM's clamp: the shorter chunk must respect it too
             n = self._vllm_reserve(request, num_computed_tokens, left)
         self._prefill_left = left - n
