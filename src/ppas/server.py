@@ -134,7 +134,7 @@ class VllmServer:
             )
             self._wait_healthy()
         except BaseException:
-            self._stop()
+            self._stop(grace_s=3.0)  # nothing to flush: do not wait on a wedged server
             raise
         return self
 
@@ -164,9 +164,9 @@ class VllmServer:
             time.sleep(0.5)
         raise self.failure(f"not healthy after {self.startup_timeout_s:.0f}s")
 
-    def _stop(self) -> None:
+    def _stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the group (vLLM shuts down cleanly and flushes the step log), then
-        SIGKILL whatever is left after a grace period."""
+        SIGKILL whatever is left after ``grace_s``."""
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -174,7 +174,7 @@ class VllmServer:
             except ProcessLookupError:
                 pgid = None
             if pgid is not None:
-                for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+                for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
                     try:
                         os.killpg(pgid, sig)
                     except ProcessLookupError:
