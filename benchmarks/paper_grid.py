@@ -58,6 +58,15 @@ def main() -> None:
         for base in ("mbt:2048", "mbt:16384"):
             print(f"  {key:<12} vs {base:<10} {improvement(recs, 'ppas', base, key):>14.1f} "
                   f"{improvement(ref, 'ppas', base, key):>9.1f}")
+    # Held out of the calibration: the paper's §2 prefill-time change from 2k to 16k chunks
+    # for one 25k prompt on the RTX 5090, for two other model sizes (and the 3B itself).
+    print()
+    print("25k-prompt prefill, 2k -> 16k chunks (RTX 5090)   simulated   paper §2")
+    for model, paper in (("qwen2.5-0.5b", -10.5), ("qwen2.5-3b", -11.6), ("qwen2.5-7b", -0.6)):
+        cm = RooflineCostModel("rtx5090", model)
+        t2, t16 = cm.prefill_time(25000, 2048), cm.prefill_time(25000, 16384)
+        print(f"  {model:<14} {t2 * 1e3:7.0f} -> {t16 * 1e3:6.0f} ms {100 * (t16 / t2 - 1):+8.1f}% "
+              f"{paper:+9.1f}%")
     gpu = sum(float(r["makespan"]) for r in ref)
     print()
     print(f"speed: 210 simulated runs in {wall:.2f} s wall; the measured runs took "

@@ -8,8 +8,9 @@ from the RTX 5090 / Qwen2.5-3B data only).
 Per step with N = prefill tokens + decodes, per layer (tensor-parallel degree t):
 
     t_gemm = max(2 N P_layer / (F eff_g(N)),  W_layer / BW)      eff_g(N) = g N / (N + n_g)
-    t_attn = sum over chunks max(4 H_q d c (p + (c+1)/2) / (F eff_a(c)), KV(p + c) / BW)
-             + KV(decode contexts) / BW                            eff_a(c) = a c / (c + n_a)
+    t_attn = sum over chunks max(4 H_q d c (p + (c+1)/2) / (F eff_a(c')), KV(p + c) / BW)
+             + KV(decode contexts) / BW_decode                     eff_a(c) = a c / (c + n_a)
+    c'     = c ((p + c) / c)^e   (a long cached context restores parallelism: split-KV)
     step   = L (t_gemm + t_attn) + t_lm_head + overhead + per_request * requests
 
 where F, BW are the hardware peaks times the achieved fractions. The saturation terms
@@ -26,16 +27,28 @@ from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import HARDWARE, MODELS, Hardware, ModelArch
 
+REF_HIDDEN, REF_HEADS = 2048, 16  # Qwen2.5-3B, the calibration model
+
 
 @dataclass(frozen=True)
 class RooflineParams:
     """Achieved-efficiency parameters (dimensionless fractions, token counts, seconds)."""
 
     gemm_eff: float = 0.54  # fraction of peak FLOP/s reached by large GEMMs
+    # Saturation sizes are stated for Qwen2.5-3B's shapes (hidden 2048, 16 query heads) and
+    # scale with the parallel work a token brings: a GEMM's output tiles grow with the
+    # hidden size, attention's thread blocks with the number of query heads per GPU.
     gemm_n_half: float = 180.0  # tokens at which GEMM efficiency is half its maximum
     attn_eff: float = 0.47  # fraction of peak FLOP/s reached by prefill attention
     attn_c_half: float = 600.0  # query-chunk length at which attention eff. is half
+    # How much a long cached context restores attention parallelism for short chunks
+    # (split-KV kernels): the chunk counts as c * ((p + c) / c) ** attn_ctx_exp query rows.
+    # 0 = query length alone decides the efficiency.
+    attn_ctx_exp: float = 0.0
     bw_eff: float = 0.85  # fraction of peak memory bandwidth for weights and KV reads
+    # Decode attention (one query row per request over its whole KV) reaches a lower
+    # fraction of peak bandwidth than streaming reads do.
+    decode_bw_eff: float = 0.85
     step_overhead_s: float = 0.004  # launch, scheduling, sampling, host sync per step
     per_req_overhead_s: float = 0.00002  # per scheduled request (metadata, sampling)
     mem_util: float = 0.9  # vLLM --gpu-memory-utilization
@@ -45,7 +58,8 @@ class RooflineParams:
         for f in fields(self):
             v = getattr(self, f.name)
             require(v >= 0, f"roofline: {f.name} must be >= 0, got {v}")
-        require(0 < self.gemm_eff <= 1 and 0 < self.attn_eff <= 1 and 0 < self.bw_eff <= 1,
+        require(0 < self.gemm_eff <= 1 and 0 < self.attn_eff <= 1 and 0 < self.bw_eff <= 1
+                and 0 < self.decode_bw_eff <= 1,
                 "roofline: efficiencies must be in (0, 1]")
         require(0 < self.mem_util <= 1, "roofline: mem_util must be in (0, 1]")
 
@@ -84,8 +98,12 @@ class RooflineCostModel(CostModel):
         self._attn_flops_per_pair = 4.0 * L * m.q_width / tp
         self._attn_peak = flops * p.attn_eff
         self._kv_read_per_tok = m.kv_bytes_per_token / tp / bw
+        self._decode_kv_per_tok = m.kv_bytes_per_token / tp / (hw.mem_bw_gbs * 1e9
+                                                               * p.decode_bw_eff)
         self._lm_head_per_req = 2.0 * m.hidden * m.vocab / tp / self._gemm_peak
-        self._n_g, self._n_a = p.gemm_n_half, p.attn_c_half
+        self._n_g = p.gemm_n_half * REF_HIDDEN / (m.hidden / tp)
+        self._n_a = p.attn_c_half * REF_HEADS / (m.heads / tp)
+        self._ctx_exp = p.attn_ctx_exp
         self._fixed = p.step_overhead_s
         self._per_req = p.per_req_overhead_s
         # KV capacity: vLLM's budget minus weights, activations for one full step, reserve.
@@ -110,11 +128,13 @@ class RooflineCostModel(CostModel):
         t_attn = 0.0
         if step.num_prefill_reqs:
             c_mean = step.num_prefill_tokens / step.num_prefill_reqs
+            if self._ctx_exp:
+                c_mean *= (step.prefill_kv_tokens / step.num_prefill_tokens) ** self._ctx_exp
             t_flop = (self._attn_flops_per_pair * step.prefill_attn_work
                       * (c_mean + self._n_a) / c_mean / self._attn_peak)
             t_kv = self._kv_read_per_tok * step.prefill_kv_tokens
             t_attn = t_flop if t_flop > t_kv else t_kv
-        t_attn += self._kv_read_per_tok * step.decode_ctx_tokens
+        t_attn += self._decode_kv_per_tok * step.decode_ctx_tokens
         reqs = step.num_prefill_reqs + step.num_decodes
         return (t_gemm + t_attn + self._lm_head_per_req * reqs + self._fixed
                 + self._per_req * reqs)
