@@ -15,6 +15,7 @@ from ppas.commands.common import (
     split_configs,
 )
 from ppas.errors import PpasError
+from ppas.policies import make_policy
 from ppas.simulator import EngineConfig, lower_bound_latency, simulate
 from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 
@@ -51,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
     trace, burst = build_trace(args)
     records = []
     for c in configs:
-        from ppas.policies import make_policy
-
         cm = cost_model_for(args, c)
         res = simulate(trace, make_policy(c), cm,
                        EngineConfig(max_num_seqs=args.max_num_seqs,
