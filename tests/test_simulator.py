@@ -135,3 +135,16 @@ def test_invariants(w: tuple[list[RequestSpec], str, int]) -> None:
         assert r.failed is None and r.finish_time is not None
         assert r.num_output_tokens == r.max_output_tokens
         assert r.arrival_time <= r.first_token_time <= r.finish_time
+
+
+def test_model_that_does_not_fit_is_a_clear_error() -> None:
+    import pytest
+
+    from ppas.cost.catalog import Hardware
+    from ppas.errors import PpasError
+
+    with pytest.raises(PpasError, match="leaves no KV cache .* raise --tp"):
+        RooflineCostModel(Hardware("tiny-gpu", 100.0, 500.0, 8.0), "qwen3-8b")
+    # Tensor parallelism splits the weights: the same model fits on two of them.
+    assert RooflineCostModel(Hardware("tiny-gpu", 100.0, 500.0, 16.0), "qwen3-8b",
+                             tp=2).kv_capacity_tokens > 0

@@ -26,6 +26,7 @@ from importlib import resources
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import HARDWARE, MODELS, Hardware, ModelArch
+from ppas.errors import PpasError
 
 REF_HIDDEN, REF_HEADS = 2048, 16  # Qwen2.5-3B, the calibration model
 
@@ -109,7 +110,12 @@ class RooflineCostModel(CostModel):
         # KV capacity: vLLM's budget minus weights, activations for one full step, reserve.
         act_bytes = max_num_batched_tokens * (m.hidden * 6 + 2 * m.intermediate) * 2
         free = hw.mem_gb * 1e9 * p.mem_util - m.weight_bytes / tp - act_bytes - p.reserve_gb * 1e9
-        self.kv_capacity_tokens = max(0, int(free * tp / m.kv_bytes_per_token))
+        if free <= 0:
+            raise PpasError(
+                f"model {m.name} ({m.weight_bytes / 1e9:.1f} GB of weights) leaves no KV cache "
+                f"on {hw.name} ({hw.mem_gb:g} GB) at tensor-parallel degree {tp}; raise --tp"
+            )
+        self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
 
     def with_params(self, **changes: float) -> RooflineCostModel:
         return RooflineCostModel(self.hardware, self.model, replace(self.params, **changes),
