@@ -80,12 +80,6 @@ class SimRequest:
         self.num_preemptions = 0
         self.failed: str | None = None
 
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt_tokens + self.num_output_tokens
-
-    def is_prefill(self) -> bool:
-        return self.num_computed_tokens < self.prompt_tokens
 
 
 class _Chain(Sequence[SimRequest]):

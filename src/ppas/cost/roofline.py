@@ -20,7 +20,7 @@ model why many small chunks cost more than one large chunk (P-PAS §2: 2k vs 16k
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
 from ppas.config import require
@@ -116,10 +116,6 @@ class RooflineCostModel(CostModel):
                 f"on {hw.name} ({hw.mem_gb:g} GB) at tensor-parallel degree {tp}; raise --tp"
             )
         self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
-
-    def with_params(self, **changes: float) -> RooflineCostModel:
-        return RooflineCostModel(self.hardware, self.model, replace(self.params, **changes),
-                                 self.tp)
 
     def step_time(self, step: StepShape) -> float:
         n = step.num_prefill_tokens + step.num_decodes
