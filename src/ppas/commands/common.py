@@ -71,8 +71,11 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
 def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-tokens", type=int, default=25000)
     p.add_argument("--output-tokens", type=int, default=32)
+    from ppas.policies import policy_names
+
     p.add_argument("--configs", default="mbt:2048,mbt:16384,ppas",
-                   help="policy config strings, e.g. mbt:2048,ppas:n_th=2,b_max=16384,b_cap=2048")
+                   help="policy config strings, e.g. mbt:2048,ppas:n_th=2,b_max=16384,b_cap=2048;"
+                   f" policies: {', '.join(policy_names())}")
     p.add_argument("--json", action="store_true", help="print only a JSON array of run records")
 
 
