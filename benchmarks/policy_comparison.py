@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from ppas.cost.base import CostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.metrics import geomean_improvement
+from ppas.plot import plot_e2e_vs_burst
 from ppas.policies import make_policy
 from ppas.reference import PAPER_BURSTS
 from ppas.sweep import Grid, cell_means, improvement, run_grid, run_one
@@ -170,23 +171,7 @@ def claims(recs: list[Record], tpot: dict[tuple[str, str], tuple[float, float, f
 
 
 def plot(recs: list[Record], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = cell_means(recs, "avg_latency")
-    configs = list(dict.fromkeys(str(r["config"]) for r in recs))
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for c in configs:
-        style = ":" if c in FIXED else "-"
-        ax.plot(PAPER_BURSTS, [m[(c, b)] for b in PAPER_BURSTS], style, marker="o", label=c)
-    ax.set_xlabel("burst rate (requests/s)")
-    ax.set_ylabel("mean E2E latency (s)")
-    ax.set_title("Simulated mean E2E, paper grid (dotted: fixed budgets)")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plot_e2e_vs_burst(recs, path, "Simulated mean E2E, paper grid (thin: fixed budgets)")
     print(f"plot written to {path}")
 
 

