@@ -98,3 +98,17 @@ def test_console_script_no_traceback() -> None:
     p = subprocess.run([sys.executable, "-m", "ppas.cli", "sweep", "--hardware", "nope",
                         "--model", "qwen2.5-3b"], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_missing_optional_package_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import ppas.commands.simulate as sim
+
+    def run(args: object) -> int:
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+
+    monkeypatch.setattr(sim, "run", run)
+    rc, out, err = run_cli(["simulate"], capsys)
+    assert rc == 2 and out == ""
+    assert err.strip() == ("ppas simulate: error: needs the optional package 'matplotlib'; "
+                           "install it with: pip install 'ppas[cli]'")

@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Optional packages -> the extra that provides them (the core needs numpy only).
+OPTIONAL = {"aiohttp": "cli", "tqdm": "cli", "matplotlib": "cli", "scipy": "dev",
+            "torch": "vllm", "transformers": "vllm", "tokenizers": "vllm", "vllm": "vllm"}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # argparse's own errors: one line, exit 2 (same contract as PpasError).
@@ -53,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except PpasError as e:
         print(f"ppas {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        extra = OPTIONAL.get(top)
+        if extra is None:
+            raise
+        print(f"ppas {args.command}: error: needs the optional package {top!r}; install it "
+              f"with: pip install 'ppas[{extra}]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"ppas {args.command}: interrupted", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ def check_plot_path(path: str | Path) -> Path:
         raise PpasError(f"plot file {str(p)!r}: unknown format; allowed: .png, .svg, .pdf")
     if not p.parent.exists():
         raise PpasError(f"plot file {str(p)!r}: directory {str(p.parent)!r} does not exist")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PpasError("plots need matplotlib; install it with: pip install 'ppas[cli]'")
     return p
 
 
