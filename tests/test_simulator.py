@@ -128,7 +128,7 @@ def test_invariants(w: tuple[list[RequestSpec], str, int]) -> None:
         assert s.kv_blocks_used <= blocks  # KV never over capacity
         # Decodes are never dropped by the policy: only the global budget or a
         # preemption can leave a running decode out of a step.
-        assert (s.num_decode_tokens >= s.running_decodes or s.num_preempted > 0
+        assert (s.num_decode_reqs >= s.running_decodes or s.num_preempted > 0
                 or s.num_prefill_tokens + s.num_decode_tokens >= mbt)
     # Every request finishes, with all its output tokens, after it arrived.
     for r in res.requests:

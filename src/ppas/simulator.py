@@ -108,13 +108,19 @@ class _Chain(Sequence[SimRequest]):
 
 @dataclass(frozen=True, slots=True)
 class StepTrace:
-    """Per-step record kept when ``simulate(..., record_steps=True)`` (tests, plots)."""
+    """Per-step record kept when ``simulate(..., record_steps=True)`` (tests, plots).
+
+    ``num_prefill_tokens`` counts chunks inside a prompt (what the policy's cap limits);
+    ``num_decode_tokens`` everything else (decodes, and recompute of output tokens after a
+    preemption); ``num_decode_reqs`` the requests past their prompt that got tokens.
+    """
 
     time: float
     duration_s: float
     prefill_budget: int
     num_prefill_tokens: int
     num_decode_tokens: int
+    num_decode_reqs: int
     pending_prefills: int
     running_decodes: int
     kv_blocks_used: int
@@ -225,11 +231,13 @@ def simulate(
         num_preempt += preempted
 
         # Step shape (token-budget view) -> duration.
-        p_tok = p_req = p_kv = n_dec = d_ctx = 0
+        p_tok = p_req = p_kv = n_dec = d_ctx = capped = 0
         p_work = 0.0
         for r, n in sched:
             c = r.num_computed_tokens
-            if n > 1 or c < r.prompt_tokens:
+            if c < r.prompt_tokens:
+                capped += n
+            if n > 1 or c < r.prompt_tokens:  # a chunk of many tokens costs as a prefill
                 p_tok += n
                 p_req += 1
                 p_work += n * (c + (n + 1) * 0.5)
@@ -263,8 +271,9 @@ def simulate(
             running[:] = [r for r in running if r.is_running]
         if record_steps:
             used = (total_blocks - free) if total_blocks is not None else 0
-            steps.append(StepTrace(launch, dt, cap, p_tok, n_dec, n_pending, n_decodes, used,
-                                   preempted))
+            past = [n for r, n in sched if r.num_computed_tokens - n >= r.prompt_tokens]
+            steps.append(StepTrace(launch, dt, cap, capped, p_tok + n_dec - capped, len(past),
+                                   n_pending, n_decodes, used, preempted))
 
     return SimResult(reqs, num_steps, num_preempt, total_blocks, steps)
 
@@ -302,13 +311,14 @@ def _schedule(
     while i < len(running) and budget > 0:
         r = running[i]
         need = r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-        if need > 1 or r.num_computed_tokens < r.prompt_tokens:
-            n = min(need, budget, cap)
-            if n <= 0:
-                i += 1
-                continue
-        else:
-            n = 1
+        # The cap applies to chunks inside the prompt, as the policy's N_p counts them (and
+        # as ppas.vllm does); past the prompt (decode, or recompute of outputs after a
+        # preemption) only the global budget applies.
+        in_prompt = r.num_computed_tokens < r.prompt_tokens
+        n = min(need, budget, cap) if in_prompt else min(need, budget)
+        if n <= 0:
+            i += 1
+            continue
         extra = -(-(r.num_computed_tokens + n) // bs) - r.blocks
         while extra > free:
             victim = running.pop()  # lowest priority: the last running request
@@ -327,7 +337,7 @@ def _schedule(
         free -= extra
         sched.append((r, n))
         budget -= n
-        if n > 1 or r.num_computed_tokens < r.prompt_tokens:
+        if in_prompt:
             cap -= n
         i += 1
     if preempted:
