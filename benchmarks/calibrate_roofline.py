@@ -32,13 +32,14 @@ from ppas.sweep import Grid, improvement, run_grid
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "ppas" / "data" / "roofline_calibration.json"
 FREE = ("gemm_eff", "gemm_n_half", "attn_eff", "attn_c_half", "attn_ctx_exp", "bw_eff",
-        "decode_bw_eff", "step_overhead_s", "per_req_overhead_s")
+        "decode_bw_eff", "step_overhead_s", "eager_layer_overhead_s", "per_req_overhead_s")
 BOUNDS = {"gemm_eff": (0.2, 1.0), "gemm_n_half": (1.0, 4000.0), "attn_eff": (0.1, 1.0),
           "attn_c_half": (1.0, 8000.0), "attn_ctx_exp": (0.01, 1.0), "bw_eff": (0.4, 0.98),
           "decode_bw_eff": (0.05, 0.98),
           # Host-side costs kept in physical ranges: a vLLM step costs 0.5-20 ms of launch,
           # scheduling and sampling; a request adds at most ~100 us of metadata and sampling.
-          "step_overhead_s": (5e-4, 0.02), "per_req_overhead_s": (1e-6, 1e-4)}
+          "step_overhead_s": (5e-4, 0.02), "eager_layer_overhead_s": (1e-6, 1e-3),
+          "per_req_overhead_s": (1e-6, 1e-4)}
 WEIGHTS = {"avg_latency": 1.0, "avg_ttft": 0.5, "avg_tpot": 0.5}
 
 # P-PAS §2, one Qwen2.5-3B decoder block on the RTX 5090 (seconds): gate-up GEMM for 16k

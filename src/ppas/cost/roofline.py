@@ -11,7 +11,8 @@ Per step with N = prefill tokens + decodes, per layer (tensor-parallel degree t)
     t_attn = sum over chunks max(4 H_q d c (p + (c+1)/2) / (F eff_a(c')), KV(p + c) / BW)
              + KV(decode contexts) / BW_decode                     eff_a(c) = a c / (c + n_a)
     c'     = c ((p + c) / c)^e   (a long cached context restores parallelism: split-KV)
-    step   = L (t_gemm + t_attn) + t_lm_head + overhead + per_request * requests
+    step   = L (t_gemm + t_attn) + t_lm_head + overhead (+ L eager, when N > CUDA-graph max)
+             + per_request * requests
 
 where F, BW are the hardware peaks times the achieved fractions. The saturation terms
 model why many small chunks cost more than one large chunk (P-PAS §2: 2k vs 16k chunks).
@@ -50,7 +51,12 @@ class RooflineParams:
     # Decode attention (one query row per request over its whole KV) reaches a lower
     # fraction of peak bandwidth than streaming reads do.
     decode_bw_eff: float = 0.85
-    step_overhead_s: float = 0.004  # launch, scheduling, sampling, host sync per step
+    step_overhead_s: float = 0.004  # scheduling, sampling, host sync: every step
+    # vLLM replays CUDA graphs for steps of up to ``cudagraph_max_tokens`` tokens (its
+    # default capture sizes end at 512); larger steps launch every kernel eagerly, which
+    # costs this much more per decoder layer.
+    eager_layer_overhead_s: float = 0.0
+    cudagraph_max_tokens: int = 512
     per_req_overhead_s: float = 0.00002  # per scheduled request (metadata, sampling)
     mem_util: float = 0.9  # vLLM --gpu-memory-utilization
     reserve_gb: float = 1.5  # CUDA context, graphs, allocator slack (not KV)
@@ -106,6 +112,8 @@ class RooflineCostModel(CostModel):
         self._n_a = p.attn_c_half * REF_HEADS / (m.heads / tp)
         self._ctx_exp = p.attn_ctx_exp
         self._fixed = p.step_overhead_s
+        self._eager = p.eager_layer_overhead_s * m.layers
+        self._graph_max = p.cudagraph_max_tokens
         self._per_req = p.per_req_overhead_s
         # KV capacity: vLLM's budget minus weights, activations for one full step, reserve.
         act_bytes = max_num_batched_tokens * (m.hidden * 6 + 2 * m.intermediate) * 2
@@ -138,7 +146,8 @@ class RooflineCostModel(CostModel):
             t_attn = t_flop if t_flop > t_kv else t_kv
         t_attn += self._decode_kv_per_tok * step.decode_ctx_tokens
         reqs = step.num_prefill_reqs + step.num_decodes
-        return (t_gemm + t_attn + self._lm_head_per_req * reqs + self._fixed
+        fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
+        return (t_gemm + t_attn + self._lm_head_per_req * reqs + fixed
                 + self._per_req * reqs)
 
     def describe(self) -> dict[str, object]:
