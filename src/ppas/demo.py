@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppas.commands.common import floats
 from ppas.errors import PpasError
 
 DEMO_PHASES = "6:0.5,6:{burst},6:0.5,6:{burst},6:0.5"
@@ -210,14 +211,6 @@ def plot_demo(records: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise PpasError(f"bad --burst-rates {text!r}; expected comma-separated numbers > 0"
-                        ) from None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DemoSettings("", "")
     p.add_argument("--model-dir", required=True, help="model folder (ppas make-tiny-model)")
@@ -245,8 +238,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ppas.plot import check_plot_path
 
+    bursts = tuple(floats(args.burst_rates, "--burst-rates"))
     st = DemoSettings(args.model_dir, args.out_dir, args.small_budget, args.large_budget,
-                      args.n_th, args.phases, _floats(args.burst_rates), args.seed,
+                      args.n_th, args.phases, bursts, args.seed,
                       args.prompt_tokens, args.output_tokens, args.max_num_seqs)
     Path(st.out_dir).mkdir(parents=True, exist_ok=True)
     plot = check_plot_path(args.plot or Path(st.out_dir) / "demo.png")

@@ -224,20 +224,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = make_tiny_model(
-        args.out_dir,
-        hidden_size=args.hidden_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        num_kv_heads=args.num_kv_heads,
-        intermediate_size=args.intermediate_size,
-        vocab_size=args.vocab_size,
-        max_position_embeddings=args.max_position_embeddings,
-        seed=args.seed,
-    )
-    n = TinyModelConfig(
-        args.hidden_size, args.num_layers, args.num_heads, args.num_kv_heads,
-        args.intermediate_size, args.vocab_size, args.max_position_embeddings, args.seed,
-    ).num_params
+    sizes = {f: getattr(args, f) for f in ("hidden_size", "num_layers", "num_heads",
+                                            "num_kv_heads", "intermediate_size", "vocab_size",
+                                            "max_position_embeddings", "seed")}
+    out = make_tiny_model(args.out_dir, **sizes)
+    n = TinyModelConfig(**sizes).num_params
     print(f"tiny Qwen2 model ({n / 1e6:.1f}M params, float32) in {out}")
     return 0
