@@ -7,10 +7,11 @@ import pytest
 from ppas.errors import PpasError
 from ppas.policies import make_policy, policy_names
 from ppas.state import RequestSnapshot, SchedulerView
+from ppas.step_rules import view_counts
 
 
 def view(reqs: list[RequestSnapshot], mbt: int = 16384) -> SchedulerView:
-    np_, nd = SchedulerView.count(reqs)
+    np_, nd = view_counts(reqs)
     return SchedulerView(0.0, reqs, np_, nd, mbt, 256)
 
 
@@ -100,7 +101,8 @@ def test_every_registered_policy_parses_with_defaults() -> None:
 
 
 def test_enforced_budget_liveness() -> None:
-    from ppas.policies import Decision, enforced_budget
+    from ppas.policies import Decision
+    from ppas.step_rules import enforced_budget
 
     idle = view([waiting(0)])
     assert enforced_budget(Decision(0), idle) == 16384  # would stall: lifted

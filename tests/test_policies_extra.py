@@ -19,6 +19,7 @@ from ppas.policies.costs import StepCosts, chunk_shape
 from ppas.policies.predictive import Predictive, kv_admission_cap, project
 from ppas.simulator import EngineConfig, simulate
 from ppas.state import RequestSnapshot, SchedulerView, StepRecord
+from ppas.step_rules import view_counts
 from ppas.workload import RequestSpec
 
 NEW = ("dlfp", "dlfp-completion", "sloweave", "flowprefill", "lprs-apc", "ppas-auto",
@@ -28,7 +29,7 @@ CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
 def view(reqs: list[RequestSnapshot], now: float = 10.0, mbt: int = 16384,
          steps: tuple[StepRecord, ...] = ()) -> SchedulerView:
-    np_, nd = SchedulerView.count(reqs)
+    np_, nd = view_counts(reqs)
     return SchedulerView(now, reqs, np_, nd, mbt, 256, steps)
 
 
@@ -381,7 +382,7 @@ def test_engine_invariants_with_each_policy(reqs: list[tuple[float, int, int, fl
     mbt = policy.max_num_batched_tokens
     for s in res.steps:
         assert s.num_prefill_tokens <= s.prefill_budget
-        assert s.num_prefill_tokens + s.num_decode_tokens <= mbt
+        assert s.num_tokens <= mbt
         assert s.kv_blocks_used <= blocks
         if s.running_decodes and not s.num_preempted:
             assert s.num_decode_tokens >= 1  # a policy never stalls running decodes

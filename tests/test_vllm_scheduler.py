@@ -20,6 +20,7 @@ from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # no
 from ppas.errors import PpasError  # noqa: E402
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 from ppas.state import SchedulerView  # noqa: E402
+from ppas.step_rules import pending_prefills, view_counts  # noqa: E402
 from ppas.vllm import (  # noqa: E402
     AsyncPolicyScheduler,
     PolicyScheduler,
@@ -94,7 +95,7 @@ def test_view_counts_and_recent_steps(model_dir: str) -> None:
         sched.add_request(make_request(f"w{i}", 9000 // 3, 5, seed=i))
     v = sched.ppas_view(1.0)
     assert (v.num_pending_prefills, v.num_running_decodes) == (3, 1)
-    assert SchedulerView.count(v.requests) == (3, 1)
+    assert view_counts(v.requests) == (3, 1)
     assert [r.request_id for r in v.requests] == ["a", "w0", "w1", "w2"]
     assert v.requests[0].is_running and not v.requests[-1].is_running
     assert v.requests[-1].prompt_tokens == 3000 and v.requests[0].num_computed_tokens == 100
@@ -188,7 +189,7 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
             return 4096
 
         def decide(self, view: SchedulerView) -> Decision:
-            ids = tuple(r.request_id for r in view.prefilling())[::-1]
+            ids = tuple(r.request_id for r in pending_prefills(view))[::-1]
             return Decision(300, prefill_order=ids, decodes_first=True)
 
     sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)

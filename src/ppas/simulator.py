@@ -1,22 +1,35 @@
 """A discrete-step simulator with vLLM V1's scheduling semantics.
 
-One loop iteration is one engine step, exactly as vLLM's ``Scheduler.schedule()``:
+``EngineSim`` is one engine, stepped like vLLM's ``EngineCore``: ``add_request`` when a
+request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
+``update_from_output``. Each step, in the order of vLLM's code:
 
-1. Running requests first, in order. A request needs ``num_tokens - num_computed`` tokens
-   (prompt + outputs so far); a prefill gets ``min(need, token budget left, prefill cap
-   left)`` and is skipped when that is 0; a decode gets 1 token while the budget lasts.
-   When the paged KV cache (block size 16) cannot hold the new tokens, the *last* running
-   request is preempted (recompute: its blocks are freed, ``num_computed`` resets to 0 and
-   it goes to the front of the waiting queue); if that is the request itself, the loop stops.
-2. Then, only if nobody was preempted, waiting requests FCFS while the token budget and the
-   prefill cap last, ``len(running) < max_num_seqs`` and their first chunk's blocks fit.
-3. The step's duration comes from the cost model; every request whose computed tokens
-   reach its token count samples one token at the step's end (so the first token comes
-   from the step that ran the last prompt chunk). A request finishes at its last token.
+1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d by
+   ``ppas.step_rules.counts``);
+2. **decide**: ``policy.decide(view)``, made safe by ``step_rules.enforced_budget``
+   (liveness) and applied to the queues by ``step_rules.order_running/order_waiting``;
+3. **shape the step** (``_schedule``): running requests first, in order. A request needs
+   ``num_tokens - num_computed`` tokens; it gets ``min(need, token budget left)``, clamped
+   by the prefill cap (``step_rules.PrefillCap``), and is skipped when that is 0; a decode
+   gets 1 token while the budget lasts. When the paged KV cache (``block_size`` blocks)
+   cannot hold the new tokens, the *last* running request is preempted (recompute: its
+   blocks are freed, ``num_computed`` resets to 0 and it goes to the front of the waiting
+   queue); if that is the request itself, the loop stops. Then, only if nobody was
+   preempted, waiting requests FCFS while the token budget lasts, ``len(running) <
+   max_num_seqs``, the capped chunk is not 0 and the request's whole sequence so far fits
+   in the free blocks (vLLM's ``scheduler_reserve_full_isl`` admission, its default);
+4. **advance** (``_advance``): the step's duration is the cost model's time for the step's
+   shape (``step_rules.StepTally``); every request whose computed tokens reach its token
+   count samples one token at the step's end (``step_rules.samples_token``). A request
+   finishes at its last token and frees its blocks.
 
-The policy's ``Decision.prefill_budget`` is the prefill cap; the global token budget is
-the policy's ``max_num_batched_tokens`` (P-PAS §3.2). Invariants checked by the tests:
-prefill tokens <= cap, all tokens <= budget, KV blocks <= capacity, every request finishes.
+``simulate()`` drives one engine over a trace (admit arrivals, step while there is work,
+jump the clock to the next arrival when idle); a cluster simulator can drive several
+``EngineSim``\\ s on one event clock the same way. The policy's ``Decision.prefill_budget``
+is the prefill cap; the global token budget is the policy's ``max_num_batched_tokens``
+(P-PAS §3.2). Invariants checked by the tests: prefill-chunk tokens <= cap, all tokens <=
+budget, KV blocks <= capacity, every request finishes; ``tests/test_differential.py``
+checks the per-step schedule against vLLM's own scheduler with the plugin.
 """
 
 from __future__ import annotations
@@ -29,8 +42,18 @@ from dataclasses import dataclass, field
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.metrics import RequestMetrics, run_summary
-from ppas.policies.base import Decision, Policy, enforced_budget
+from ppas.policies.base import Policy
 from ppas.state import SchedulerView, StepRecord
+from ppas.step_rules import (
+    PrefillCap,
+    StepTally,
+    counts,
+    enforced_budget,
+    order_running,
+    order_waiting,
+    recent_steps_kept,
+    samples_token,
+)
 from ppas.workload import RequestSpec, Trace
 
 
@@ -43,7 +66,6 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
-    history: int = 16  # recent StepRecords passed to policies
 
     def __post_init__(self) -> None:
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -54,18 +76,19 @@ class EngineConfig:
 
 
 class SimRequest:
-    """Mutable engine-side request; also the ``RequestView`` policies read."""
+    """Mutable engine-side request; also the ``RequestView`` policies read. Carries vLLM's
+    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.step_rules``."""
 
-    __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "max_output_tokens",
-                 "num_computed_tokens", "num_output_tokens", "is_running", "first_token_time",
-                 "last_token_time", "finish_time", "blocks", "num_preemptions", "ttft_slo",
-                 "tpot_slo", "slo_class", "failed")
+    __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
+                 "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
+                 "first_token_time", "last_token_time", "finish_time", "blocks",
+                 "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed")
 
     def __init__(self, index: int, spec: RequestSpec) -> None:
         self.request_id = str(index)
         self.index = index
         self.arrival_time = spec.arrival_s
-        self.prompt_tokens = spec.prompt_tokens
+        self.prompt_tokens = self.num_prompt_tokens = spec.prompt_tokens
         self.max_output_tokens = spec.output_tokens
         self.ttft_slo = spec.ttft_slo
         self.tpot_slo = spec.tpot_slo
@@ -80,6 +103,10 @@ class SimRequest:
         self.num_preemptions = 0
         self.failed: str | None = None
 
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus the output tokens sampled so far (vLLM's ``Request.num_tokens``)."""
+        return self.prompt_tokens + self.num_output_tokens
 
 
 class _Chain(Sequence[SimRequest]):
@@ -108,23 +135,37 @@ class _Chain(Sequence[SimRequest]):
 
 @dataclass(frozen=True, slots=True)
 class StepTrace:
-    """Per-step record kept when ``simulate(..., record_steps=True)`` (tests, plots).
+    """Per-step record kept with ``record_steps=True`` (tests, plots).
 
-    ``num_prefill_tokens`` counts chunks inside a prompt (what the policy's cap limits);
-    ``num_decode_tokens`` everything else (decodes, and recompute of output tokens after a
-    preemption); ``num_decode_reqs`` the requests past their prompt that got tokens.
+    Token classes follow ``ppas.step_rules`` (rule 5): ``num_prefill_tokens`` are the
+    tokens of prefill chunks (inside a prompt: what the policy's cap limits),
+    ``num_recompute_tokens`` those of recompute tails after a preemption (priced as
+    prefill, not capped), ``num_decode_tokens`` the single-token decodes;
+    ``num_decode_reqs`` counts the requests past their prompt that got tokens (decodes and
+    recompute tails: the N_d side). ``scheduled`` lists (request id, tokens) in schedule order,
+    ``preempted`` the ids preempted this step, in order.
     """
 
     time: float
     duration_s: float
     prefill_budget: int
     num_prefill_tokens: int
+    num_recompute_tokens: int
     num_decode_tokens: int
     num_decode_reqs: int
     pending_prefills: int
     running_decodes: int
     kv_blocks_used: int
-    num_preempted: int
+    scheduled: tuple[tuple[str, int], ...]
+    preempted: tuple[str, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_recompute_tokens + self.num_decode_tokens
+
+    @property
+    def num_preempted(self) -> int:
+        return len(self.preempted)
 
 
 @dataclass
@@ -141,15 +182,201 @@ class SimResult:
             if r.failed or r.finish_time is None or r.first_token_time is None:
                 continue
             out.append(RequestMetrics(
-                r.arrival_time, r.first_token_time - r.arrival_time,
-                r.finish_time - r.arrival_time,
-                (r.finish_time - r.first_token_time) / max(r.max_output_tokens - 1, 1),
-                r.max_output_tokens, r.ttft_slo, r.tpot_slo, r.slo_class))
+                arrival_s=r.arrival_time, ttft=r.first_token_time - r.arrival_time,
+                e2e=r.finish_time - r.arrival_time,
+                tpot=(r.finish_time - r.first_token_time) / max(r.max_output_tokens - 1, 1),
+                output_tokens=r.max_output_tokens, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
+                slo_class=r.slo_class))
         return out
 
     def summary(self) -> dict[str, float | int]:
         failed = sum(1 for r in self.requests if r.failed)
         return run_summary(self.request_metrics(), failed)
+
+
+class EngineSim:
+    """One simulated vLLM V1 engine under ``policy``, on its own clock ``now``."""
+
+    def __init__(self, policy: Policy, cost_model: CostModel, engine: EngineConfig | None = None,
+                 record_steps: bool = False) -> None:
+        engine = engine or EngineConfig()
+        policy.bind_cost_model(cost_model)
+        self.policy = policy
+        self.step_time = cost_model.step_time
+        self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
+        self.block_size = engine.block_size
+        self.max_num_seqs = engine.max_num_seqs
+        if engine.num_kv_blocks is not None:
+            self.total_blocks: int | None = engine.num_kv_blocks
+        elif cost_model.kv_capacity_tokens is not None:
+            self.total_blocks = max(1, cost_model.kv_capacity_tokens // engine.block_size)
+        else:
+            self.total_blocks = None
+        self.free_blocks = self.total_blocks if self.total_blocks is not None else 1 << 62
+        self.record_steps = record_steps
+        self.now = 0.0
+        self.requests: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.waiting: deque[SimRequest] = deque()
+        self.recent: deque[StepRecord] = deque(maxlen=recent_steps_kept(policy))
+        self.steps: list[StepTrace] = []
+        self.num_steps = self.num_preemptions = 0
+        self._last_launch: float | None = None
+        self._chain = _Chain(self.running, self.waiting)
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, spec: RequestSpec) -> SimRequest:
+        """A request arrives (its ``arrival_s`` is its arrival time; the engine's clock moves
+        to it when idle). One that cannot fit in the KV cache alone fails at once (vLLM
+        refuses it up front through ``max_model_len``)."""
+        r = SimRequest(len(self.requests), spec)
+        self.requests.append(r)
+        bs = self.block_size
+        if self.total_blocks is not None and (
+                -(-(r.prompt_tokens + r.max_output_tokens) // bs) > self.total_blocks):
+            r.failed = "request does not fit in the KV cache"
+            return r
+        if not self.has_work() and self.now < r.arrival_time:
+            self.now = r.arrival_time
+        self.waiting.append(r)
+        return r
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def idle_until(self, t: float) -> None:
+        """Move an idle engine's clock to ``t`` (the next arrival)."""
+        if not self.has_work() and t > self.now:
+            self.now = t
+
+    # -- one step ----------------------------------------------------------------------------
+    def step(self) -> None:
+        """One engine step: view, decide, shape, advance (module doc)."""
+        view = self._view()
+        decision = self.policy.decide(view)
+        cap = enforced_budget(decision, view)
+        order_running(self.running, decision)
+        order_waiting(self.waiting, decision)
+        sched, preempted = self._schedule(cap)
+        if not sched:
+            # step_rules.enforced_budget and the arrival check make this unreachable: a
+            # step with work always schedules or preempts something.
+            raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
+        self._advance(view, cap, sched, preempted)
+
+    def _view(self) -> SchedulerView:
+        np_, nd = counts(self.running, len(self.waiting))
+        return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
+                             num_running_decodes=nd, max_num_batched_tokens=self.mbt,
+                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
+
+    def _schedule(self, prefill_budget: int) -> tuple[list[tuple[SimRequest, int]],
+                                                       list[SimRequest]]:
+        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests)."""
+        running, waiting, bs = self.running, self.waiting, self.block_size
+        cap = PrefillCap(prefill_budget)
+        clamp, charge = cap.clamp, cap.charge
+        budget = self.mbt
+        sched: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            c, p = r.num_computed_tokens, r.prompt_tokens
+            need = p + r.num_output_tokens - c
+            n = clamp(c, p, need if need < budget else budget)
+            if n <= 0:
+                i += 1
+                continue
+            extra = -(-(c + n) // bs) - r.blocks
+            while extra > self.free_blocks:
+                victim = running.pop()  # lowest priority: the last running request
+                self.free_blocks += victim.blocks
+                victim.blocks = 0
+                victim.num_computed_tokens = 0
+                victim.is_running = False
+                victim.num_preemptions += 1
+                waiting.appendleft(victim)
+                preempted.append(victim)
+                if victim is r:
+                    break
+            if not r.is_running:
+                break
+            r.blocks += extra
+            self.free_blocks -= extra
+            sched.append((r, n))
+            budget -= n
+            charge(c, p, n)
+            i += 1
+        if preempted:
+            return sched, preempted
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            r = waiting[0]
+            c, p = r.num_computed_tokens, r.prompt_tokens
+            total = p + r.num_output_tokens
+            need = total - c
+            n = clamp(c, p, need if need < budget else budget)
+            if n <= 0 or -(-total // bs) - r.blocks > self.free_blocks:
+                break  # capped to nothing, or the whole sequence does not fit (admission)
+            extra = -(-(c + n) // bs) - r.blocks
+            waiting.popleft()
+            r.is_running = True
+            r.blocks += extra
+            self.free_blocks -= extra
+            running.append(r)
+            sched.append((r, n))
+            budget -= n
+            charge(c, p, n)
+        return sched, preempted
+
+    def _advance(self, view: SchedulerView, cap: int, sched: list[tuple[SimRequest, int]],
+                 preempted: list[SimRequest]) -> None:
+        """Price the step, move the clock, sample tokens, finish requests."""
+        tally = StepTally()
+        add = tally.add
+        for r, n in sched:
+            add(r.num_computed_tokens, r.prompt_tokens, n)
+        dt = self.step_time(tally.shape())
+        launch = self.now
+        interval = launch - self._last_launch if self._last_launch is not None else 0.0
+        self._last_launch = launch
+        self.now = now = launch + dt
+        self.num_steps += 1
+        self.num_preemptions += len(preempted)
+        self.recent.append(tally.record(launch, dt, interval, cap))
+
+        any_finished = False
+        for r, n in sched:
+            r.num_computed_tokens += n
+            if samples_token(r.num_computed_tokens, r.prompt_tokens + r.num_output_tokens):
+                r.num_output_tokens += 1
+                if r.first_token_time is None:
+                    r.first_token_time = now
+                r.last_token_time = now
+                if r.num_output_tokens >= r.max_output_tokens:
+                    r.finish_time = now
+                    r.is_running = False
+                    self.free_blocks += r.blocks
+                    r.blocks = 0
+                    any_finished = True
+        if any_finished:
+            self.running[:] = [r for r in self.running if r.is_running]
+        if self.record_steps:
+            used = (self.total_blocks - self.free_blocks) if self.total_blocks is not None else 0
+            self.steps.append(StepTrace(
+                time=launch, duration_s=dt, prefill_budget=cap,
+                num_prefill_tokens=tally.prompt_tokens,
+                num_recompute_tokens=tally.recompute_tokens,
+                num_decode_tokens=tally.decode_reqs,
+                num_decode_reqs=tally.decode_reqs + tally.tail_reqs,
+                pending_prefills=view.num_pending_prefills,
+                running_decodes=view.num_running_decodes, kv_blocks_used=used,
+                scheduled=tuple((r.request_id, n) for r, n in sched),
+                preempted=tuple(r.request_id for r in preempted)))
+
+    def result(self) -> SimResult:
+        return SimResult(self.requests, self.num_steps, self.num_preemptions,
+                         self.total_blocks, self.steps)
 
 
 def simulate(
@@ -159,204 +386,22 @@ def simulate(
     engine: EngineConfig | None = None,
     record_steps: bool = False,
 ) -> SimResult:
-    """Replay ``trace`` through vLLM V1 step semantics under ``policy``."""
-    engine = engine or EngineConfig()
-    specs = trace.requests if isinstance(trace, Trace) else tuple(trace)
-    reqs = [SimRequest(i, s) for i, s in enumerate(sorted(specs, key=lambda s: s.arrival_s))]
-    policy.bind_cost_model(cost_model)
-    mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
-    bs = engine.block_size
-    if engine.num_kv_blocks is not None:
-        total_blocks: int | None = engine.num_kv_blocks
-    elif cost_model.kv_capacity_tokens is not None:
-        total_blocks = max(1, cost_model.kv_capacity_tokens // bs)
-    else:
-        total_blocks = None
-    free = total_blocks if total_blocks is not None else 1 << 62
-    max_seqs = engine.max_num_seqs
-    step_time = cost_model.step_time
-    decide = policy.decide
-
-    running: list[SimRequest] = []
-    waiting: deque[SimRequest] = deque()
-    recent: deque[StepRecord] = deque(maxlen=max(1, engine.history, policy.history_window))
-    steps: list[StepTrace] = []
-    n_total, n_done, nxt = len(reqs), 0, 0
-    now, prev_dt, num_steps, num_preempt = 0.0, 0.0, 0, 0
-    chain = _Chain(running, waiting)
-
-    while n_done < n_total:
-        while nxt < n_total and reqs[nxt].arrival_time <= now:
-            r = reqs[nxt]
-            nxt += 1
-            need = -(-(r.prompt_tokens + r.max_output_tokens) // bs)
-            if total_blocks is not None and need > total_blocks:
-                r.failed = "request does not fit in the KV cache"
-                n_done += 1
-                continue
-            waiting.append(r)
-        if not running and not waiting:
-            if nxt >= n_total:
-                break
-            now = reqs[nxt].arrival_time
-            continue
-
-        n_run_prefill = 0
-        for r in running:
-            if r.num_computed_tokens < r.prompt_tokens:
-                n_run_prefill += 1
-        n_pending = n_run_prefill + len(waiting)
-        n_decodes = len(running) - n_run_prefill
-        view = SchedulerView(now, chain, n_pending, n_decodes, mbt, max_seqs, recent)
-        d: Decision = decide(view)
-        cap = enforced_budget(d, view)
-        if d.decodes_first or d.prefill_order is not None:
-            _reorder(running, waiting, d)
-
-        sched, preempted, free = _schedule(running, waiting, mbt, cap, free, bs, max_seqs)
-        if not sched and not preempted and cap < mbt:
-            # Liveness guard: a cap that would stall the engine with work queued is lifted
-            # for this step (the policy can never starve the whole server).
-            cap = mbt
-            sched, preempted, free = _schedule(running, waiting, mbt, cap, free, bs, max_seqs)
-        if not sched:
-            # Nothing schedulable (cannot happen with consistent KV accounting): fail the
-            # head of the queue rather than loop forever.
-            r = waiting.popleft() if waiting else running.pop()
-            r.failed, r.is_running = "unschedulable", False
-            free += r.blocks
-            r.blocks = 0
-            n_done += 1
-            continue
-        num_preempt += preempted
-
-        # Step shape (token-budget view) -> duration.
-        p_tok = p_req = p_kv = n_dec = d_ctx = capped = 0
-        p_work = 0.0
-        for r, n in sched:
-            c = r.num_computed_tokens
-            if c < r.prompt_tokens:
-                capped += n
-            if n > 1 or c < r.prompt_tokens:  # a chunk of many tokens costs as a prefill
-                p_tok += n
-                p_req += 1
-                p_work += n * (c + (n + 1) * 0.5)
-                p_kv += c + n
-            else:
-                n_dec += 1
-                d_ctx += c
-        dt = step_time(StepShape(p_tok, p_req, p_work, p_kv, n_dec, d_ctx))
-        launch = now
-        now += dt
-        num_steps += 1
-        recent.append(StepRecord(launch, dt, prev_dt or dt, cap, p_tok, n_dec, p_req, n_dec))
-        prev_dt = dt
-
-        any_finished = False
-        for r, n in sched:
-            r.num_computed_tokens += n
-            if r.num_computed_tokens >= r.prompt_tokens + r.num_output_tokens:
-                r.num_output_tokens += 1
-                if r.first_token_time is None:
-                    r.first_token_time = now
-                r.last_token_time = now
-                if r.num_output_tokens >= r.max_output_tokens:
-                    r.finish_time = now
-                    r.is_running = False
-                    free += r.blocks
-                    r.blocks = 0
-                    any_finished = True
-                    n_done += 1
-        if any_finished:
-            running[:] = [r for r in running if r.is_running]
-        if record_steps:
-            used = (total_blocks - free) if total_blocks is not None else 0
-            past = [n for r, n in sched if r.num_computed_tokens - n >= r.prompt_tokens]
-            steps.append(StepTrace(launch, dt, cap, capped, p_tok + n_dec - capped, len(past),
-                                   n_pending, n_decodes, used, preempted))
-
-    return SimResult(reqs, num_steps, num_preempt, total_blocks, steps)
-
-
-def _reorder(running: list[SimRequest], waiting: deque[SimRequest], d: Decision) -> None:
-    """Decodes first (stable), then prefills in the policy's order (unlisted ones after,
-    in engine order); the waiting queue is reordered the same way."""
-    rank: dict[str, int] = {}
-    if d.prefill_order is not None:
-        rank = {rid: i for i, rid in enumerate(d.prefill_order)}
-    big = len(rank)
-    dec = [r for r in running if r.num_computed_tokens >= r.prompt_tokens]
-    pre = [r for r in running if r.num_computed_tokens < r.prompt_tokens]
-    if rank:
-        pre.sort(key=lambda r: rank.get(r.request_id, big))
-        w = sorted(waiting, key=lambda r: rank.get(r.request_id, big))
-        waiting.clear()
-        waiting.extend(w)
-    running[:] = dec + pre
-
-
-def _schedule(
-    running: list[SimRequest],
-    waiting: deque[SimRequest],
-    budget: int,
-    cap: int,
-    free: int,
-    bs: int,
-    max_seqs: int,
-) -> tuple[list[tuple[SimRequest, int]], int, int]:
-    """One vLLM V1 ``schedule()``: returns (scheduled (req, tokens), #preempted, free)."""
-    sched: list[tuple[SimRequest, int]] = []
-    preempted = 0
-    i = 0
-    while i < len(running) and budget > 0:
-        r = running[i]
-        need = r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-        # The cap applies to chunks inside the prompt, as the policy's N_p counts them (and
-        # as ppas.vllm does); past the prompt (decode, or recompute of outputs after a
-        # preemption) only the global budget applies.
-        in_prompt = r.num_computed_tokens < r.prompt_tokens
-        n = min(need, budget, cap) if in_prompt else min(need, budget)
-        if n <= 0:
+    """Replay ``trace`` through one ``EngineSim`` under ``policy``: admit the arrivals up
+    to the engine's clock, step while there is work, else jump to the next arrival."""
+    sim = EngineSim(policy, cost_model, engine, record_steps)
+    specs = sorted(trace.requests if isinstance(trace, Trace) else trace,
+                   key=lambda s: s.arrival_s)
+    i, n = 0, len(specs)
+    while True:
+        while i < n and specs[i].arrival_s <= sim.now:
+            sim.add_request(specs[i])
             i += 1
-            continue
-        extra = -(-(r.num_computed_tokens + n) // bs) - r.blocks
-        while extra > free:
-            victim = running.pop()  # lowest priority: the last running request
-            free += victim.blocks
-            victim.blocks = 0
-            victim.num_computed_tokens = 0
-            victim.is_running = False
-            victim.num_preemptions += 1
-            waiting.appendleft(victim)
-            preempted += 1
-            if victim is r:
-                break
-        if not r.is_running:
-            break
-        r.blocks += extra
-        free -= extra
-        sched.append((r, n))
-        budget -= n
-        if in_prompt:
-            cap -= n
-        i += 1
-    if preempted:
-        return sched, preempted, free
-    while waiting and budget > 0 and cap > 0 and len(running) < max_seqs:
-        r = waiting[0]
-        n = min(r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens, budget, cap)
-        extra = -(-(r.num_computed_tokens + n) // bs) - r.blocks
-        if extra > free:
-            break
-        waiting.popleft()
-        r.is_running = True
-        r.blocks += extra
-        free -= extra
-        running.append(r)
-        sched.append((r, n))
-        budget -= n
-        cap -= n
-    return sched, preempted, free
+        if sim.has_work():
+            sim.step()
+        elif i < n:
+            sim.idle_until(specs[i].arrival_s)
+        else:
+            return sim.result()
 
 
 def lower_bound_latency(spec: RequestSpec, cost_model: CostModel,

@@ -2,8 +2,9 @@
 
 The same view is produced by the simulator (``ppas.simulator``) and by the vLLM adapter
 (``ppas.vllm``), so a policy runs unchanged in both. vLLM's token-budget model: there is
-no prefill or decode phase, only ``num_computed_tokens`` catching up with the prompt; a
-request is *prefilling* while ``num_computed_tokens < prompt_tokens`` (P-PAS §3).
+no prefill or decode phase, only ``num_computed_tokens`` catching up with the prompt.
+Which requests count as pending prefills (N_p) or decodes (N_d) is a step rule
+(``ppas.step_rules.is_pending_prefill``, P-PAS §3).
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ class StepRecord:
     """One executed engine step, as fed back to policies (and written to the step log).
 
     ``duration_s`` is completion-timed: from the step's launch to its output arriving.
-    ``interval_s`` is the time between successive scheduler calls (DLFP's original proxy).
+    ``interval_s`` is the time between successive scheduler calls (DLFP's original proxy;
+    0 for an engine's first step). Prefill counts cover every chunk priced as prefill,
+    recompute tails after a preemption included; decodes are single tokens past the prompt
+    (``ppas.step_rules``, rule 5).
     """
 
     launch_time: float
@@ -84,8 +88,8 @@ class SchedulerView:
     ``requests``: running requests in the engine's order, then waiting ones FCFS.
     ``num_pending_prefills`` (N_p) counts running requests with prompt tokens left plus
     all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
-    prompt (P-PAS §3). Engines compute both while building the view so that policies that
-    need only counts cost O(1).
+    prompt (P-PAS §3; ``ppas.step_rules.counts``). Engines compute both while building the
+    view so that policies that need only counts cost O(1).
     """
 
     now: float
@@ -95,22 +99,3 @@ class SchedulerView:
     max_num_batched_tokens: int
     max_num_seqs: int
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
-
-    def prefilling(self) -> list[RequestView]:
-        return [r for r in self.requests if r.num_computed_tokens < r.prompt_tokens]
-
-    def decoding(self) -> list[RequestView]:
-        return [
-            r for r in self.requests if r.is_running and r.num_computed_tokens >= r.prompt_tokens
-        ]
-
-    @staticmethod
-    def count(requests: Sequence[RequestView]) -> tuple[int, int]:
-        """(N_p, N_d) of a request list; used by engines and tests."""
-        np_ = nd = 0
-        for r in requests:
-            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
-                np_ += 1
-            else:
-                nd += 1
-        return np_, nd

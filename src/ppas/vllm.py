@@ -11,27 +11,26 @@ policy; default none). Supported vLLM versions: ``SUPPORTED_VLLM`` (checked at s
 
 The hook (no copy of vLLM's ``schedule()``)
 ------------------------------------------
-Both loops of vLLM's ``Scheduler.schedule()`` (running, then waiting) pass every request's
-token count through ``_reserve_prefill_lookahead(request, num_computed, num_new)`` right
-before the ``num_new_tokens == 0`` test: the running loop then *skips* the request, the
-waiting loop *stops admission*. That is exactly the paper patch's cap behaviour, so we
-override only that method: a prefill chunk gets ``min(its tokens, cap left)`` and the cap
-shrinks by what it got. Invariants, per step:
+Every rule of a step (what a prefill chunk is, N_p/N_d, liveness, ordering, the cap,
+recompute accounting, token times) is ``ppas.step_rules``', shared with the simulator;
+this module only connects them to vLLM. Both loops of vLLM's ``Scheduler.schedule()``
+(running, then waiting) pass every request's token count through
+``_reserve_prefill_lookahead(request, num_computed, num_new)`` right before the
+``num_new_tokens == 0`` test: the running loop then *skips* the request, the waiting loop
+*stops admission*. That is exactly the paper patch's cap behaviour, so we override only
+that method, with ``step_rules.PrefillCap``. Invariants, per step:
 
-* sum of prefill tokens scheduled <= ``Decision.prefill_budget`` (the cap is charged before
+* sum of prefill-chunk tokens scheduled <= the enforced budget (the cap is charged before
   allocation; a request that then fails allocation ends its loop, so an over-charge can only
   leave the cap unused, never exceeded);
-* decode chunks pass through untouched: the policy never reduces decode tokens;
+* chunks past the prompt (decodes, recompute tails) pass through untouched;
 * the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
 
-A chunk is a prefill chunk when it starts inside the prompt (``num_computed < prompt``), the
-same test that puts a request in N_p rather than N_d in the policy's view (P-PAS §3): a
-request the policy counts as decoding is never capped, so a zero budget cannot stall it.
-After a preemption, recomputing the output tokens past the prompt is decode-side work
-(uncapped, logged as one multi-token decode).
-``decodes_first`` moves running decodes ahead of running prefills (stable); ``prefill_order``
-reorders running prefills among their own slots and the FCFS waiting queue (best effort:
-vLLM always serves running requests before waiting ones; a priority queue is left as is).
+``prefill_order`` sorts the FCFS waiting queue; a priority queue and ``kv_holding_waiting``
+are left as they are. Times: the view's ``now``, arrivals and last-token times are on
+``wall_clock`` (vLLM's request clock, ``time.time``), step launch/completion on
+``step_clock`` (``time.monotonic``); the differential test replaces both with one
+synthetic clock.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -54,15 +53,24 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 from ppas.errors import PpasError
-from ppas.policies import Decision, Policy, enforced_budget, make_policy, policy_names
+from ppas.policies import Decision, Policy, make_policy, policy_names
 from ppas.state import RequestView, SchedulerView, StepRecord
+from ppas.step_rules import (
+    PrefillCap,
+    StepTally,
+    counts,
+    enforced_budget,
+    order_running,
+    order_waiting,
+    recent_steps_kept,
+    samples_token,
+)
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
 
 #: vLLM release lines (major.minor) this adapter is tested against.
 SUPPORTED_VLLM = ("0.32",)
 CONFIG_KEYS = ("policy", "step_log", "step_log_flush", "cost_model")
-HISTORY = 32  # StepRecords kept for feedback policies (recent_steps)
 
 
 def check_vllm_version(version: str) -> None:
@@ -216,11 +224,6 @@ class _LazyRequests(Sequence[RequestView]):
         raise IndexError(i)  # pragma: no cover
 
 
-def is_prefill_chunk(request: Request, num_computed_tokens: int) -> bool:
-    """Whether a chunk starting at ``num_computed_tokens`` is prefill (inside the prompt)."""
-    return bool(num_computed_tokens < request.num_prompt_tokens)
-
-
 class StepLog:
     """Buffered JSONL writer: one object per completed step, written every ``flush_every``
     lines, when the engine goes idle, at shutdown and at interpreter exit."""
@@ -263,10 +266,8 @@ class _Launched:
     num_pending_prefills: int
     num_running_decodes: int
     prefill_budget: int
-    num_prefill_tokens: int
-    num_prefill_reqs: int
-    prefill_chunks: list[tuple[int, int]] | None
-    decode_contexts: list[int] | None
+    tally: StepTally
+    sampled: list[str]  # requests that sample a token at the end of the step
 
 
 class PolicyScheduler(Scheduler):
@@ -312,9 +313,10 @@ class PolicyScheduler(Scheduler):
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
         self.ppas_decision: Decision | None = None  # the latest step's decision
-        self._prefill_left: int | None = None  # cap left; None outside schedule()
-        self._prefills: dict[str, tuple[int, int]] = {}  # req id -> (chunk, context)
-        self._history: deque[StepRecord] = deque(maxlen=max(HISTORY, policy.history_window))
+        self._cap: PrefillCap | None = None  # the step's cap; None outside schedule()
+        self._history: deque[StepRecord] = deque(maxlen=recent_steps_kept(policy))
+        self.wall_clock: Callable[[], float] = time.time
+        self.step_clock: Callable[[], float] = time.monotonic
         self._recent: tuple[StepRecord, ...] = ()
         self._launched: dict[int, _Launched] = {}
         self._last_token: dict[str, float] = {}  # request id -> wall time of its last step
@@ -333,12 +335,8 @@ class PolicyScheduler(Scheduler):
     def ppas_view(self, now: float) -> SchedulerView:
         """The policy's view: counts in one pass over ``running``; requests wrapped lazily."""
         running = self.running
-        nd = 0
-        for r in running:
-            if r.num_computed_tokens >= r.num_prompt_tokens:
-                nd += 1
         waiting = (self.kv_holding_waiting, self.waiting)
-        np_ = len(running) - nd + len(self.kv_holding_waiting) + len(self.waiting)
+        np_, nd = counts(running, len(self.kv_holding_waiting) + len(self.waiting))
         return SchedulerView(
             now=now,
             requests=_LazyRequests(running, waiting, self._last_token),  # type: ignore[arg-type]
@@ -349,45 +347,23 @@ class PolicyScheduler(Scheduler):
             recent_steps=self._recent,
         )
 
-    def _reorder(self, d: Decision) -> None:
-        """Apply ``decodes_first`` / ``prefill_order`` to running (and FCFS waiting)."""
-        running = self.running
-        if d.prefill_order:
-            rank = {rid: i for i, rid in enumerate(d.prefill_order)}
-            last = len(rank)
-            slots = [i for i, r in enumerate(running) if is_prefill_chunk(r, r.num_computed_tokens)]
-            ordered = sorted(
-                (running[i] for i in slots), key=lambda r: rank.get(r.request_id, last)
-            )
-            for i, r in zip(slots, ordered, strict=True):
-                running[i] = r
-            if isinstance(self.waiting, deque) and len(self.waiting) > 1:
-                items = sorted(self.waiting, key=lambda r: rank.get(r.request_id, last))
-                self.waiting.clear()
-                self.waiting.extend(items)
-        if d.decodes_first:
-            pre = [r for r in running if is_prefill_chunk(r, r.num_computed_tokens)]
-            if pre:
-                running[:] = [r for r in running if not is_prefill_chunk(r, r.num_computed_tokens)]
-                running.extend(pre)
-
     # -- vLLM hooks ---------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        now = time.monotonic()
+        now = self.step_clock()
         # The view's clock is vLLM's request clock (arrival_time is time.time()), so
         # policies can compare now, arrivals and last-token times.
-        view = self.ppas_view(time.time())
+        view = self.ppas_view(self.wall_clock())
         decision = self.ppas_decision = self.ppas_policy.decide(view)
         budget = enforced_budget(decision, view)
-        if decision.decodes_first or decision.prefill_order:
-            self._reorder(decision)
-        self._prefills.clear()
-        self._prefill_left = budget
+        order_running(self.running, decision)
+        if isinstance(self.waiting, deque):  # FCFS; a priority queue keeps its order
+            order_waiting(self.waiting, decision)
+        self._cap = PrefillCap(budget)
         try:
             out = super().schedule(*args, **kwargs)
         finally:
-            self._prefill_left = None
-        launch = time.monotonic()
+            self._cap = None
+        launch = self.step_clock()
         interval = now - self._last_schedule if self._last_schedule is not None else 0.0
         self._last_schedule = now
         if out.total_num_scheduled_tokens > 0:
@@ -398,31 +374,30 @@ class PolicyScheduler(Scheduler):
         self, request: Request, num_computed_tokens: int, num_new_tokens: int
     ) -> int:
         """vLLM's last per-request clamp before ``num_new_tokens == 0`` skips a running
-        request or stops admission: cap prefill chunks at the policy budget left.
-        (Runs for every scheduled request, so decodes take the shortest path.)"""
+        request or stops admission: the step's ``PrefillCap`` clamps and charges the chunk."""
         n: int = self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
-        left = self._prefill_left
-        if left is None or n <= 0 or num_computed_tokens >= request.num_prompt_tokens:
-            return n  # outside schedule(), nothing to cap, or a decode (not a prefill chunk)
-        if n > left:  # re-apply vLLM's clamp: the shorter chunk must respect it too
-            n = self._vllm_reserve(request, num_computed_tokens, left)
-        self._prefill_left = left - n
-        if n > 0:
-            self._prefills[request.request_id] = (n, num_computed_tokens)
-        return n
+        cap = self._cap
+        if cap is None or n <= 0:
+            return n  # outside schedule(), or nothing to cap
+        prompt = request.num_prompt_tokens
+        m = cap.clamp(num_computed_tokens, prompt, n)
+        if m < n:  # re-apply vLLM's clamp: the shorter chunk must respect it too
+            m = self._vllm_reserve(request, num_computed_tokens, m)
+        cap.charge(num_computed_tokens, prompt, m)
+        return m
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> Any:
-        done = time.monotonic()
+        done = self.step_clock()
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        wall, last = time.time(), self._last_token
-        for rid in scheduler_output.num_scheduled_tokens:
-            last[rid] = wall  # a token (or a prefill chunk) completed now
-        if len(last) > 2 * len(self.requests) + 64:  # drop finished requests, amortised
-            self._last_token = {k: v for k, v in last.items() if k in self.requests}
         launched = self._launched.pop(id(scheduler_output), None)
         if launched is not None and launched.output is scheduler_output:
+            wall, last = self.wall_clock(), self._last_token
+            for rid in launched.sampled:
+                last[rid] = wall  # its token was sampled now
+            if len(last) > 2 * len(self.requests) + 64:  # drop finished requests, amortised
+                self._last_token = {k: v for k, v in last.items() if k in self.requests}
             self._on_complete(launched, done)
         if self.step_log is not None and not self.has_requests():
             self.step_log.flush()  # idle: make the log readable now
@@ -438,27 +413,24 @@ class PolicyScheduler(Scheduler):
         self, out: SchedulerOutput, launch: float, interval: float, view: SchedulerView,
         budget: int,
     ) -> None:
-        scheduled = out.num_scheduled_tokens
-        chunks: list[tuple[int, int]] = []
-        p_tokens = 0
-        for rid, (n, ctx) in self._prefills.items():
-            if scheduled.get(rid) == n:  # still scheduled (not preempted later this step)
-                chunks.append((n, ctx))
-                p_tokens += n
-        contexts: list[int] | None = None
-        if self.step_log is not None:
-            reqs = self.requests
-            contexts = [
-                reqs[rid].num_computed_tokens - n
-                for rid, n in scheduled.items()
-                if rid not in self._prefills
-            ]
+        # One pass over the scheduled requests (after schedule(): computed tokens include
+        # the step's chunk): step_rules classify each chunk and tell who samples a token.
+        reqs = self.requests
+        tally = StepTally(keep=self.step_log is not None)
+        sampled: list[str] = []
+        for rid, n in out.num_scheduled_tokens.items():
+            r = reqs[rid]
+            c = r.num_computed_tokens
+            tally.add(c - n, r.num_prompt_tokens, n)
+            if samples_token(c, r.num_tokens):
+                sampled.append(rid)
         if len(self._launched) > 8:  # outputs the engine dropped (aborts, resets)
             self._launched.pop(next(iter(self._launched)))
         self._launched[id(out)] = _Launched(
-            out, launch, interval, view.num_pending_prefills, view.num_running_decodes,
-            budget, p_tokens, len(chunks), chunks if self.step_log is not None else None,
-            contexts,
+            output=out, launch=launch, interval=interval,
+            num_pending_prefills=view.num_pending_prefills,
+            num_running_decodes=view.num_running_decodes, prefill_budget=budget,
+            tally=tally, sampled=sampled,
         )
 
     def _on_complete(self, s: _Launched, done: float) -> None:
@@ -466,19 +438,8 @@ class PolicyScheduler(Scheduler):
         # still runs, so it starts executing when that one's output arrives.
         duration = done - max(s.launch, self._last_done)
         self._last_done = done
-        out = s.output
-        d_tokens = out.total_num_scheduled_tokens - s.num_prefill_tokens
-        d_reqs = len(out.num_scheduled_tokens) - s.num_prefill_reqs
-        rec = StepRecord(
-            launch_time=s.launch,
-            duration_s=duration,
-            interval_s=s.interval,
-            prefill_budget=s.prefill_budget,
-            num_prefill_tokens=s.num_prefill_tokens,
-            num_decode_tokens=d_tokens,
-            num_prefill_reqs=s.num_prefill_reqs,
-            num_decode_reqs=d_reqs,
-        )
+        t = s.tally
+        rec = t.record(s.launch, duration, s.interval, s.prefill_budget)
         self._history.append(rec)
         self._recent = tuple(self._history)
         if self.step_log is not None:
@@ -491,12 +452,12 @@ class PolicyScheduler(Scheduler):
                 "pending_prefills": s.num_pending_prefills,
                 "running_decodes": s.num_running_decodes,
                 "prefill_budget": s.prefill_budget,
-                "num_prefill_tokens": s.num_prefill_tokens,
-                "num_decode_tokens": d_tokens,
-                "num_prefill_reqs": s.num_prefill_reqs,
-                "num_decode_reqs": d_reqs,
-                "prefill_chunks": s.prefill_chunks,
-                "decode_contexts": s.decode_contexts,
+                "num_prefill_tokens": rec.num_prefill_tokens,
+                "num_decode_tokens": rec.num_decode_tokens,
+                "num_prefill_reqs": rec.num_prefill_reqs,
+                "num_decode_reqs": rec.num_decode_reqs,
+                "prefill_chunks": t.chunks,
+                "decode_contexts": t.contexts,
             })
 
 

@@ -1,6 +1,6 @@
 """Prefill-budget policies behind one interface (``Policy.decide(view) -> Decision``)."""
 
-from ppas.policies.base import Decision, Policy, enforced_budget
+from ppas.policies.base import Decision, Policy
 from ppas.policies.registry import make_policy, policy_names
 
-__all__ = ["Decision", "Policy", "enforced_budget", "make_policy", "policy_names"]
+__all__ = ["Decision", "Policy", "make_policy", "policy_names"]

@@ -38,6 +38,7 @@ from ppas.policies.base import Decision, Policy
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
+from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class PpasAuto(Policy):
             return table[0]
         total = n = 0
         for r in view.requests:
-            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
+            if is_pending_prefill(r):
                 total += r.prompt_tokens
                 n += 1
         if n == 0:

@@ -39,18 +39,6 @@ class Decision:
     decodes_first: bool = False
 
 
-def enforced_budget(decision: Decision, view: SchedulerView) -> int:
-    """The prefill cap an engine applies for ``decision``: never negative, and lifted to
-    the global budget when it would stall an engine that has prompts queued and no decode
-    to run (liveness: a policy can slow prefill down, never stop the server)."""
-    b = decision.prefill_budget
-    if b <= 0:
-        if view.num_running_decodes == 0 and view.num_pending_prefills > 0:
-            return view.max_num_batched_tokens
-        return 0
-    return b
-
-
 class Policy(ABC):
     """Base class of every policy. Subclasses set ``name`` and ``Config``."""
 

@@ -40,6 +40,7 @@ from ppas.policies.base import Decision, Policy
 from ppas.policies.costs import StepCosts
 from ppas.policies.registry import register
 from ppas.state import RequestView, SchedulerView
+from ppas.step_rules import pending_prefills
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class FlowPrefill(Policy):
         cfg = self.config
         if view.num_pending_prefills <= 1:
             return Decision(cfg.mbt)
-        pending = view.prefilling()
+        pending = pending_prefills(view)
         now = view.now
         remaining = self._remaining_time(view)
 

@@ -32,6 +32,7 @@ from ppas.policies.costs import chunk_shape
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
 from ppas.state import RequestView, SchedulerView
+from ppas.step_rules import is_pending_prefill, pending_prefills
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,13 @@ class LprsApc(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         cfg = self.config
-        pending = view.prefilling()
+        pending = pending_prefills(view)
         if not pending:
             return Decision(cfg.c_max)
         n_dec = view.num_running_decodes
         dctx = 0
         for r in view.requests:
-            if r.is_running and r.num_computed_tokens >= r.prompt_tokens:
+            if not is_pending_prefill(r):
                 dctx += r.num_computed_tokens
         step_t, per_tok = self._predictor(view, n_dec, dctx)
         # LPRS: chunk with the smallest asymmetric penalty around the target.

@@ -65,6 +65,7 @@ from ppas.policies.base import Decision, Policy
 from ppas.policies.costs import StepCosts
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
+from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class Predictive(Policy):
             if r.arrival_time < oldest:
                 oldest = r.arrival_time
             left = r.max_output_tokens - r.num_output_tokens
-            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
+            if is_pending_prefill(r):
                 queue.append((r.num_computed_tokens, r.prompt_tokens, max(1, left)))
             elif left > 0:
                 decs.append((left, r.num_computed_tokens))
@@ -169,7 +170,7 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     for r in view.requests:
         if r.is_running:
             room -= r.prompt_tokens + r.max_output_tokens + slack
-            if r.num_computed_tokens < r.prompt_tokens:
+            if is_pending_prefill(r):
                 allowance += r.prompt_tokens - r.num_computed_tokens
     if allowance >= budget:
         return budget

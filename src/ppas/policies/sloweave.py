@@ -27,6 +27,7 @@ from ppas.cost.base import CostModel, largest_chunk_within
 from ppas.policies.base import Decision, Policy
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
+from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class SloWeave(Policy):
         dctx = n_dec = left = 0
         head_ctx = -1
         for r in view.requests:
-            if r.num_computed_tokens < r.prompt_tokens or not r.is_running:
+            if is_pending_prefill(r):
                 left += r.prompt_tokens - r.num_computed_tokens
                 if head_ctx < 0:
                     head_ctx = r.num_computed_tokens

@@ -1,0 +1,244 @@
+"""The step rules: how one engine step turns a policy's ``Decision`` into a token schedule.
+
+The simulator (``ppas.simulator``) and the vLLM plugin (``ppas.vllm``) both call these
+functions; each rule is written here once (``tests/test_differential.py`` checks that the
+two engines then produce the same per-step schedule). vLLM V1's token-budget model
+(P-PAS §3): there is no prefill or decode phase, only ``num_computed_tokens`` catching up
+with ``num_tokens`` (prompt + outputs so far); a preempted request restarts from 0.
+
+Rules, in the order a step applies them:
+
+1. **Prefill chunk** (``is_prefill_chunk``): a chunk that *starts inside the prompt*
+   (``num_computed < num_prompt_tokens``). A request with such a chunk pending (or
+   waiting) is counted in N_p, a running request past its prompt in N_d (``counts``,
+   ``is_pending_prefill``). This is the only test of "prefilling" in the code base.
+2. **Liveness** (``enforced_budget``): the policy's budget, never negative, lifted to the
+   global budget when it would stall an engine with prompts queued and no decode running.
+   Nothing else retries or overrides a decision.
+3. **Ordering** (``order_running``, ``order_waiting``): what vLLM's queues allow, as
+   ``Decision`` documents it: ``prefill_order`` permutes the running prefill chunks among
+   their own slots (decodes keep theirs) and sorts the FCFS waiting queue (stable: unlisted
+   requests after the listed ones); ``decodes_first`` then moves every running decode ahead
+   of the running prefill chunks (stable). The two flags are independent: a policy that
+   orders prefills does not get decodes first unless it asks. Running requests are still
+   served before waiting ones (vLLM's two loops).
+4. **The cap** (``PrefillCap``): a prefill chunk gets ``min(its tokens, cap left)`` and
+   is charged to the cap; a chunk past the prompt (a decode, or a recompute tail) is never
+   capped. A request whose capped chunk is 0 is skipped (running loop) or stops admission
+   (waiting loop), exactly vLLM's ``num_new_tokens == 0`` test. Sum of prefill-chunk tokens
+   <= the enforced budget, every step. Where further per-request limits go (vLLM's
+   ``long_prefill_token_threshold``, a "no prefill this step" rule): into
+   ``PrefillCap.clamp``, which every prefill chunk of both engines passes through.
+5. **Recompute accounting** (``StepTally``): after a preemption a request recomputes its
+   prompt (prefill chunks, capped) and then its earlier outputs, a *recompute tail* that
+   starts past the prompt (not capped, its request counts in N_d). For cost, a chunk is
+   priced as prefill when it is a prefill chunk or has more than one token (a tail of k
+   tokens runs k queries over its context, like a prefill chunk); a decode is exactly one
+   token past the prompt. The simulator prices steps and the plugin writes its step log
+   (``prefill_chunks`` / ``decode_contexts``) and ``StepRecord``s with this one rule.
+6. **Tokens and clocks** (``samples_token``, ``RECENT_STEPS``): a request samples a token
+   at the end of a step whose chunk reaches its ``num_tokens`` (so the first token comes
+   from the step with the last prompt chunk); that time is its ``last_token_time``.
+   ``StepRecord.interval_s`` is the time between successive scheduler calls (0 for the
+   first), ``duration_s`` the step's completion-timed length; engines keep the last
+   ``recent_steps_kept(policy)`` records.
+
+numpy at most; no vllm import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableSequence, Sequence
+from typing import Protocol, TypeVar
+
+from ppas.cost.base import StepShape
+from ppas.policies.base import Decision, Policy
+from ppas.state import RequestView, SchedulerView, StepRecord
+
+#: StepRecords an engine keeps for policies at least (``recent_steps_kept``).
+RECENT_STEPS = 16
+
+
+class EngineRequest(Protocol):
+    """An engine's own request object, as the step rules read it (vLLM's names; the
+    simulator's ``SimRequest`` has the same attributes)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def num_prompt_tokens(self) -> int: ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+
+
+R = TypeVar("R", bound=EngineRequest)
+
+
+# -- 1. what is a prefill chunk; N_p / N_d ---------------------------------------------------
+def is_prefill_chunk(num_computed_tokens: int, num_prompt_tokens: int) -> bool:
+    """A chunk starting at ``num_computed_tokens`` is a prefill chunk (inside the prompt)."""
+    return num_computed_tokens < num_prompt_tokens
+
+
+def is_pending_prefill(r: RequestView) -> bool:
+    """A request the policy counts in N_p: waiting, or running with a prefill chunk left."""
+    return not r.is_running or is_prefill_chunk(r.num_computed_tokens, r.prompt_tokens)
+
+
+def counts(running: Sequence[EngineRequest], num_waiting: int) -> tuple[int, int]:
+    """(N_p, N_d): running requests with a prefill chunk left plus every waiting request,
+    and running requests past their prompt (P-PAS §3). One pass over ``running``."""
+    nd = 0
+    for r in running:
+        if not is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens):
+            nd += 1
+    return len(running) - nd + num_waiting, nd
+
+
+def pending_prefills(view: SchedulerView) -> list[RequestView]:
+    """The requests of ``view`` counted in N_p, in the view's order."""
+    return [r for r in view.requests if is_pending_prefill(r)]
+
+
+def view_counts(requests: Sequence[RequestView]) -> tuple[int, int]:
+    """(N_p, N_d) of a list of request views (tests)."""
+    np_ = sum(1 for r in requests if is_pending_prefill(r))
+    return np_, len(requests) - np_
+
+
+# -- 2. liveness -----------------------------------------------------------------------------
+def enforced_budget(decision: Decision, view: SchedulerView) -> int:
+    """The prefill cap an engine applies for ``decision``: never negative, and lifted to
+    the global budget when it would stall an engine that has prompts queued and no decode
+    to run (liveness: a policy can slow prefill down, never stop the server)."""
+    b = decision.prefill_budget
+    if b <= 0:
+        if view.num_running_decodes == 0 and view.num_pending_prefills > 0:
+            return view.max_num_batched_tokens
+        return 0
+    return b
+
+
+# -- 3. ordering -----------------------------------------------------------------------------
+def _ranker(order: Sequence[str]) -> Callable[[EngineRequest], int]:
+    rank = {rid: i for i, rid in enumerate(order)}
+    last = len(rank)
+    return lambda r: rank.get(r.request_id, last)
+
+
+def order_running(running: list[R], decision: Decision) -> None:
+    """Reorder ``running`` in place for ``decision`` (rule 3 of the module doc)."""
+    if decision.prefill_order:
+        key = _ranker(decision.prefill_order)
+        slots = [i for i, r in enumerate(running)
+                 if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
+        for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
+            running[i] = r
+    if decision.decodes_first:
+        pre = [r for r in running if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
+        if pre:
+            running[:] = [r for r in running
+                          if not is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
+            running.extend(pre)
+
+
+def order_waiting(waiting: MutableSequence[R], decision: Decision) -> None:
+    """Sort a FCFS waiting queue (a deque) in place by ``decision.prefill_order``."""
+    if decision.prefill_order and len(waiting) > 1:
+        items = sorted(waiting, key=_ranker(decision.prefill_order))
+        waiting.clear()
+        waiting.extend(items)
+
+
+# -- 4. the cap ------------------------------------------------------------------------------
+class PrefillCap:
+    """The step's prefill budget left (rule 4). ``clamp`` then ``charge`` every chunk."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, budget: int) -> None:
+        self.left = budget
+
+    def clamp(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> int:
+        """Tokens a chunk of ``n`` may take: ``min(n, cap left)`` for a prefill chunk,
+        ``n`` otherwise."""
+        if num_computed_tokens >= num_prompt_tokens:
+            return n
+        return n if n <= self.left else self.left
+
+    def charge(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> None:
+        """Charge a scheduled chunk of ``n`` tokens (prefill chunks only)."""
+        if num_computed_tokens < num_prompt_tokens:
+            self.left -= n
+
+
+# -- 5. recompute accounting -----------------------------------------------------------------
+def priced_as_prefill(num_computed_tokens: int, num_prompt_tokens: int, n: int) -> bool:
+    """Whether a chunk of ``n`` tokens at ``num_computed_tokens`` costs as a prefill chunk:
+    a prefill chunk, or a recompute tail of more than one token (rule 5)."""
+    return n > 1 or num_computed_tokens < num_prompt_tokens
+
+
+class StepTally:
+    """One step's chunks, classified and summed (rule 5): the cost model's ``StepShape``,
+    the ``StepRecord`` counts and, with ``keep=True``, the step log's lists."""
+
+    __slots__ = ("prefill_tokens", "prefill_reqs", "attn_work", "prefill_kv", "decode_reqs",
+                 "decode_ctx", "prompt_tokens", "tail_reqs", "chunks", "contexts")
+
+    def __init__(self, keep: bool = False) -> None:
+        self.prefill_tokens = self.prefill_reqs = self.prefill_kv = self.tail_reqs = 0
+        self.decode_reqs = self.decode_ctx = self.prompt_tokens = 0
+        self.attn_work = 0.0
+        self.chunks: list[tuple[int, int]] | None = [] if keep else None
+        self.contexts: list[int] | None = [] if keep else None
+
+    def add(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> None:
+        """A chunk of ``n`` tokens that starts at ``num_computed_tokens`` cached tokens."""
+        c = num_computed_tokens
+        if priced_as_prefill(c, num_prompt_tokens, n):
+            self.prefill_tokens += n
+            self.prefill_reqs += 1
+            self.attn_work += n * (c + (n + 1) * 0.5)
+            self.prefill_kv += c + n
+            if c < num_prompt_tokens:
+                self.prompt_tokens += n
+            else:
+                self.tail_reqs += 1
+            if self.chunks is not None:
+                self.chunks.append((n, c))
+        else:
+            self.decode_reqs += 1
+            self.decode_ctx += c
+            if self.contexts is not None:
+                self.contexts.append(c)
+
+    @property
+    def recompute_tokens(self) -> int:
+        """Tokens of recompute tails (priced as prefill, not charged to the cap)."""
+        return self.prefill_tokens - self.prompt_tokens
+
+    def shape(self) -> StepShape:
+        return StepShape(self.prefill_tokens, self.prefill_reqs, self.attn_work,
+                         self.prefill_kv, self.decode_reqs, self.decode_ctx)
+
+    def record(self, launch: float, duration: float, interval: float,
+               prefill_budget: int) -> StepRecord:
+        return StepRecord(
+            launch_time=launch, duration_s=duration, interval_s=interval,
+            prefill_budget=prefill_budget, num_prefill_tokens=self.prefill_tokens,
+            num_decode_tokens=self.decode_reqs, num_prefill_reqs=self.prefill_reqs,
+            num_decode_reqs=self.decode_reqs,
+        )
+
+
+# -- 6. tokens and clocks --------------------------------------------------------------------
+def samples_token(num_computed_after: int, num_tokens: int) -> bool:
+    """Whether a request samples a token at the end of a step: its computed tokens (after
+    the step) reach its token count (prompt + outputs so far)."""
+    return num_computed_after >= num_tokens
+
+
+def recent_steps_kept(policy: Policy) -> int:
+    """How many StepRecords an engine keeps for ``policy``'s ``recent_steps``."""
+    return max(RECENT_STEPS, policy.history_window)
