@@ -25,6 +25,7 @@ _MODULES = (
     "ppas.policies.sloweave",
     "ppas.policies.flowprefill",
     "ppas.policies.lprs",
+    "ppas.policies.deflection",
 )
 _loaded = False
 

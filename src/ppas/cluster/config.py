@@ -1,0 +1,254 @@
+"""Cluster configuration: instances in pools, a router, the KV link, SLOs (TOML).
+
+A cluster is either *colocated* (one or more ``mixed`` pools: every instance prefills and
+decodes its own requests, the router places each arrival) or *disaggregated* (exactly one
+``prefill`` pool and one ``decode`` pool: prompts run on prefill instances, their KV cache
+crosses the link, decodes run on decode instances). Example::
+
+    [router]
+    name = "least-outstanding-tokens"   # or round-robin, earliest-completion, pass-through
+
+    [link]                     # per decode instance, inbound; transfers to one node queue
+    bandwidth_gbs = 25.0       # GB/s (10^9 bytes)
+    latency_s = 0.0002
+
+    [slo]                      # given to requests whose trace has none
+    ttft_s = 2.0
+    tpot_s = 0.1
+
+    [[pools]]
+    name = "prefill"
+    role = "prefill"
+    instances = 4
+    hardware = "h200"
+    model = "llama3.2-3b"
+    policy = "mbt:8192"
+    queue = "laps:short_tokens=256"    # the pool queue: fcfs or laps
+
+    [[pools]]
+    name = "decode"
+    role = "decode"
+    instances = 12
+    hardware = "h200"
+    model = "llama3.2-3b"
+    policy = "tbt-ladder:tbt_slo=0.05"
+    deflection = "ladder:tbt_slo=0.05"  # or "off"
+
+Every table is a frozen dataclass validated in ``__post_init__``; config strings
+(policy, router, queue, deflection) are parsed by their registries, so a bad name fails
+while the file is read, with one line naming the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ppas.config import require
+from ppas.errors import PpasError
+
+ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """The KV-transfer link into each decode instance: bandwidth in GB/s (10^9 B/s) and a
+    fixed per-transfer latency. Transfers into one instance are served FIFO."""
+
+    bandwidth_gbs: float = 25.0
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(math.isfinite(self.bandwidth_gbs) and self.bandwidth_gbs > 0,
+                f"link.bandwidth_gbs must be > 0, got {self.bandwidth_gbs}")
+        require(math.isfinite(self.latency_s) and self.latency_s >= 0,
+                f"link.latency_s must be >= 0, got {self.latency_s}")
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    """Default per-request SLOs (seconds), applied where a trace gives none."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("ttft_s", "tpot_s"):
+            v = getattr(self, k)
+            require(v is None or (math.isfinite(v) and v > 0), f"slo.{k} must be > 0, got {v}")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """``instances`` identical engines: one policy, cost model and KV capacity each."""
+
+    name: str
+    role: str = "mixed"
+    instances: int = 1
+    policy: str = "mbt:2048"
+    hardware: str | None = None
+    model: str | None = None
+    cost_model: str = "roofline"
+    tp: int = 1
+    max_num_seqs: int = 256
+    num_kv_blocks: int | None = None
+    queue: str = "fcfs"  # prefill pools only: the pool queue's discipline
+    deflection: str = "off"  # decode pools only: prefill deflection rule
+
+    def __post_init__(self) -> None:
+        require(bool(self.name), "pool name must not be empty")
+        require(self.role in ROLES,
+                f"pool {self.name!r}: unknown role {self.role!r}; allowed: {', '.join(ROLES)}")
+        require(self.instances >= 1, f"pool {self.name!r}: instances must be >= 1")
+        require(self.tp >= 1, f"pool {self.name!r}: tp must be >= 1")
+        require(self.max_num_seqs >= 1, f"pool {self.name!r}: max_num_seqs must be >= 1")
+        require(self.num_kv_blocks is None or self.num_kv_blocks >= 1,
+                f"pool {self.name!r}: num_kv_blocks must be >= 1")
+        require(self.queue == "fcfs" or self.role == "prefill",
+                f"pool {self.name!r}: queue applies to prefill pools only")
+        require(self.deflection == "off" or self.role == "decode",
+                f"pool {self.name!r}: deflection applies to decode pools only")
+        if self.cost_model == "roofline":
+            require(bool(self.hardware and self.model),
+                    f"pool {self.name!r}: the roofline cost model needs hardware and model")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    pools: tuple[PoolConfig, ...]
+    router: str = "least-outstanding-tokens"
+    link: LinkConfig = field(default_factory=LinkConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+
+    def __post_init__(self) -> None:
+        require(len(self.pools) >= 1, "a cluster needs at least one pool")
+        names = [p.name for p in self.pools]
+        require(len(set(names)) == len(names), f"pool names must be unique, got {names}")
+        roles = sorted(p.role for p in self.pools)
+        require(all(r == "mixed" for r in roles) or roles == ["decode", "prefill"],
+                "pools must be all 'mixed' (colocated) or exactly one 'prefill' and one "
+                f"'decode' pool (disaggregated), got roles {roles}")
+        # Validate config strings now (one line naming the allowed values).
+        from ppas.cluster.deflection import make_deflection
+        from ppas.cluster.queue import make_queue
+        from ppas.cluster.router import make_router
+        from ppas.policies import make_policy
+
+        make_router(self.router)
+        for p in self.pools:
+            make_policy(p.policy)
+            make_queue(p.queue)
+            make_deflection(p.deflection)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.pools[0].role != "mixed"
+
+    @property
+    def num_instances(self) -> int:
+        return sum(p.instances for p in self.pools)
+
+    def pool(self, role: str) -> PoolConfig:
+        for p in self.pools:
+            if p.role == role:
+                return p
+        raise PpasError(f"cluster has no {role!r} pool")
+
+    def with_instances(self, total: int, prefill_share: float | None = None) -> ClusterConfig:
+        """The same cluster resized to ``total`` instances: a colocated cluster keeps its
+        pools' proportions; a disaggregated one gets ``round(total * prefill_share)``
+        prefill instances (at least 1 of each role); ``prefill_share`` None keeps the
+        current P:D ratio."""
+        require(total >= 1, f"instance count must be >= 1, got {total}")
+        if not self.disaggregated:
+            require(total >= len(self.pools),
+                    f"{len(self.pools)} pools need at least {len(self.pools)} instances")
+            old = self.num_instances
+            sizes = [max(1, round(p.instances * total / old)) for p in self.pools]
+            sizes[0] += total - sum(sizes)
+            require(sizes[0] >= 1, f"cannot split {total} instances over the pools")
+            return dataclasses.replace(self, pools=tuple(
+                dataclasses.replace(p, instances=n) for p, n in zip(self.pools, sizes,
+                                                                    strict=True)))
+        require(total >= 2, "a disaggregated cluster needs at least 2 instances")
+        share = (self.pool("prefill").instances / self.num_instances
+                 if prefill_share is None else prefill_share)
+        require(0 < share < 1, f"prefill share must be in (0, 1), got {share}")
+        n_p = min(total - 1, max(1, round(total * share)))
+        return dataclasses.replace(self, pools=tuple(
+            dataclasses.replace(p, instances=n_p if p.role == "prefill" else total - n_p)
+            for p in self.pools))
+
+
+_TOP = ("pools", "router", "link", "slo")
+
+
+def _table(cls: type, where: str, obj: Any) -> Any:
+    if not isinstance(obj, dict):
+        raise PpasError(f"{where}: expected a table")
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    for k in obj:
+        if k not in allowed:
+            raise PpasError(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
+    try:
+        return cls(**obj)
+    except TypeError as e:
+        raise PpasError(f"{where}: {e}") from None
+
+
+def cluster_from_dict(obj: dict[str, Any], where: str = "cluster") -> ClusterConfig:
+    for k in obj:
+        if k not in _TOP:
+            raise PpasError(f"{where}: unknown table {k!r}; allowed: {', '.join(_TOP)}")
+    pools = obj.get("pools")
+    if not isinstance(pools, list) or not pools:
+        raise PpasError(f"{where}: needs at least one [[pools]] table")
+    router = obj.get("router", {})
+    if isinstance(router, dict):
+        extra = [k for k in router if k != "name"]
+        if extra:
+            raise PpasError(f"{where}: [router] takes only 'name' (a router config string)")
+        router = router.get("name", "least-outstanding-tokens")
+    if not isinstance(router, str):
+        raise PpasError(f"{where}: router must be a config string")
+    _check_types(pools, where)
+    return ClusterConfig(
+        pools=tuple(_table(PoolConfig, f"{where}: pools[{i}]", p) for i, p in enumerate(pools)),
+        router=router,
+        link=_table(LinkConfig, f"{where}: [link]", obj.get("link", {})),
+        slo=_table(SloConfig, f"{where}: [slo]", obj.get("slo", {})),
+    )
+
+
+def _check_types(pools: list[Any], where: str) -> None:
+    ints = ("instances", "tp", "max_num_seqs", "num_kv_blocks")
+    for i, p in enumerate(pools):
+        if not isinstance(p, dict):
+            continue
+        for k, v in p.items():
+            if k in ints and (isinstance(v, bool) or not isinstance(v, int)):
+                raise PpasError(f"{where}: pools[{i}].{k} must be an integer, got {v!r}")
+            if k not in ints and not isinstance(v, str):
+                raise PpasError(f"{where}: pools[{i}].{k} must be a string, got {v!r}")
+
+
+def load_cluster(path: str | Path) -> ClusterConfig:
+    """Read a cluster TOML file; any problem is a one-line PpasError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise PpasError(f"cluster file {str(p)!r} does not exist")
+    try:
+        obj = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise PpasError(f"{p}: cannot read cluster file: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PpasError(f"{p}: invalid TOML: {e}") from None
+    try:
+        return cluster_from_dict(obj, str(p))
+    except PpasError as e:
+        msg = str(e)
+        raise PpasError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None

@@ -1,0 +1,109 @@
+"""Prefill deflection: send a prompt to a decode node when its TTFT is predicted lower
+there than through the prefill pool (arXiv 2607.02043 [R abstract; detail I]).
+
+For each decode node, the chunk is the largest ladder entry that keeps the node's resident
+decodes within the TBT SLO (``ppas.policies.deflection.ladder_chunk``, the rule the node's
+``tbt-ladder`` policy applies each step). The deflected prompt, behind the prompts already
+deflected there, then takes ``ceil((backlog + P) / c)`` such steps (our reading [I]: each
+step priced at the prompt's mid-point context). It is deflected to the node with the
+lowest such TTFT if that beats the pool's prediction, ``queue + execution`` (+ the KV
+transfer and the decode node's first step, which the pool path also pays), and the node's
+free KV holds the whole request. ``off`` never deflects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from ppas.config import parse_dataclass, require, split_spec
+from ppas.cost.base import CostModel, StepShape
+from ppas.errors import PpasError
+from ppas.policies.deflection import LADDER, ladder_chunk, parse_ladder
+from ppas.registry import Registry
+
+
+class DecodeNodeView(Protocol):
+    """What the deflection rule reads about one decode node."""
+
+    cost_model: CostModel
+
+    @property
+    def num_decodes(self) -> int: ...
+    @property
+    def decode_ctx_tokens(self) -> int: ...
+    @property
+    def prefill_backlog_tokens(self) -> int: ...
+    @property
+    def kv_free_tokens(self) -> int: ...
+
+
+DEFLECTIONS: Registry[Any] = Registry("deflection rule")
+
+
+@dataclass(frozen=True)
+class OffConfig:
+    pass
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    tbt_slo: float = 0.05
+    chunks: str = "/".join(map(str, LADDER))
+
+    def __post_init__(self) -> None:
+        require(self.tbt_slo > 0, f"ladder: tbt_slo must be > 0, got {self.tbt_slo}")
+        parse_ladder(self.chunks)
+
+
+class Deflection:
+    name: ClassVar[str] = "ladder"
+    Config: ClassVar[type] = LadderConfig
+
+    def __init__(self, config: LadderConfig, spec: str | None = None) -> None:
+        self.config = config
+        self.spec = spec or self.name
+        self.ladder = parse_ladder(config.chunks)
+
+    def predicted_ttft(self, node: DecodeNodeView, prompt_tokens: int) -> float:
+        """Predicted TTFT of a prompt deflected to ``node`` now; inf if no chunk fits."""
+        c = ladder_chunk(node.cost_model, self.config.tbt_slo, node.num_decodes,
+                         node.decode_ctx_tokens, 0, self.ladder)
+        if c == 0:
+            return float("inf")
+        steps = -(-(node.prefill_backlog_tokens + prompt_tokens) // c)
+        mid = prompt_tokens // 2
+        n = min(c, prompt_tokens)
+        t = node.cost_model.step_time(StepShape(n, 1, n * (mid + (n + 1) * 0.5), mid + n,
+                                                node.num_decodes, node.decode_ctx_tokens))
+        return steps * t
+
+    def choose(self, prompt_tokens: int, output_tokens: int,
+               nodes: Sequence[DecodeNodeView], pool_ttft: float) -> int | None:
+        """Position of the decode node to deflect to, or None (use the prefill pool)."""
+        best, best_t = None, pool_ttft
+        need = prompt_tokens + output_tokens
+        for i, node in enumerate(nodes):
+            if node.kv_free_tokens < need:
+                continue
+            t = self.predicted_ttft(node, prompt_tokens)
+            if t < best_t:
+                best, best_t = i, t
+        return best
+
+
+DEFLECTIONS.add("ladder", Deflection)
+DEFLECTIONS.add("off", None)
+
+
+def make_deflection(spec: str) -> Deflection | None:
+    """``off`` -> None; ``ladder[:tbt_slo=S,chunks=2048/1024/...]`` -> the rule."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise PpasError(f"empty deflection config; allowed: {', '.join(DEFLECTIONS.names())}")
+    name, args = split_spec(spec)
+    cls = DEFLECTIONS.get(name)
+    if cls is None:
+        parse_dataclass(OffConfig, name, args)
+        return None
+    return Deflection(parse_dataclass(LadderConfig, name, args), spec.strip())

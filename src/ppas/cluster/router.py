@@ -1,0 +1,128 @@
+"""Routers: which instance gets a request (config strings, one registry).
+
+A router sees the candidate instances through ``InstanceView`` (the colocated pool(s) for
+an arrival; the decode pool for a finished prefill) and returns the chosen position. It
+may keep state (round-robin's cursor) but never changes an instance.
+
+* ``round-robin``: candidates in turn.
+* ``least-outstanding-tokens``: fewest in-flight tokens (prompt + output tokens of the
+  requests placed there and not finished), as production routers count them.
+* ``earliest-completion`` (ours): the instance whose cost model predicts the earliest
+  completion of this request, given its queue and running decodes
+  (``InstanceView.predicted_finish``).
+* ``pass-through``: always the first candidate (a cluster of one instance).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from ppas.config import parse_dataclass, split_spec
+from ppas.errors import PpasError
+from ppas.registry import Registry
+
+
+class InstanceView(Protocol):
+    """What a router may read about one instance."""
+
+    @property
+    def outstanding_tokens(self) -> int: ...
+
+    def predicted_finish(self, prompt_tokens: int, output_tokens: int, now: float) -> float:
+        """Predicted completion time of a new request placed here now."""
+        ...
+
+
+class Router(ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any, spec: str | None = None) -> None:
+        self.config = config
+        self.spec = spec or self.name
+
+    @abstractmethod
+    def route(self, prompt_tokens: int, output_tokens: int,
+              instances: Sequence[InstanceView], now: float) -> int:
+        """Position in ``instances`` (non-empty) of the instance that gets the request."""
+
+
+ROUTERS: Registry[Any] = Registry("router")
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    pass
+
+
+@ROUTERS.register("pass-through")
+class PassThrough(Router):
+    name = "pass-through"
+    Config = NoConfig
+
+    def route(self, prompt_tokens: int, output_tokens: int,
+              instances: Sequence[InstanceView], now: float) -> int:
+        return 0
+
+
+@ROUTERS.register("round-robin")
+class RoundRobin(Router):
+    name = "round-robin"
+    Config = NoConfig
+
+    def __init__(self, config: Any, spec: str | None = None) -> None:
+        super().__init__(config, spec)
+        self._next = 0
+
+    def route(self, prompt_tokens: int, output_tokens: int,
+              instances: Sequence[InstanceView], now: float) -> int:
+        i = self._next % len(instances)
+        self._next = i + 1
+        return i
+
+
+@ROUTERS.register("least-outstanding-tokens")
+class LeastOutstandingTokens(Router):
+    name = "least-outstanding-tokens"
+    Config = NoConfig
+
+    def route(self, prompt_tokens: int, output_tokens: int,
+              instances: Sequence[InstanceView], now: float) -> int:
+        best, best_load = 0, instances[0].outstanding_tokens
+        for i in range(1, len(instances)):
+            load = instances[i].outstanding_tokens
+            if load < best_load:
+                best, best_load = i, load
+        return best
+
+
+@ROUTERS.register("earliest-completion")
+class EarliestCompletion(Router):
+    """Ours: argmin over instances of the predicted completion time (ties: first)."""
+
+    name = "earliest-completion"
+    Config = NoConfig
+
+    def route(self, prompt_tokens: int, output_tokens: int,
+              instances: Sequence[InstanceView], now: float) -> int:
+        best, best_t = 0, instances[0].predicted_finish(prompt_tokens, output_tokens, now)
+        for i in range(1, len(instances)):
+            t = instances[i].predicted_finish(prompt_tokens, output_tokens, now)
+            if t < best_t:
+                best, best_t = i, t
+        return best
+
+
+def router_names() -> list[str]:
+    return ROUTERS.names()
+
+
+def make_router(spec: str) -> Router:
+    if not isinstance(spec, str) or not spec.strip():
+        raise PpasError(f"empty router config; allowed: {', '.join(ROUTERS.names())}")
+    name, args = split_spec(spec)
+    cls = ROUTERS.get(name)
+    return cls(parse_dataclass(cls.Config, name, args), spec.strip())  # type: ignore[no-any-return]

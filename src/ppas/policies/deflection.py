@@ -1,0 +1,98 @@
+"""The decode-node side of prefill deflection (arXiv 2607.02043 [R abstract; detail I]).
+
+In a disaggregated cluster, decode nodes absorb deflected prefills as chunks interleaved
+with their resident decodes. The chunk is the largest of a fixed ladder
+({2048, 1024, 512, 256, 128} by default) whose predicted step time, beside the node's
+running decodes, keeps them within their TBT SLO (``ladder_chunk``). The cluster's
+deflection decision (``ppas.cluster.deflection``) uses the same rule to predict a
+deflected prompt's TTFT, so the rule exists once, here.
+
+Our reading [I]: when no ladder chunk fits, the node still prefills with the smallest
+one (a prompt already placed there must progress; such a node is not chosen for new
+deflections); with no decode running, the whole remaining prompt up to ``mbt``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppas.config import require
+from ppas.cost.base import CostModel, StepShape
+from ppas.policies.base import Decision, Policy
+from ppas.policies.registry import register
+from ppas.state import SchedulerView
+
+LADDER = (2048, 1024, 512, 256, 128)
+
+
+def parse_ladder(text: str) -> tuple[int, ...]:
+    """``'2048/1024/512'`` -> (2048, 1024, 512), largest first."""
+    try:
+        vals = sorted({int(x) for x in text.split("/") if x.strip()}, reverse=True)
+    except ValueError:
+        vals = []
+    require(bool(vals) and vals[-1] >= 1,
+            f"chunk ladder {text!r}: expected positive integers separated by '/'")
+    return tuple(vals)
+
+
+def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
+                 decode_ctx_tokens: int, prefill_ctx: int = 0,
+                 ladder: tuple[int, ...] = LADDER) -> int:
+    """Largest ``c`` in ``ladder`` (sorted, largest first) with
+    ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none."""
+    for c in ladder:
+        t = cost_model.step_time(StepShape(c, 1, c * (prefill_ctx + (c + 1) * 0.5),
+                                           prefill_ctx + c, num_decodes, decode_ctx_tokens))
+        if t <= tbt_slo:
+            return c
+    return 0
+
+
+@dataclass(frozen=True)
+class TbtLadderConfig:
+    tbt_slo: float = 0.05
+    chunks: str = "2048/1024/512/256/128"
+    mbt: int = 4096
+
+    def __post_init__(self) -> None:
+        require(self.tbt_slo > 0, f"tbt-ladder: tbt_slo must be > 0, got {self.tbt_slo}")
+        ladder = parse_ladder(self.chunks)
+        require(self.mbt >= ladder[0], f"tbt-ladder: mbt must be >= the largest chunk "
+                f"{ladder[0]}, got {self.mbt}")
+
+
+@register("tbt-ladder")
+class TbtLadder(Policy):
+    name = "tbt-ladder"
+    Config = TbtLadderConfig
+
+    def __init__(self, config: TbtLadderConfig, spec: str | None = None) -> None:
+        super().__init__(config, spec)
+        self.ladder = parse_ladder(config.chunks)
+        self.cost_model: CostModel | None = None
+
+    def bind_cost_model(self, cost_model: CostModel | None) -> None:
+        self.cost_model = cost_model
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return int(self.config.mbt)
+
+    def decide(self, view: SchedulerView) -> Decision:
+        if view.num_running_decodes == 0:
+            return Decision(self.config.mbt)
+        if view.num_pending_prefills == 0:
+            return Decision(0)
+        cm = self.cost_model
+        if cm is None:
+            return Decision(self.ladder[-1])
+        dctx, head_ctx = 0, -1
+        for r in view.requests:
+            if r.is_running and r.num_computed_tokens >= r.prompt_tokens:
+                dctx += r.num_computed_tokens
+            elif head_ctx < 0:
+                head_ctx = r.num_computed_tokens
+        c = ladder_chunk(cm, self.config.tbt_slo, view.num_running_decodes, dctx,
+                         max(0, head_ctx), self.ladder)
+        return Decision(c or self.ladder[-1])
