@@ -79,6 +79,30 @@ def run_summary(reqs: Sequence[RequestMetrics], failed: int = 0) -> dict[str, fl
     return out
 
 
+def percentiles(reqs: Sequence[RequestMetrics], qs: Sequence[float] = (50, 90, 95, 99)
+                ) -> dict[str, float]:
+    """``{ttft_p50: .., tpot_p50: .., e2e_p50: .., ...}`` plus SLO attainment split by
+    kind over the completed requests that have that SLO: ``ttft_attainment``,
+    ``tpot_attainment``."""
+    out: dict[str, float] = {}
+    if not reqs:
+        return out
+    for name, vals in (("ttft", [r.ttft for r in reqs]), ("tpot", [r.tpot for r in reqs]),
+                       ("e2e", [r.e2e for r in reqs])):
+        arr = np.array(vals)
+        for q, v in zip(qs, np.percentile(arr, qs), strict=True):
+            out[f"{name}_p{q:g}"] = float(v)
+    with_ttft = [r for r in reqs if r.ttft_slo is not None]
+    if with_ttft:
+        met = sum(r.ttft <= r.ttft_slo for r in with_ttft)  # type: ignore[operator]
+        out["ttft_attainment"] = met / len(with_ttft)
+    with_tpot = [r for r in reqs if r.tpot_slo is not None]
+    if with_tpot:
+        met = sum(r.tpot <= r.tpot_slo for r in with_tpot)  # type: ignore[operator]
+        out["tpot_attainment"] = met / len(with_tpot)
+    return out
+
+
 def mean_over(records: Iterable[Mapping[str, float]], key: str) -> float:
     vals = [float(r[key]) for r in records]
     return float(np.mean(vals)) if vals else float("nan")
@@ -93,5 +117,5 @@ def geomean_improvement(policy: Sequence[float], baseline: Sequence[float]) -> f
     return (1.0 - math.exp(sum(logs) / len(logs))) * 100.0
 
 
-__all__ = ["RUN_KEYS", "RequestMetrics", "geomean_improvement", "mean_over", "run_summary",
-           "tpot_of", "asdict"]
+__all__ = ["RUN_KEYS", "RequestMetrics", "geomean_improvement", "mean_over", "percentiles",
+           "run_summary", "tpot_of", "asdict"]

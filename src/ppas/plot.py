@@ -63,3 +63,34 @@ def save_figure(fig: Any, path: Path) -> None:
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+
+
+def plot_cluster_sweep(records: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """P95 TTFT and TTFT-SLO attainment vs instance count, one line per P:D share (or
+    one line for a colocated cluster). Written atomically."""
+    p = check_plot_path(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        key = (f"prefill share {r['prefill_instances'] / r['instances']:.0%}"
+               if "prefill_instances" in r else "colocated")
+        groups.setdefault(key, []).append(r)
+    for key, rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["instances"])
+        xs = [r["instances"] for r in rs]
+        a1.plot(xs, [r["p95_ttft"] for r in rs], "-o", label=key)
+        if all("ttft_attainment" in r for r in rs):
+            a2.plot(xs, [r["ttft_attainment"] for r in rs], "-o", label=key)
+    a1.set_xlabel("instances")
+    a1.set_ylabel("P95 TTFT (s)")
+    a2.set_xlabel("instances")
+    a2.set_ylabel("TTFT-SLO attainment")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    save_figure(fig, p)

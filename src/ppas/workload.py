@@ -154,6 +154,36 @@ def constant_trace(
     return Trace(reqs, reqs[-1].arrival_s, f"constant rate {rate:g}")
 
 
+def mixed_trace(
+    rate: float,
+    duration_s: float,
+    seed: int,
+    mix: Sequence[tuple[float, int, int, int, int]] = (
+        (0.5, 32, 256, 16, 256), (0.35, 512, 4096, 64, 512), (0.15, 8192, 32768, 64, 512)),
+) -> Trace:
+    """Poisson arrivals at ``rate`` for ``duration_s``; each request draws a class from
+    ``mix`` = (weight, prompt_min, prompt_max, output_min, output_max) by weight and
+    uniform lengths inside it. The default mixes short chat prompts, mid-size RAG prompts
+    and long documents (prompt mean ~4k tokens, output mean ~230)."""
+    require(rate > 0 and math.isfinite(rate), f"request rate must be > 0, got {rate}")
+    require(duration_s > 0 and math.isfinite(duration_s),
+            f"duration must be > 0, got {duration_s}")
+    require(len(mix) > 0 and all(w > 0 and 1 <= p0 <= p1 and 1 <= o0 <= o1
+                                 for w, p0, p1, o0, o1 in mix),
+            "mix: need (weight > 0, 1 <= prompt_min <= prompt_max, 1 <= output_min <= "
+            "output_max) per class")
+    rng = random.Random(seed)
+    weights = [m[0] for m in mix]
+    out: list[RequestSpec] = []
+    t = rng.expovariate(rate)
+    while t < duration_s:
+        _, p0, p1, o0, o1 = rng.choices(mix, weights)[0]
+        out.append(RequestSpec(t, rng.randint(p0, p1), rng.randint(o0, o1)))
+        t += rng.expovariate(rate)
+    require(len(out) > 0, "mixed trace: no arrival within the duration; raise rate or duration")
+    return Trace(tuple(out), duration_s, f"mixed rate {rate:g} for {duration_s:g} s seed {seed}")
+
+
 def _check_lengths(prompt_tokens: int, output_tokens: int) -> None:
     require(prompt_tokens >= 1, f"prompt tokens must be >= 1, got {prompt_tokens}")
     require(output_tokens >= 1, f"output tokens must be >= 1, got {output_tokens}")
@@ -270,6 +300,6 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
 
 __all__ = [
     "PAPER_PHASES", "Phase", "RequestSpec", "SloClass", "Trace", "assign_slo_classes",
-    "constant_trace", "gamma_trace", "load_trace", "parse_phases", "phase_arrivals",
-    "phase_trace", "save_trace",
+    "constant_trace", "gamma_trace", "load_trace", "mixed_trace", "parse_phases",
+    "phase_arrivals", "phase_trace", "save_trace",
 ]
