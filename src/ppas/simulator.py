@@ -24,8 +24,15 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
    finishes at its last token and frees its blocks.
 
 ``simulate()`` drives one engine over a trace (admit arrivals, step while there is work,
-jump the clock to the next arrival when idle); a cluster simulator can drive several
-``EngineSim``\\ s on one event clock the same way. The policy's ``Decision.prefill_budget``
+jump the clock to the next arrival when idle); ``ppas.cluster`` drives several
+``EngineSim``\\ s on one event clock the same way.
+
+**Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
+a decode, each step's schedule is fixed (one token each) and only the cost model is
+needed, so a run of such steps is taken in one go (one cost-model evaluation per step,
+two passes over the requests per run) and can be cut back to any step boundary when a
+request arrives. Results are identical to single steps (``tests/test_decode_runs.py``);
+with ``record_steps`` every step is taken singly. The policy's ``Decision.prefill_budget``
 is the prefill cap; the global token budget is the policy's ``max_num_batched_tokens``
 (P-PAS §3.2). Invariants checked by the tests: prefill-chunk tokens <= cap, all tokens <=
 budget, KV blocks <= capacity, every request finishes; ``tests/test_differential.py``
@@ -222,6 +229,16 @@ class EngineSim:
         self.steps: list[StepTrace] = []
         self.num_steps = self.num_preemptions = 0
         self._last_launch: float | None = None
+        #: Requests finished by the steps so far, in finishing order (drivers may clear it).
+        self.finished: list[SimRequest] = []
+        self.cost_model = cost_model
+        self.decode_steps = cost_model.decode_steps
+        # The last decode run (start, durations, cap, n, last launch before it, the step
+        # records before it, the requests' last token times before it) while it can still
+        # be rewound, and how many of its steps are applied.
+        self._run: tuple[float, list[float], int, int, float | None, list[StepRecord],
+                         list[float | None]] | None = None
+        self._run_steps = -1
         self._chain = _Chain(self.running, self.waiting)
 
     # -- requests ---------------------------------------------------------------------------
@@ -252,6 +269,8 @@ class EngineSim:
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> None:
         """One engine step: view, decide, shape, advance (module doc)."""
+        self._run = None
+        self._run_steps = -1
         view = self._view()
         decision = self.policy.decide(view)
         cap = enforced_budget(decision, view)
@@ -263,6 +282,117 @@ class EngineSim:
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
         self._advance(view, cap, sched, preempted)
+
+    def run_until(self, limit: float) -> None:
+        """Step while there is work and the next step would start before ``limit`` (the
+        next arrival): the same steps as calling ``step()`` that often."""
+        while self.now < limit and (self.running or self.waiting):
+            self.advance(limit)
+
+    def advance(self, limit: float = math.inf) -> None:
+        """One ``step()``, or a run of decode-only steps taken in one go
+        (``_decode_run``, when it applies and steps are not recorded)."""
+        self._run = None
+        self._run_steps = -1
+        if self.waiting or self.record_steps or not self._decode_run(limit):
+            self.step()
+
+    def _decode_run(self, limit: float) -> bool:
+        """Up to ``limit``, the decode-only steps ``step()`` would run, in one go.
+
+        Applies when nothing waits, every running request is a decode (one token past its
+        prompt) and the global budget covers them all. Then every step schedules one token
+        per running request whatever the policy decides (the decision only caps prefill
+        chunks, and there are none), so the run asks the policy once, for the cap its
+        step records carry. The run stops before the step at which a request finishes
+        (``step()`` takes that one), before the KV cache could run short (in k steps a
+        request needs at most ceil(k / block_size) new blocks, so nobody is preempted
+        inside the run) and before ``limit``. Cost: one cost-model evaluation per step
+        (``CostModel.decode_steps``) and two passes over the running requests per run.
+        The run can be cut back afterwards (``rewind``). False when no step ran."""
+        running = self.running
+        n = len(running)
+        if n == 0 or n > self.mbt:
+            return False
+        ctx = 0
+        k_max = 1 << 62
+        for r in running:
+            c = r.num_computed_tokens
+            if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
+                return False  # a prefill chunk or a recompute tail, not a decode
+            ctx += c
+            left = r.max_output_tokens - r.num_output_tokens
+            if left < k_max:
+                k_max = left
+        k_max -= 1  # the finishing step goes through step()
+        if self.total_blocks is not None:
+            k_kv = self.free_blocks // n * self.block_size
+            if k_kv < k_max:
+                k_max = k_kv
+        if k_max < 1 or self.now >= limit:
+            return False
+        view = self._view()
+        cap = enforced_budget(self.policy.decide(view), view)
+        start = self.now
+        dts = self.decode_steps(n, ctx, k_max, start, limit)
+        self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
+                     [r.last_token_time for r in running])
+        self._run_steps = 0
+        self._apply_run(len(dts))
+        return True
+
+    def _apply_run(self, k: int) -> None:
+        """Move the requests, the clock and the step records ``k`` steps into the current
+        run (from its start; ``k`` may be less than the run's length: ``rewind``)."""
+        assert self._run is not None
+        start, dts, cap, n, last_launch, recent0, ltt0 = self._run
+        recent = self.recent
+        keep = recent.maxlen if recent.maxlen is not None else k
+        first = k - keep if k > keep else 0  # the first step whose record is kept
+        now, prev = start, last_launch
+        for i in range(first):
+            prev = now
+            now += dts[i]
+        recent.clear()
+        recent.extend(recent0)
+        for i in range(first, k):
+            recent.append(StepRecord(
+                launch_time=now, duration_s=dts[i],
+                interval_s=now - prev if prev is not None else 0.0, prefill_budget=cap,
+                num_prefill_tokens=0, num_decode_tokens=n, num_prefill_reqs=0,
+                num_decode_reqs=n))
+            prev = now
+            now += dts[i]
+        moved = k - self._run_steps
+        self._run_steps = k
+        self._last_launch = prev if k else last_launch
+        self.now = now
+        self.num_steps += moved
+        bs = self.block_size
+        used = 0
+        for r, ltt in zip(self.running, ltt0, strict=True):
+            c = r.num_computed_tokens + moved
+            r.num_computed_tokens = c
+            r.num_output_tokens += moved
+            r.last_token_time = now if k else ltt
+            b = -(-c // bs)
+            used += b - r.blocks
+            r.blocks = b
+        self.free_blocks -= used
+
+    def rewind(self, t: float) -> None:
+        """Undo the steps of the last decode run that start at or after ``t``, so that
+        the engine is as if stepped only up to ``t`` (a request arriving at ``t`` joins
+        the next step, as in ``simulate``). A no-op unless a run went past ``t``."""
+        run = self._run
+        if run is None or self.now <= t or self._last_launch is None or self._last_launch < t:
+            return
+        start, dts = run[0], run[1]
+        k, now = 0, start
+        while k < self._run_steps and now < t:
+            now += dts[k]
+            k += 1
+        self._apply_run(k)
 
     def _view(self) -> SchedulerView:
         np_, nd = counts(self.running, len(self.waiting))
@@ -355,6 +485,7 @@ class EngineSim:
                 r.last_token_time = now
                 if r.num_output_tokens >= r.max_output_tokens:
                     r.finish_time = now
+                    self.finished.append(r)
                     r.is_running = False
                     self.free_blocks += r.blocks
                     r.blocks = 0
@@ -397,7 +528,7 @@ def simulate(
             sim.add_request(specs[i])
             i += 1
         if sim.has_work():
-            sim.step()
+            sim.run_until(specs[i].arrival_s if i < n else math.inf)
         elif i < n:
             sim.idle_until(specs[i].arrival_s)
         else:

@@ -57,6 +57,22 @@ class CostModel(ABC):
     def step_time(self, step: StepShape) -> float:
         """Seconds for one step (> 0 for any non-empty step)."""
 
+    def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
+                     start: float, limit: float) -> list[float]:
+        """Durations of consecutive decode-only steps (``num_decodes`` decodes whose
+        context grows by ``num_decodes`` tokens a step, from ``decode_ctx_tokens``), the
+        first starting at ``start``: at most ``max_steps``, none starting at or after
+        ``limit``. Each equals ``step_time`` of that step exactly (engines rely on it);
+        subclasses may override with a faster loop that keeps that equality."""
+        out: list[float] = []
+        t, ctx, st = start, decode_ctx_tokens, self.step_time
+        while len(out) < max_steps and t < limit:
+            dt = st(StepShape(0, 0, 0.0, 0, num_decodes, ctx))
+            out.append(dt)
+            t += dt
+            ctx += num_decodes
+        return out
+
     def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
         """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
         from ``context`` cached tokens (no decodes alongside)."""

@@ -150,6 +150,31 @@ class RooflineCostModel(CostModel):
         return (t_gemm + t_attn + self._lm_head_per_req * reqs + fixed
                 + self._per_req * reqs)
 
+    def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
+                     start: float, limit: float) -> list[float]:
+        """``step_time`` of each decode-only step, inlined: the same operations in the
+        same order (bit-identical results; tests check), without building shapes."""
+        n = num_decodes
+        if n <= 0:
+            return super().decode_steps(n, decode_ctx_tokens, max_steps, start, limit)
+        t_gemm = self._gemm_flops_per_tok * (n + self._n_g) / self._gemm_peak
+        if t_gemm < self._weight_time:
+            t_gemm = self._weight_time
+        lm = self._lm_head_per_req * n
+        fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
+        per_req = self._per_req * n
+        kv = self._decode_kv_per_tok
+        out: list[float] = []
+        append = out.append
+        t, ctx, k = start, decode_ctx_tokens, 0
+        while k < max_steps and t < limit:
+            dt = t_gemm + (0.0 + kv * ctx) + lm + fixed + per_req
+            append(dt)
+            t += dt
+            ctx += n
+            k += 1
+        return out
+
     def describe(self) -> dict[str, object]:
         return {"hardware": self.hardware.name, "model": self.model.name, "tp": self.tp,
                 "params": asdict(self.params), "kv_capacity_tokens": self.kv_capacity_tokens}
