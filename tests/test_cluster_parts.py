@@ -198,10 +198,11 @@ def test_ladder_chunk_and_policy() -> None:
 class _Node:
     def __init__(self, n_dec: int, backlog: int, free: int) -> None:
         self.cost_model = _Lin()
-        self.num_decodes = n_dec
-        self.decode_ctx_tokens = 0
-        self.prefill_backlog_tokens = backlog
         self.kv_free_tokens = free
+        self._load = (backlog, n_dec, 0)
+
+    def load(self) -> tuple[int, int, int]:
+        return self._load
 
 
 def test_deflection_rule() -> None:

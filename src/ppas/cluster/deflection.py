@@ -30,13 +30,11 @@ class DecodeNodeView(Protocol):
     cost_model: CostModel
 
     @property
-    def num_decodes(self) -> int: ...
-    @property
-    def decode_ctx_tokens(self) -> int: ...
-    @property
-    def prefill_backlog_tokens(self) -> int: ...
-    @property
     def kv_free_tokens(self) -> int: ...
+
+    def load(self) -> tuple[int, int, int]:
+        """(prompt tokens not yet computed, running decodes, their context tokens)."""
+        ...
 
 
 DEFLECTIONS: Registry[Any] = Registry("deflection rule")
@@ -68,15 +66,15 @@ class Deflection:
 
     def predicted_ttft(self, node: DecodeNodeView, prompt_tokens: int) -> float:
         """Predicted TTFT of a prompt deflected to ``node`` now; inf if no chunk fits."""
-        c = ladder_chunk(node.cost_model, self.config.tbt_slo, node.num_decodes,
-                         node.decode_ctx_tokens, 0, self.ladder)
+        backlog, n_dec, ctx = node.load()
+        c = ladder_chunk(node.cost_model, self.config.tbt_slo, n_dec, ctx, 0, self.ladder)
         if c == 0:
             return float("inf")
-        steps = -(-(node.prefill_backlog_tokens + prompt_tokens) // c)
+        steps = -(-(backlog + prompt_tokens) // c)
         mid = prompt_tokens // 2
         n = min(c, prompt_tokens)
         t = node.cost_model.step_time(StepShape(n, 1, n * (mid + (n + 1) * 0.5), mid + n,
-                                                node.num_decodes, node.decode_ctx_tokens))
+                                                n_dec, ctx))
         return steps * t
 
     def choose(self, prompt_tokens: int, output_tokens: int,

@@ -39,6 +39,9 @@ class InstanceView(Protocol):
 class Router(ABC):
     name: ClassVar[str]
     Config: ClassVar[type]
+    #: Whether ``route`` reads instance state beyond ``outstanding_tokens`` (the cluster
+    #: then keeps those instances exactly at the routing time).
+    reads_state: ClassVar[bool] = False
 
     def __init__(self, config: Any, spec: str | None = None) -> None:
         self.config = config
@@ -105,6 +108,7 @@ class EarliestCompletion(Router):
 
     name = "earliest-completion"
     Config = NoConfig
+    reads_state = True
 
     def route(self, prompt_tokens: int, output_tokens: int,
               instances: Sequence[InstanceView], now: float) -> int:

@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstiness", type=float, default=1.0)
     add_shape_args(p)
     add_cost_args(p)
+    from ppas.commands import cluster
+
+    cluster.add_arguments(p)
 
 
 def build_trace(args: argparse.Namespace) -> tuple[Trace, float | None]:
@@ -45,6 +48,12 @@ def build_trace(args: argparse.Namespace) -> tuple[Trace, float | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from ppas.commands import cluster
+
+        return cluster.run(args)
+    if args.mixed or args.instances or args.pd_ratios or args.plot:
+        raise PpasError("--mixed, --instances, --pd-ratios and --plot need --cluster FILE")
     check_common(args)
     if args.seed < 0:
         raise PpasError("--seed must be >= 0")

@@ -21,6 +21,7 @@ from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Decision, Policy
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
+from ppas.step_rules import is_pending_prefill
 
 LADDER = (2048, 1024, 512, 256, 128)
 
@@ -89,7 +90,7 @@ class TbtLadder(Policy):
             return Decision(self.ladder[-1])
         dctx, head_ctx = 0, -1
         for r in view.requests:
-            if r.is_running and r.num_computed_tokens >= r.prompt_tokens:
+            if not is_pending_prefill(r):
                 dctx += r.num_computed_tokens
             elif head_ctx < 0:
                 head_ctx = r.num_computed_tokens
