@@ -9,8 +9,16 @@ starting at ``t`` sees every request that arrived at or before ``t``, as in ``si
   may send the prompt to a decode node; otherwise it joins the prefill pool's queue and
   free prefill instances take batches from it (``ppas.cluster.queue``).
 * step of instance i at t -> first the requests its previous step finished (at t) are
-  handed on, then the next step runs (``EngineSim.step``) and the step after it is
-  booked at its end. A prefill instance with nothing left takes the next batch first.
+  handed on, then the engine advances (``EngineSim.advance``: one step, or a run of
+  decode-only steps) and its next step is booked at the end. A prefill instance with
+  nothing left takes the next batch first.
+* running ahead: a run of decode-only steps changes nothing any other instance or rule
+  sees (it stops before any request finishes), so instances whose state no rule reads
+  (least-outstanding-tokens and round-robin read only the cluster's own counters) run
+  as far as the run goes, and are cut back to the step boundary at ``t``
+  (``EngineSim.rewind``) when a request joins them at ``t``; instances read by
+  ``earliest-completion`` or the deflection rule run only up to the next arrival. Both
+  give the results of one step per event (tests).
 * a prefill finished on a prefill instance (the prompt computed, one token sampled) -> the
   router picks a decode instance; the KV of the prompt crosses that instance's link
   (FIFO, ``ppas.cluster.transfer.Link``), never starting before the prefill's end.
@@ -137,10 +145,12 @@ class ClusterRequest:
         if self.failed or r is None or r.finish_time is None or r.first_token_time is None:
             return None
         s = self.spec
-        return RequestMetrics(s.arrival_s, r.first_token_time - s.arrival_s,
-                              r.finish_time - s.arrival_s,
-                              (r.finish_time - r.first_token_time) / max(s.output_tokens - 1, 1),
-                              s.output_tokens, s.ttft_slo, s.tpot_slo, s.slo_class)
+        return RequestMetrics(
+            arrival_s=s.arrival_s, ttft=r.first_token_time - s.arrival_s,
+            e2e=r.finish_time - s.arrival_s,
+            tpot=(r.finish_time - r.first_token_time) / max(s.output_tokens - 1, 1),
+            output_tokens=s.output_tokens, ttft_slo=s.ttft_slo, tpot_slo=s.tpot_slo,
+            slo_class=s.slo_class)
 
 
 @dataclass
@@ -215,7 +225,7 @@ def simulate_cluster(
         deflection = make_deflection(dpool.deflection)
         queue = make_queue(config.pool("prefill").queue)
     else:
-        pre, dec, deflection, queue = insts, [], None, make_queue("fcfs")
+        pre, dec, deflection, queue = [], [], None, make_queue("fcfs")
     heap: list[tuple[float, int, int, int, int]] = []  # (time, kind, seq, a, b)
     seq = 0
     n, n_done, nxt, events = len(reqs), 0, 0, 0
