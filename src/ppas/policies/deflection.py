@@ -9,7 +9,9 @@ deflected prompt's TTFT, so the rule exists once, here.
 
 Our reading [I]: when no ladder chunk fits, the node still prefills with the smallest
 one (a prompt already placed there must progress; such a node is not chosen for new
-deflections); with no decode running, the whole remaining prompt up to ``mbt``.
+deflections); with no decode running, the whole remaining prompt up to ``mbt``. Without a
+cost model (the vLLM plugin with none configured) it cannot predict, so it takes the
+smallest chunk whenever decodes run.
 """
 
 from __future__ import annotations
