@@ -58,6 +58,7 @@ from ppas.step_rules import (
     enforced_budget,
     order_running,
     order_waiting,
+    priced_as_prefill,
     recent_steps_kept,
     samples_token,
 )
@@ -318,7 +319,8 @@ class EngineSim:
         k_max = 1 << 62
         for r in running:
             c = r.num_computed_tokens
-            if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
+            p = r.prompt_tokens
+            if p + r.num_output_tokens - c != 1 or priced_as_prefill(c, p, 1):
                 return False  # a prefill chunk or a recompute tail, not a decode
             ctx += c
             left = r.max_output_tokens - r.num_output_tokens
