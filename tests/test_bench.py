@@ -395,3 +395,29 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
     model = FittedCostModel.from_file(out)
     assert model.stats is not None and model.stats.num_steps > len(trace)
     assert model.per_prefill_token_s > 0 and model.stats.r2 > 0.5
+
+
+def test_prefix_prompts_share_exactly_the_trace_prefix() -> None:
+    from ppas.bench import _prompt
+    from ppas.workload import RequestSpec
+
+    a = _prompt(RequestSpec(0, 300, 1, prefix=(("g", 200),)), 0, SEED, "tokens", VOCAB, FILLER)
+    b = _prompt(RequestSpec(0, 350, 1, prefix=(("g", 250),)), 1, SEED, "tokens", VOCAB, FILLER)
+    c = _prompt(RequestSpec(0, 300, 1, prefix=(("h", 200),)), 2, SEED, "tokens", VOCAB, FILLER)
+    assert isinstance(a, list) and isinstance(b, list) and isinstance(c, list)
+    assert len(a) == 300 and len(b) == 350
+    assert a[:200] == b[:200] and a[200] != b[200] and a[:16] != c[:16]
+    whole = _prompt(RequestSpec(0, 64, 1, prefix=(("g", 64),)), 3, SEED, "tokens", VOCAB, FILLER)
+    assert whole == a[:64]
+
+
+def test_prefix_trace_needs_token_prompts() -> None:
+    import asyncio
+
+    from ppas.bench import run_trace
+    from ppas.errors import PpasError
+    from ppas.workload import prefix_group_trace
+
+    tr = prefix_group_trace(1.0, 3, 0, 1, 64, 16, 1)
+    with pytest.raises(PpasError, match="need --prompt-format tokens"):
+        asyncio.run(run_trace("http://127.0.0.1:9", "m", tr, prompt_format="text"))

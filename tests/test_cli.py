@@ -112,3 +112,17 @@ def test_missing_optional_package_is_one_line(monkeypatch: pytest.MonkeyPatch,
     assert rc == 2 and out == ""
     assert err.strip() == ("ppas simulate: error: needs the optional package 'matplotlib'; "
                            "install it with: pip install 'ppas[cli]'")
+
+
+def test_simulate_prefix_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ppas.workload import prefix_group_trace, save_trace
+
+    f = tmp_path / "groups.jsonl"
+    save_trace(prefix_group_trace(4.0, 40, 0, 2, 3000, "100-200", 16), f)
+    base = ["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--trace", str(f),
+            "--configs", "mbt:8192,feather", "--json"]
+    rc, out, _ = run_cli(base, capsys)
+    assert rc == 0 and all(r["prefix_hit_rate"] == 0 for r in json.loads(out))
+    rc, out, _ = run_cli([*base, "--enable-prefix-caching"], capsys)
+    recs = json.loads(out)
+    assert rc == 0 and all(r["prefix_hit_rate"] > 0.8 for r in recs)

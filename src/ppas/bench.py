@@ -434,11 +434,21 @@ async def _send(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
 # ---------------------------------------------------------------- the run
 
 
+def segment_prompt(stream: str, seed: int, tokens: int, vocab_size: int) -> list[int]:
+    """The first ``tokens`` ids of a shared stream (``RequestSpec.prefix``): random ids
+    seeded by (seed, stream name), so every request naming the stream starts the same way
+    and a longer segment extends a shorter one."""
+    rng = random.Random(f"{seed}/{stream}")
+    return [rng.randrange(vocab_size) for _ in range(tokens)]
+
+
 def _prompt(spec: RequestSpec, index: int, seed: int, prompt_format: str, vocab_size: int,
             filler_id: int) -> list[int] | str:
     if prompt_format == "text":
         return text_prompt(index, seed, spec.prompt_tokens)
-    return token_prompt(index, seed, spec.prompt_tokens, vocab_size, filler_id)
+    shared = [t for stream, n in spec.prefix for t in segment_prompt(stream, seed, n, vocab_size)]
+    rest = spec.prompt_tokens - len(shared)
+    return shared + (token_prompt(index, seed, rest, vocab_size, filler_id) if rest else [])
 
 
 async def run_trace(
@@ -462,6 +472,8 @@ async def run_trace(
     and return one outcome per request. Request i's prompt prefix is seeded by
     (``prompt_seed``, i): replaying with the same ``prompt_seed`` against a server with prefix
     caching serves the prompts from its cache, so give each run on one server its own.
+    Shared prefixes (``RequestSpec.prefix``) are ``segment_prompt`` ids, then the request's
+    own part as above: the server's prefix cache sees exactly the trace's sharing.
     Raises PpasError only before the run (bad URL, server down, failed warm-up); trouble
     during the run is recorded per request.
     ``on_start`` is called when the measured run begins, ``on_done`` per request. With
@@ -477,6 +489,9 @@ async def run_trace(
         raise PpasError(f"filler token id {filler_id} must be in [0, vocab size {vocab_size})")
     if len(trace) == 0:
         raise PpasError("the trace has no requests")
+    if prompt_format == "text" and any(r.prefix for r in trace):
+        raise PpasError("the trace shares prompt prefixes; they need --prompt-format tokens "
+                        "(token ids, not words)")
     base = normalize_base_url(base_url)
     url = f"{base}/v1/completions"
     reqs = trace.requests

@@ -17,7 +17,11 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
    queue); if that is the request itself, the loop stops. Then, only if nobody was
    preempted, waiting requests FCFS while the token budget lasts, ``len(running) <
    max_num_seqs``, the capped chunk is not 0 and the request's whole sequence so far fits
-   in the free blocks (vLLM's ``scheduler_reserve_full_isl`` admission, its default);
+   in the free blocks (vLLM's ``scheduler_reserve_full_isl`` admission, its default).
+   With prefix caching (``EngineConfig.prefix_caching``, ``ppas.prefix_cache``) a waiting
+   request first takes its longest cached prefix of full blocks (its last token is always
+   computed); the hit costs neither token budget nor prefill cap, and the admission test
+   counts the free cached blocks it takes;
 4. **advance** (``_advance``): the step's duration is the cost model's time for the step's
    shape (``step_rules.StepTally``); every request whose computed tokens reach its token
    count samples one token at the step's end (``step_rules.samples_token``). A request
@@ -50,6 +54,7 @@ from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.metrics import RequestMetrics, run_summary
 from ppas.policies.base import Policy
+from ppas.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
 from ppas.state import SchedulerView, StepRecord
 from ppas.step_rules import (
     PrefillCap,
@@ -74,6 +79,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
+    prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.prefix_cache)
 
     def __post_init__(self) -> None:
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -90,7 +96,8 @@ class SimRequest:
     __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
                  "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
                  "first_token_time", "last_token_time", "finish_time", "blocks",
-                 "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed")
+                 "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
+                 "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens")
 
     def __init__(self, index: int, spec: RequestSpec) -> None:
         self.request_id = str(index)
@@ -110,6 +117,21 @@ class SimRequest:
         self.blocks = 0
         self.num_preemptions = 0
         self.failed: str | None = None
+        # Prefix caching (EngineConfig.prefix_caching): the chained hashes of the full
+        # blocks of prompt + outputs, this request's blocks in the pool, the pool itself.
+        self.block_hashes: list[int] = []
+        self.kv: CachedBlocks | None = None
+        self.cache: PrefixCache | None = None
+        self.first_scheduled_time: float | None = None
+        self.num_hit_tokens = 0  # prompt tokens taken from the cache, all admissions
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """RequestView: the prefix-cache hit this request would get if admitted now."""
+        if self.cache is None or self.is_running:
+            return 0
+        n = self.prompt_tokens + self.num_output_tokens
+        return len(self.cache.lookup(self.block_hashes, n)) * self.cache.block_size
 
     @property
     def num_tokens(self) -> int:
@@ -139,6 +161,79 @@ class _Chain(Sequence[SimRequest]):
     def __iter__(self) -> Iterator[SimRequest]:
         yield from self.a
         yield from self.b
+
+
+class _KvPool:
+    """The paged KV cache: block counts only (``cache`` None, prefix caching off: the
+    fast path, identical to vLLM for prompts nobody shares), or vLLM's block pool with
+    automatic prefix caching (``ppas.prefix_cache``). A request's ``blocks`` is the
+    number of blocks it holds either way."""
+
+    __slots__ = ("cache", "bs", "_free")
+
+    def __init__(self, total_blocks: int | None, bs: int, caching: bool) -> None:
+        self.bs = bs
+        self.cache = PrefixCache(total_blocks, bs) if caching else None
+        self._free = total_blocks if total_blocks is not None else 1 << 62
+
+    @property
+    def free(self) -> int:
+        return self._free if self.cache is None else self.cache.num_free
+
+    def register(self, r: SimRequest, spec: RequestSpec) -> None:
+        """Content of the request's tokens: its shared prefix segments, then a unique
+        rest of prompt, then its outputs (unique: nobody else samples them)."""
+        if self.cache is None:
+            return
+        rest = r.prompt_tokens - spec.prefix_tokens
+        segs: list[tuple[object, int]] = list(spec.prefix)
+        if rest > 0:
+            segs.append((("prompt", r.index), rest))
+        segs.append((("output", r.index), r.max_output_tokens))
+        r.block_hashes = chained_block_hashes(segs, self.bs)
+        r.kv = CachedBlocks()
+        r.cache = self.cache
+
+    def lookup(self, r: SimRequest) -> list[int]:
+        """The prefix-cache hit (block ids) of a request about to be admitted."""
+        if self.cache is None:
+            return []
+        return self.cache.lookup(r.block_hashes, r.prompt_tokens + r.num_output_tokens)
+
+    def needed(self, r: SimRequest, n: int, hit: Sequence[int] = ()) -> int:
+        """Free blocks that ``n`` more tokens (after ``hit``) take."""
+        if self.cache is None or r.kv is None:
+            return -(-(r.num_computed_tokens + n) // self.bs) - r.blocks
+        return self.cache.blocks_needed(r.kv, r.num_computed_tokens, hit, n)
+
+    def grow(self, r: SimRequest, n: int, hit: Sequence[int] = ()) -> None:
+        """Allocate for ``hit`` and ``n`` new tokens (the caller checked ``needed``); a
+        hit moves ``num_computed_tokens`` past the cached blocks."""
+        if self.cache is None or r.kv is None:
+            extra = -(-(r.num_computed_tokens + n) // self.bs) - r.blocks
+            r.blocks += extra
+            self._free -= extra
+            return
+        ok = self.cache.allocate(r.kv, r.block_hashes, r.num_computed_tokens, hit, n,
+                                 r.prompt_tokens + r.num_output_tokens)
+        assert ok, "allocate after a successful needed() check"
+        r.blocks = len(r.kv.block_ids)
+        if hit:
+            r.num_computed_tokens += len(hit) * self.bs
+            if r.first_scheduled_time is None:
+                r.num_hit_tokens = len(hit) * self.bs
+
+    def take(self, blocks: int) -> None:
+        """Decode runs (no prefix caching): ``blocks`` more held (fewer when rewound)."""
+        assert self.cache is None
+        self._free -= blocks
+
+    def release(self, r: SimRequest) -> None:
+        if self.cache is None or r.kv is None:
+            self._free += r.blocks
+        else:
+            self.cache.free(r.kv)
+        r.blocks = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +279,14 @@ class SimResult:
     kv_blocks_total: int | None
     steps: list[StepTrace] = field(default_factory=list)
 
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache at first admission over all prompt
+        tokens of the requests admitted (0 with prefix caching off)."""
+        done = [r for r in self.requests if r.first_scheduled_time is not None]
+        total = sum(r.prompt_tokens for r in done)
+        return sum(r.num_hit_tokens for r in done) / total if total else 0.0
+
     def request_metrics(self) -> list[RequestMetrics]:
         out = []
         for r in self.requests:
@@ -220,7 +323,7 @@ class EngineSim:
             self.total_blocks = max(1, cost_model.kv_capacity_tokens // engine.block_size)
         else:
             self.total_blocks = None
-        self.free_blocks = self.total_blocks if self.total_blocks is not None else 1 << 62
+        self.pool = _KvPool(self.total_blocks, engine.block_size, engine.prefix_caching)
         self.record_steps = record_steps
         self.now = 0.0
         self.requests: list[SimRequest] = []
@@ -242,6 +345,11 @@ class EngineSim:
         self._run_steps = -1
         self._chain = _Chain(self.running, self.waiting)
 
+    @property
+    def free_blocks(self) -> int:
+        """Free KV blocks (as vLLM counts them: cached blocks nobody holds are free)."""
+        return self.pool.free
+
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, spec: RequestSpec) -> SimRequest:
         """A request arrives (its ``arrival_s`` is its arrival time; the engine's clock moves
@@ -254,6 +362,7 @@ class EngineSim:
                 -(-(r.prompt_tokens + r.max_output_tokens) // bs) > self.total_blocks):
             r.failed = "request does not fit in the KV cache"
             return r
+        self.pool.register(r, spec)
         if not self.has_work() and self.now < r.arrival_time:
             self.now = r.arrival_time
         self.waiting.append(r)
@@ -313,8 +422,8 @@ class EngineSim:
         The run can be cut back afterwards (``rewind``). False when no step ran."""
         running = self.running
         n = len(running)
-        if n == 0 or n > self.mbt:
-            return False
+        if n == 0 or n > self.mbt or self.pool.cache is not None:
+            return False  # (with prefix caching every block goes through the pool)
         ctx = 0
         k_max = 1 << 62
         for r in running:
@@ -328,7 +437,7 @@ class EngineSim:
                 k_max = left
         k_max -= 1  # the finishing step goes through step()
         if self.total_blocks is not None:
-            k_kv = self.free_blocks // n * self.block_size
+            k_kv = self.pool.free // n * self.block_size
             if k_kv < k_max:
                 k_max = k_kv
         if k_max < 1 or self.now >= limit:
@@ -380,7 +489,7 @@ class EngineSim:
             b = -(-c // bs)
             used += b - r.blocks
             r.blocks = b
-        self.free_blocks -= used
+        self.pool.take(used)
 
     def rewind(self, t: float) -> None:
         """Undo the steps of the last decode run that start at or after ``t``, so that
@@ -405,7 +514,7 @@ class EngineSim:
     def _schedule(self, prefill_budget: int) -> tuple[list[tuple[SimRequest, int]],
                                                        list[SimRequest]]:
         """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests)."""
-        running, waiting, bs = self.running, self.waiting, self.block_size
+        running, waiting, pool = self.running, self.waiting, self.pool
         cap = PrefillCap(prefill_budget)
         clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
@@ -420,11 +529,9 @@ class EngineSim:
             if n <= 0:
                 i += 1
                 continue
-            extra = -(-(c + n) // bs) - r.blocks
-            while extra > self.free_blocks:
+            while pool.needed(r, n) > pool.free:
                 victim = running.pop()  # lowest priority: the last running request
-                self.free_blocks += victim.blocks
-                victim.blocks = 0
+                pool.release(victim)
                 victim.num_computed_tokens = 0
                 victim.is_running = False
                 victim.num_preemptions += 1
@@ -434,8 +541,7 @@ class EngineSim:
                     break
             if not r.is_running:
                 break
-            r.blocks += extra
-            self.free_blocks -= extra
+            pool.grow(r, n)
             sched.append((r, n))
             budget -= n
             charge(c, p, n)
@@ -444,17 +550,20 @@ class EngineSim:
             return sched, preempted
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
-            c, p = r.num_computed_tokens, r.prompt_tokens
+            # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
+            # cost neither token budget nor prefill cap.
+            hit = pool.lookup(r)
+            c, p = r.num_computed_tokens + len(hit) * pool.bs, r.prompt_tokens
             total = p + r.num_output_tokens
             need = total - c
             n = clamp(c, p, need if need < budget else budget)
-            if n <= 0 or -(-total // bs) - r.blocks > self.free_blocks:
+            if n <= 0 or pool.needed(r, need, hit) > pool.free:
                 break  # capped to nothing, or the whole sequence does not fit (admission)
-            extra = -(-(c + n) // bs) - r.blocks
             waiting.popleft()
             r.is_running = True
-            r.blocks += extra
-            self.free_blocks -= extra
+            pool.grow(r, n, hit)
+            if r.first_scheduled_time is None:
+                r.first_scheduled_time = self.now
             running.append(r)
             sched.append((r, n))
             budget -= n
@@ -489,13 +598,12 @@ class EngineSim:
                     r.finish_time = now
                     self.finished.append(r)
                     r.is_running = False
-                    self.free_blocks += r.blocks
-                    r.blocks = 0
+                    self.pool.release(r)
                     any_finished = True
         if any_finished:
             self.running[:] = [r for r in self.running if r.is_running]
         if self.record_steps:
-            used = (self.total_blocks - self.free_blocks) if self.total_blocks is not None else 0
+            used = (self.total_blocks - self.pool.free) if self.total_blocks is not None else 0
             self.steps.append(StepTrace(
                 time=launch, duration_s=dt, prefill_budget=cap,
                 num_prefill_tokens=tally.prompt_tokens,

@@ -9,7 +9,7 @@ Which requests count as pending prefills (N_p) or decodes (N_d) is a step rule
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,22 @@ class RequestView(Protocol):
     def ttft_slo(self) -> float | None: ...
     @property
     def tpot_slo(self) -> float | None: ...
+    @property
+    def block_hashes(self) -> Sequence[Hashable]:
+        """Chained hashes of the request's full KV blocks (``BLOCK_SIZE`` tokens each,
+        prompt first): equal i-th hashes mean equal first ``(i + 1) * BLOCK_SIZE`` tokens.
+        Empty where the engine has none (prefix caching off)."""
+        ...
+    @property
+    def num_cached_tokens(self) -> int:
+        """For a waiting request, the prompt tokens it would take from the prefix cache if
+        admitted now; 0 for running requests (their hits are in ``num_computed_tokens``)
+        and where the engine does not look it up."""
+        ...
+
+
+#: Tokens per KV block, as in vLLM (``--block-size`` 16): the unit of ``block_hashes``.
+BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,8 @@ class RequestSnapshot:
     last_token_time: float | None = None
     ttft_slo: float | None = None
     tpot_slo: float | None = None
+    block_hashes: Sequence[Hashable] = ()
+    num_cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

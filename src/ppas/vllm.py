@@ -41,7 +41,7 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -180,6 +180,15 @@ class _RequestAdapter:
     @property
     def tpot_slo(self) -> float | None:
         return self._slo("tpot_slo")
+
+    @property
+    def block_hashes(self) -> Sequence[Hashable]:
+        # vLLM's own chained block hashes (empty with prefix caching off).
+        return self._r.block_hashes
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return 0  # waiting requests are not looked up in the prefix cache here
 
 
 class _LazyRequests(Sequence[RequestView]):

@@ -18,10 +18,20 @@ from pathlib import Path
 from ppas.config import require
 from ppas.errors import PpasError
 
+Segments = tuple[tuple[str, int], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request of a trace. ``slo_class`` names an SLO class (see ``SloClass``)."""
+    """One request of a trace. ``slo_class`` names an SLO class (see ``SloClass``).
+
+    ``prefix``: the shared content at the start of the prompt, as segments
+    ``(stream, length)``; a segment's tokens are the first ``length`` tokens of the named
+    stream, so requests share exactly the prompt prefix their segments agree on (a prefix
+    group is one segment ``(group, shared length)``; a session's turns are one stream
+    growing turn by turn). The rest of the prompt (``prompt_tokens - sum of lengths``) is
+    unique to the request. Empty = a prompt shared with nobody (every trace before prefix
+    caching)."""
 
     arrival_s: float
     prompt_tokens: int
@@ -29,6 +39,11 @@ class RequestSpec:
     ttft_slo: float | None = None
     tpot_slo: float | None = None
     slo_class: str | None = None
+    prefix: Segments = ()
+
+    @property
+    def prefix_tokens(self) -> int:
+        return sum(n for _, n in self.prefix)
 
 
 @dataclass(frozen=True)
@@ -130,16 +145,8 @@ def gamma_trace(
     """Arrivals with gamma inter-arrival times as ``vllm bench serve --burstiness``:
     shape = burstiness, scale = 1 / (rate * burstiness); burstiness 1 is Poisson, lower is
     burstier. ``rate = inf`` sends everything at t = 0."""
-    require(rate > 0, f"request rate must be > 0, got {rate}")
-    require(burstiness > 0, f"burstiness must be > 0, got {burstiness}")
-    require(num_requests >= 1, f"num_requests must be >= 1, got {num_requests}")
+    arr = _arrivals(rate, num_requests, seed, burstiness)
     _check_lengths(prompt_tokens, output_tokens)
-    rng = random.Random(seed)
-    t, arr = 0.0, []
-    for _ in range(num_requests):
-        arr.append(t)
-        if math.isfinite(rate):
-            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
     reqs = tuple(RequestSpec(a, prompt_tokens, output_tokens) for a in arr)
     return Trace(reqs, arr[-1], f"gamma rate {rate:g} burstiness {burstiness:g} seed {seed}")
 
@@ -184,6 +191,122 @@ def mixed_trace(
     return Trace(tuple(out), duration_s, f"mixed rate {rate:g} for {duration_s:g} s seed {seed}")
 
 
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: a weighted mixture of uniform integer ranges
+    ``(low, high, weight)`` (``low == high`` for one value); see ``parse_lengths``."""
+
+    parts: tuple[tuple[int, int, float], ...]
+
+    def __post_init__(self) -> None:
+        require(len(self.parts) >= 1, "empty token-length distribution")
+        for lo, hi, w in self.parts:
+            require(1 <= lo <= hi, f"token lengths need 1 <= low <= high, got {lo}-{hi}")
+            require(w >= 0 and math.isfinite(w), f"length weights must be >= 0, got {w}")
+        require(sum(w for _, _, w in self.parts) > 0, "length weights must not all be 0")
+
+    def sample(self, rng: random.Random) -> int:
+        parts = self.parts
+        lo, hi, _ = parts[0] if len(parts) == 1 else rng.choices(
+            parts, [w for _, _, w in parts])[0]
+        return lo if lo == hi else rng.randint(lo, hi)
+
+    @property
+    def max(self) -> int:
+        return max(hi for _, hi, _ in self.parts)
+
+
+def parse_lengths(spec: str | int | LengthDist) -> LengthDist:
+    """``'25000'``, ``'256-4096'`` (uniform), ``'512:0.7,8192:0.3'`` (weighted values) or a
+    weighted mixture of ranges, ``'200-800:0.7,4000-12000:0.3'``."""
+    if isinstance(spec, LengthDist):
+        return spec
+    if isinstance(spec, int):
+        return LengthDist(((spec, spec, 1.0),))
+    allowed = "allowed: N, LOW-HIGH, or a weighted list N:W,LOW-HIGH:W,..."
+    parts = []
+    try:
+        items = spec.split(",")
+        for item in items:
+            rng_, colon, w = item.strip().partition(":")
+            if not colon and len(items) > 1:
+                raise ValueError
+            lo, dash, hi = rng_.partition("-")
+            parts.append((int(lo), int(hi) if dash else int(lo), float(w) if colon else 1.0))
+    except ValueError:
+        raise PpasError(f"malformed token lengths {spec!r}; {allowed}") from None
+    return LengthDist(tuple(parts))
+
+
+def _arrivals(rate: float, num_requests: int, seed: int, burstiness: float) -> list[float]:
+    """gamma_trace's arrival times (same seed, same times)."""
+    require(rate > 0, f"request rate must be > 0, got {rate}")
+    require(burstiness > 0, f"burstiness must be > 0, got {burstiness}")
+    require(num_requests >= 1, f"num_requests must be >= 1, got {num_requests}")
+    rng = random.Random(seed)
+    t, arr = 0.0, []
+    for _ in range(num_requests):
+        arr.append(t)
+        if math.isfinite(rate):
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+    return arr
+
+
+def prefix_group_trace(rate: float, num_requests: int, seed: int, num_groups: int,
+                       prefix_tokens: int, suffix_tokens: str | int | LengthDist,
+                       output_tokens: str | int | LengthDist, burstiness: float = 1.0,
+                       zipf: float = 0.0) -> Trace:
+    """Requests in ``num_groups`` prefix groups (system prompt, tool schema, retrieved
+    document): each request draws a group (weight ``1 / (k + 1) ** zipf``; 0 = uniform),
+    shares the group's ``prefix_tokens`` and adds a unique suffix. ``rate = inf`` is an
+    offline backlog (everything at t = 0)."""
+    require(num_groups >= 1, f"num_groups must be >= 1, got {num_groups}")
+    require(prefix_tokens >= 0, f"prefix_tokens must be >= 0, got {prefix_tokens}")
+    require(zipf >= 0, f"zipf must be >= 0, got {zipf}")
+    sd, od = parse_lengths(suffix_tokens), parse_lengths(output_tokens)
+    arr = _arrivals(rate, num_requests, seed, burstiness)
+    rng = random.Random(seed ^ 0x9F1C)
+    weights = [1.0 / (k + 1) ** zipf for k in range(num_groups)]
+    reqs = []
+    for a in arr:
+        g = rng.choices(range(num_groups), weights)[0]
+        prefix = ((f"group{g}", prefix_tokens),) if prefix_tokens else ()
+        reqs.append(RequestSpec(a, prefix_tokens + sd.sample(rng), od.sample(rng),
+                                prefix=prefix))
+    return Trace(tuple(reqs), arr[-1],
+                 f"prefix groups {num_groups}x{prefix_tokens} rate {rate:g} seed {seed}")
+
+
+def session_trace(num_sessions: int, turns: int, seed: int, session_rate: float,
+                  system_tokens: int, first_tokens: int, turn_tokens: str | int | LengthDist,
+                  output_tokens: str | int | LengthDist, think_s: float) -> Trace:
+    """Multi-turn / agent sessions: sessions start as a Poisson process at
+    ``session_rate``; every session's prompts share a ``system_tokens`` system prompt, and
+    each turn's prompt extends the previous one by ``turn_tokens`` (the next user or tool
+    message; the previous answer is counted in it, as new tokens, since its text is the
+    engine's). Turn ``k + 1`` arrives ``think_s`` (exponential, that mean) after turn
+    ``k``'s arrival (open loop, so the same trace replays live)."""
+    require(num_sessions >= 1, f"num_sessions must be >= 1, got {num_sessions}")
+    require(turns >= 1, f"turns must be >= 1, got {turns}")
+    require(system_tokens >= 0 and first_tokens >= 1,
+            "system_tokens must be >= 0 and first_tokens >= 1")
+    require(think_s > 0, f"think_s must be > 0, got {think_s}")
+    td, od = parse_lengths(turn_tokens), parse_lengths(output_tokens)
+    starts = _arrivals(session_rate, num_sessions, seed, 1.0)
+    rng = random.Random(seed ^ 0x5E55)
+    reqs = []
+    for s, t in enumerate(starts):
+        own = first_tokens
+        for _ in range(turns):
+            prefix = ((("system", system_tokens),) if system_tokens else ()) + ((f"s{s}", own),)
+            reqs.append(RequestSpec(t, system_tokens + own, od.sample(rng), prefix=prefix))
+            own += td.sample(rng)
+            t += rng.expovariate(1.0 / think_s)
+    reqs.sort(key=lambda r: r.arrival_s)
+    return Trace(tuple(reqs), reqs[-1].arrival_s,
+                 f"sessions {num_sessions}x{turns} rate {session_rate:g} seed {seed}")
+
+
 def _check_lengths(prompt_tokens: int, output_tokens: int) -> None:
     require(prompt_tokens >= 1, f"prompt tokens must be >= 1, got {prompt_tokens}")
     require(output_tokens >= 1, f"output tokens must be >= 1, got {output_tokens}")
@@ -191,12 +314,16 @@ def _check_lengths(prompt_tokens: int, output_tokens: int) -> None:
 
 _FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
 _OPTIONAL = ("ttft_slo", "tpot_slo", "slo_class")
+_PREFIX_HELP = ("prefix must be a list of [stream, tokens] pairs (JSONL), or prefix_group "
+                "with prefix_tokens")
 
 
 def load_trace(path: str | Path) -> Trace:
     """Read a CSV (header row) or JSONL trace with ``arrival_s, prompt_tokens,
-    output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``). A malformed line raises a
-    PpasError naming the file and line number."""
+    output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``, and the shared prompt
+    prefix: JSONL ``prefix`` as ``[[stream, tokens], ...]``, or in either format one
+    segment as ``prefix_group`` + ``prefix_tokens``). A malformed line raises a PpasError
+    naming the file and line number."""
     p = Path(path)
     if not p.is_file():
         raise PpasError(f"trace file {str(p)!r} does not exist")
@@ -255,20 +382,54 @@ def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:
                     raise ValueError(f"{k} must be > 0, got {obj[k]!r}")
                 slos[k] = v
         cls = obj.get("slo_class")
-        return RequestSpec(a, int(pt), int(ot), slo_class=None if cls is None else str(cls), **slos)
+        prefix = _parse_prefix(obj, int(pt))
+        return RequestSpec(a, int(pt), int(ot), slo_class=None if cls is None else str(cls),
+                           prefix=prefix, **slos)
     except (ValueError, TypeError) as e:
         raise PpasError(f"{p}:{n}: {e}") from None
+
+
+def _parse_prefix(obj: dict[str, object], prompt_tokens: int) -> Segments:
+    raw = obj.get("prefix")
+    group = obj.get("prefix_group")
+    if raw is not None and group is not None:
+        raise ValueError("give prefix or prefix_group, not both")
+    if group is not None:
+        if "prefix_tokens" not in obj:
+            raise ValueError("prefix_group needs prefix_tokens")
+        raw = [[group, obj["prefix_tokens"]]]
+    elif "prefix_tokens" in obj:
+        raise ValueError("prefix_tokens needs prefix_group")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(_PREFIX_HELP)
+    out = []
+    for seg in raw:
+        if not (isinstance(seg, list | tuple) and len(seg) == 2):
+            raise ValueError(_PREFIX_HELP)
+        stream, n = seg
+        nf = float(n)  # type: ignore[arg-type]
+        if not (nf.is_integer() and nf >= 1) or str(stream) == "":
+            raise ValueError(f"prefix segment {seg!r}: need a non-empty stream and tokens >= 1")
+        out.append((str(stream), int(nf)))
+    total = sum(n for _, n in out)
+    if total > prompt_tokens:
+        raise ValueError(f"prefix has {total} tokens, more than prompt_tokens={prompt_tokens}")
+    return tuple(out)
 
 
 def save_trace(trace: Trace, path: str | Path) -> None:
     """Write a trace as JSONL (readable by ``load_trace``)."""
     with open(path, "w") as f:
         for r in trace:
-            obj = {"arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
-                   "output_tokens": r.output_tokens}
+            obj: dict[str, object] = {"arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
+                                      "output_tokens": r.output_tokens}
             for k in _OPTIONAL:
                 if getattr(r, k) is not None:
                     obj[k] = getattr(r, k)
+            if r.prefix:
+                obj["prefix"] = [list(seg) for seg in r.prefix]
             f.write(json.dumps(obj) + "\n")
 
 
@@ -293,13 +454,16 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
     out = []
     for r in trace:
         c = rng.choices(classes, weights)[0]
-        out.append(RequestSpec(r.arrival_s, c.prompt_tokens or r.prompt_tokens,
-                               c.output_tokens or r.output_tokens, c.ttft_slo, c.tpot_slo, c.name))
+        pt = c.prompt_tokens or r.prompt_tokens
+        prefix = r.prefix if sum(n for _, n in r.prefix) <= pt else ()
+        out.append(RequestSpec(r.arrival_s, pt, c.output_tokens or r.output_tokens,
+                               c.ttft_slo, c.tpot_slo, c.name, prefix))
     return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes")
 
 
 __all__ = [
-    "PAPER_PHASES", "Phase", "RequestSpec", "SloClass", "Trace", "assign_slo_classes",
-    "constant_trace", "gamma_trace", "load_trace", "mixed_trace", "parse_phases",
-    "phase_arrivals", "phase_trace", "save_trace",
+    "PAPER_PHASES", "LengthDist", "Phase", "RequestSpec", "Segments", "SloClass", "Trace",
+    "assign_slo_classes", "constant_trace", "gamma_trace", "load_trace", "mixed_trace",
+    "parse_lengths", "parse_phases", "phase_arrivals", "phase_trace", "prefix_group_trace",
+    "save_trace", "session_trace",
 ]

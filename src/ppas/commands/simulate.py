@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-rate", type=float, help="gamma arrivals (vllm bench serve style)")
     p.add_argument("--num-prompts", type=int, default=100)
     p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--enable-prefix-caching", action="store_true",
+                   help="vLLM's automatic prefix caching (traces share prompt prefixes through "
+                        "their 'prefix' field)")
     add_shape_args(p)
     add_cost_args(p)
     from ppas.commands import cluster
@@ -64,10 +67,12 @@ def run(args: argparse.Namespace) -> int:
         cm = cost_model_for(args, c)
         res = simulate(trace, make_policy(c), cm,
                        EngineConfig(max_num_seqs=args.max_num_seqs,
-                                    num_kv_blocks=args.num_kv_blocks))
+                                    num_kv_blocks=args.num_kv_blocks,
+                                    prefix_caching=args.enable_prefix_caching))
         lb = [lower_bound_latency(s, cm) for s in trace]
         records.append({"config": c, "burst_rate": burst, "seed": args.seed, **res.summary(),
                         "num_preemptions": res.num_preemptions, "num_steps": res.num_steps,
+                        "prefix_hit_rate": res.prefix_hit_rate,
                         "lower_bound_latency": sum(lb) / len(lb)})
     if args.json:
         print_json(records)

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ppas.state import SchedulerView
+from ppas.state import RequestView, SchedulerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,12 @@ class Decision:
     prefill_budget: int
     prefill_order: tuple[str, ...] | None = None
     decodes_first: bool = False
+
+
+def uncached_prompt_tokens(r: RequestView) -> int:
+    """Prompt tokens a request still has to compute, net of the prefix-cache hit it would
+    get if admitted now (at least 1: vLLM always computes the last token)."""
+    return max(1, r.prompt_tokens - r.num_computed_tokens - r.num_cached_tokens)
 
 
 class Policy(ABC):

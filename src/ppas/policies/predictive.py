@@ -49,6 +49,11 @@ prompts (A100 / Qwen3-8B, 25k/256: 6-71 preemptions per run for the fixed budget
 The view carries no KV usage, so with a cost model that has no capacity (``fitted``)
 the guard is off.
 
+Prefix caching: a waiting request's prefix-cache hit (``RequestView.num_cached_tokens``,
+the blocks the engine would reuse if it admitted it now) is taken off its projected
+prefill and off the admission allowance. Footprints stay whole (a shared block is counted
+once per request: conservative).
+
 Without a cost model (``bind_cost_model(None)``, e.g. the vLLM plugin with no model
 configured) the policy falls back to P-PAS with the paper's parameters (N_th = 2,
 B_cap = 2048, B_max = ``c_max``), which needs none.
@@ -61,7 +66,7 @@ from heapq import heapify, heappop, heappush
 
 from ppas.config import require
 from ppas.cost.base import CostModel
-from ppas.policies.base import Decision, Policy
+from ppas.policies.base import Decision, Policy, uncached_prompt_tokens
 from ppas.policies.costs import StepCosts
 from ppas.policies.registry import register
 from ppas.state import SchedulerView
@@ -135,7 +140,10 @@ class Predictive(Policy):
                 oldest = r.arrival_time
             left = r.max_output_tokens - r.num_output_tokens
             if is_pending_prefill(r):
-                queue.append((r.num_computed_tokens, r.prompt_tokens, max(1, left)))
+                # A prefix-cache hit shortens the projected prefill (the engine's
+                # lookup for a waiting request; 0 where it does not look up).
+                queue.append((min(r.num_computed_tokens + r.num_cached_tokens,
+                                  r.prompt_tokens - 1), r.prompt_tokens, max(1, left)))
             elif left > 0:
                 decs.append((left, r.num_computed_tokens))
         # Try last step's budget first: decisions are sticky, so the bound prunes early.
@@ -181,7 +189,7 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
         if need > room:
             break
         room -= need
-        allowance += r.prompt_tokens - r.num_computed_tokens
+        allowance += uncached_prompt_tokens(r)
         if allowance >= budget:
             return budget
     return allowance

@@ -26,6 +26,8 @@ _MODULES = (
     "ppas.policies.flowprefill",
     "ppas.policies.lprs",
     "ppas.policies.deflection",
+    "ppas.policies.feather",
+    "ppas.policies.sortedf",
 )
 _loaded = False
 
