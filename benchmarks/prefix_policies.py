@@ -152,8 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"MC-SF (paper: up to ~30% lower than both)")
 
     # 4. LPRS-APC: mixed prompt lengths (70% 512, 25% 4096, 5% 25000 tokens), Poisson
-    # arrivals for 200 / rate seconds. FCFS at LPRS-APC's global budget (8192) and at the chunk its 100 ms target
-    # settles on (2048). Long outputs first (decode-dominated E2E), then short ones.
+    # arrivals for 200 / rate seconds. FCFS at LPRS-APC's global budget (8192) and at the
+    # chunk its 100 ms target settles on (2048). Long outputs first (decode-dominated
+    # E2E), then short ones.
     lp, lp4 = "lprs-apc", "lprs-apc:rem_weight=4"
     for outputs, rates in (("32-256", (2.0, 4.0)), ("8-32", (4.0, 6.5))):
         for rate in rates:
