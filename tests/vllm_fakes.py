@@ -51,6 +51,7 @@ def make_scheduler(
     num_blocks: int = 10_000,
     enable_prefix_caching: bool = False,
     step_log: str | None = None,
+    cost_model: str | None = None,
     async_scheduling: bool = False,
     cls: type[Scheduler] | None = None,
 ) -> Scheduler:
@@ -61,6 +62,8 @@ def make_scheduler(
         additional = {"ppas": {"policy": policy}}
         if step_log:
             additional["ppas"]["step_log"] = step_log
+        if cost_model:
+            additional["ppas"]["cost_model"] = cost_model
     vllm_config = make_vllm_config(
         model_dir, json.dumps(additional), max_num_batched_tokens, max_num_seqs, num_blocks,
         enable_prefix_caching, async_scheduling,
@@ -133,15 +136,19 @@ _hash_ready = False
 
 
 def make_request(
-    rid: str, prompt_len: int, max_tokens: int, *, seed: int = 0, arrival: float = 0.0
+    rid: str, prompt_len: int, max_tokens: int, *, seed: int = 0, arrival: float = 0.0,
+    ttft_slo: float | None = None, tpot_slo: float | None = None,
 ) -> Request:
-    """A request of ``prompt_len`` distinct-ish token ids (no accidental prefix sharing)."""
+    """A request of ``prompt_len`` distinct-ish token ids (no accidental prefix sharing),
+    with optional SLOs where the plugin reads them (``SamplingParams.extra_args``)."""
     global _hash_ready
     if not _hash_ready:
         init_none_hash(sha256)
         _hash_ready = True
     ids = [(seed * 7919 + i * 31 + 1) % 3000 + 3 for i in range(prompt_len)]
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    slos = {k: v for k, v in (("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo)) if v is not None}
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0,
+                            extra_args=slos or None)
     return Request(
         request_id=rid,
         prompt_token_ids=ids,

@@ -66,6 +66,7 @@ from ppas.step_rules import (
     priced_as_prefill,
     recent_steps_kept,
     samples_token,
+    step_interval,
 )
 from ppas.workload import RequestSpec, Trace
 
@@ -579,7 +580,7 @@ class EngineSim:
             add(r.num_computed_tokens, r.prompt_tokens, n)
         dt = self.step_time(tally.shape())
         launch = self.now
-        interval = launch - self._last_launch if self._last_launch is not None else 0.0
+        interval = step_interval(launch, self._last_launch)
         self._last_launch = launch
         self.now = now = launch + dt
         self.num_steps += 1

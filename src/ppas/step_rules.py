@@ -21,7 +21,11 @@ Rules, in the order a step applies them:
    requests after the listed ones); ``decodes_first`` then moves every running decode ahead
    of the running prefill chunks (stable). The two flags are independent: a policy that
    orders prefills does not get decodes first unless it asks. Running requests are still
-   served before waiting ones (vLLM's two loops).
+   served before waiting ones (vLLM's two loops). A consequence: since the running loop
+   takes the cap and the budget first, a waiting request is only admitted once every
+   running prompt got all it needed, so at most one running request is mid-prompt and
+   both flags act mostly through the waiting queue; they matter for running requests
+   once a per-request chunk limit lets several prompts run together.
 4. **The cap** (``PrefillCap``): a prefill chunk gets ``min(its tokens, cap left)`` and
    is charged to the cap; a chunk past the prompt (a decode, or a recompute tail) is never
    capped. A request whose capped chunk is 0 is skipped (running loop) or stops admission
@@ -39,9 +43,9 @@ Rules, in the order a step applies them:
 6. **Tokens and clocks** (``samples_token``, ``RECENT_STEPS``): a request samples a token
    at the end of a step whose chunk reaches its ``num_tokens`` (so the first token comes
    from the step with the last prompt chunk); that time is its ``last_token_time``.
-   ``StepRecord.interval_s`` is the time between successive scheduler calls (0 for the
-   first), ``duration_s`` the step's completion-timed length; engines keep the last
-   ``recent_steps_kept(policy)`` records.
+   ``StepRecord.interval_s`` is the time between successive scheduler calls that
+   launched a step (``step_interval``; 0 for the first), ``duration_s`` the step's
+   completion-timed length; engines keep the last ``recent_steps_kept(policy)`` records.
 
 numpy at most; no vllm import.
 """
@@ -237,6 +241,13 @@ def samples_token(num_computed_after: int, num_tokens: int) -> bool:
     """Whether a request samples a token at the end of a step: its computed tokens (after
     the step) reach its token count (prompt + outputs so far)."""
     return num_computed_after >= num_tokens
+
+
+def step_interval(now: float, last_launch: float | None) -> float:
+    """``StepRecord.interval_s``: time since the previous scheduler call that launched a
+    step (DLFP's original proxy; empty calls, which only relay finished requests, do not
+    count)."""
+    return now - last_launch if last_launch is not None else 0.0
 
 
 def recent_steps_kept(policy: Policy) -> int:

