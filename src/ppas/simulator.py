@@ -50,24 +50,13 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ppas import step_rules
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
 from ppas.metrics import RequestMetrics, run_summary
 from ppas.policies.base import Policy
 from ppas.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
 from ppas.state import SchedulerView, StepRecord
-from ppas.step_rules import (
-    PrefillCap,
-    StepTally,
-    counts,
-    enforced_budget,
-    order_running,
-    order_waiting,
-    priced_as_prefill,
-    recent_steps_kept,
-    samples_token,
-    step_interval,
-)
 from ppas.workload import RequestSpec, Trace
 
 
@@ -330,7 +319,7 @@ class EngineSim:
         self.requests: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.waiting: deque[SimRequest] = deque()
-        self.recent: deque[StepRecord] = deque(maxlen=recent_steps_kept(policy))
+        self.recent: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.steps: list[StepTrace] = []
         self.num_steps = self.num_preemptions = 0
         self._last_launch: float | None = None
@@ -384,9 +373,9 @@ class EngineSim:
         self._run_steps = -1
         view = self._view()
         decision = self.policy.decide(view)
-        cap = enforced_budget(decision, view)
-        order_running(self.running, decision)
-        order_waiting(self.waiting, decision)
+        cap = step_rules.enforced_budget(decision, view)
+        step_rules.order_running(self.running, decision)
+        step_rules.order_waiting(self.waiting, decision)
         sched, preempted = self._schedule(cap)
         if not sched:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
@@ -430,7 +419,7 @@ class EngineSim:
         for r in running:
             c = r.num_computed_tokens
             p = r.prompt_tokens
-            if p + r.num_output_tokens - c != 1 or priced_as_prefill(c, p, 1):
+            if p + r.num_output_tokens - c != 1 or step_rules.priced_as_prefill(c, p, 1):
                 return False  # a prefill chunk or a recompute tail, not a decode
             ctx += c
             left = r.max_output_tokens - r.num_output_tokens
@@ -444,7 +433,7 @@ class EngineSim:
         if k_max < 1 or self.now >= limit:
             return False
         view = self._view()
-        cap = enforced_budget(self.policy.decide(view), view)
+        cap = step_rules.enforced_budget(self.policy.decide(view), view)
         start = self.now
         dts = self.decode_steps(n, ctx, k_max, start, limit)
         self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
@@ -470,7 +459,7 @@ class EngineSim:
         for i in range(first, k):
             recent.append(StepRecord(
                 launch_time=now, duration_s=dts[i],
-                interval_s=now - prev if prev is not None else 0.0, prefill_budget=cap,
+                interval_s=step_rules.step_interval(now, prev), prefill_budget=cap,
                 num_prefill_tokens=0, num_decode_tokens=n, num_prefill_reqs=0,
                 num_decode_reqs=n))
             prev = now
@@ -507,7 +496,7 @@ class EngineSim:
         self._apply_run(k)
 
     def _view(self) -> SchedulerView:
-        np_, nd = counts(self.running, len(self.waiting))
+        np_, nd = step_rules.counts(self.running, len(self.waiting))
         return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
@@ -516,7 +505,7 @@ class EngineSim:
                                                        list[SimRequest]]:
         """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests)."""
         running, waiting, pool = self.running, self.waiting, self.pool
-        cap = PrefillCap(prefill_budget)
+        cap = step_rules.PrefillCap(prefill_budget)
         clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
         sched: list[tuple[SimRequest, int]] = []
@@ -574,13 +563,13 @@ class EngineSim:
     def _advance(self, view: SchedulerView, cap: int, sched: list[tuple[SimRequest, int]],
                  preempted: list[SimRequest]) -> None:
         """Price the step, move the clock, sample tokens, finish requests."""
-        tally = StepTally()
+        tally = step_rules.StepTally()
         add = tally.add
         for r, n in sched:
             add(r.num_computed_tokens, r.prompt_tokens, n)
         dt = self.step_time(tally.shape())
         launch = self.now
-        interval = step_interval(launch, self._last_launch)
+        interval = step_rules.step_interval(launch, self._last_launch)
         self._last_launch = launch
         self.now = now = launch + dt
         self.num_steps += 1
@@ -588,6 +577,7 @@ class EngineSim:
         self.recent.append(tally.record(launch, dt, interval, cap))
 
         any_finished = False
+        samples_token = step_rules.samples_token
         for r, n in sched:
             r.num_computed_tokens += n
             if samples_token(r.num_computed_tokens, r.prompt_tokens + r.num_output_tokens):

@@ -64,15 +64,12 @@ RECENT_STEPS = 16
 
 
 class EngineRequest(Protocol):
-    """An engine's own request object, as the step rules read it (vLLM's names; the
-    simulator's ``SimRequest`` has the same attributes)."""
+    """An engine's own request object, as the step rules read it: vLLM's ``Request``, or
+    the simulator's ``SimRequest``, which carries the same attribute names."""
 
-    @property
-    def request_id(self) -> str: ...
-    @property
-    def num_prompt_tokens(self) -> int: ...
-    @property
-    def num_computed_tokens(self) -> int: ...
+    request_id: str
+    num_prompt_tokens: int
+    num_computed_tokens: int
 
 
 R = TypeVar("R", bound=EngineRequest)

@@ -52,20 +52,10 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
+from ppas import step_rules
 from ppas.errors import PpasError
 from ppas.policies import Decision, Policy, make_policy, policy_names
 from ppas.state import RequestView, SchedulerView, StepRecord
-from ppas.step_rules import (
-    PrefillCap,
-    StepTally,
-    counts,
-    enforced_budget,
-    order_running,
-    order_waiting,
-    recent_steps_kept,
-    samples_token,
-    step_interval,
-)
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
 
@@ -276,7 +266,7 @@ class _Launched:
     num_pending_prefills: int
     num_running_decodes: int
     prefill_budget: int
-    tally: StepTally
+    tally: step_rules.StepTally
     sampled: list[str]  # requests that sample a token at the end of the step
 
 
@@ -323,8 +313,8 @@ class PolicyScheduler(Scheduler):
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
         self.ppas_decision: Decision | None = None  # the latest step's decision
-        self._cap: PrefillCap | None = None  # the step's cap; None outside schedule()
-        self._history: deque[StepRecord] = deque(maxlen=recent_steps_kept(policy))
+        self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
+        self._history: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.wall_clock: Callable[[], float] = time.time
         self.step_clock: Callable[[], float] = time.monotonic
         self._recent: tuple[StepRecord, ...] = ()
@@ -346,7 +336,7 @@ class PolicyScheduler(Scheduler):
         """The policy's view: counts in one pass over ``running``; requests wrapped lazily."""
         running = self.running
         waiting = (self.kv_holding_waiting, self.waiting)
-        np_, nd = counts(running, len(self.kv_holding_waiting) + len(self.waiting))
+        np_, nd = step_rules.counts(running, len(self.kv_holding_waiting) + len(self.waiting))
         return SchedulerView(
             now=now,
             requests=_LazyRequests(running, waiting, self._last_token),  # type: ignore[arg-type]
@@ -364,18 +354,18 @@ class PolicyScheduler(Scheduler):
         # policies can compare now, arrivals and last-token times.
         view = self.ppas_view(self.wall_clock())
         decision = self.ppas_decision = self.ppas_policy.decide(view)
-        budget = enforced_budget(decision, view)
-        order_running(self.running, decision)
+        budget = step_rules.enforced_budget(decision, view)
+        step_rules.order_running(self.running, decision)
         if isinstance(self.waiting, deque):  # FCFS; a priority queue keeps its order
-            order_waiting(self.waiting, decision)
-        self._cap = PrefillCap(budget)
+            step_rules.order_waiting(self.waiting, decision)
+        self._cap = step_rules.PrefillCap(budget)
         try:
             out = super().schedule(*args, **kwargs)
         finally:
             self._cap = None
         launch = self.step_clock()
         if out.total_num_scheduled_tokens > 0:  # (an empty call only relays finished ids)
-            interval = step_interval(now, self._last_schedule)
+            interval = step_rules.step_interval(now, self._last_schedule)
             self._last_schedule = now
             self._on_launch(out, launch, interval, view, budget)
         return out
@@ -426,13 +416,13 @@ class PolicyScheduler(Scheduler):
         # One pass over the scheduled requests (after schedule(): computed tokens include
         # the step's chunk): step_rules classify each chunk and tell who samples a token.
         reqs = self.requests
-        tally = StepTally(keep=self.step_log is not None)
+        tally = step_rules.StepTally(keep=self.step_log is not None)
         sampled: list[str] = []
         for rid, n in out.num_scheduled_tokens.items():
             r = reqs[rid]
             c = r.num_computed_tokens
             tally.add(c - n, r.num_prompt_tokens, n)
-            if samples_token(c, r.num_tokens):
+            if step_rules.samples_token(c, r.num_tokens):
                 sampled.append(rid)
         if len(self._launched) > 8:  # outputs the engine dropped (aborts, resets)
             self._launched.pop(next(iter(self._launched)))
