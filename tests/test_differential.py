@@ -74,6 +74,7 @@ CONFIGS = {
     "lprs-apc": "lprs-apc:target_s=0.004,l_min=64,c_max=2048,max_concurrent=2",
     "ppas-auto": "ppas-auto:ref_outputs=16",
     "predictive": "predictive:c_min=128,c_max=2048",
+    "tbt-ladder": "tbt-ladder:tbt_slo=0.003,chunks=1024/512/256/128,mbt=2048",
 }
 #: The cost model of both sides: 1 ms per step, 1 us per prefill token, 20 us per decode.
 COST = FittedCostModel(overhead_s=1e-3, per_prefill_token_s=1e-6, per_attn_pair_s=1e-10,
