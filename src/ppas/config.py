@@ -2,7 +2,9 @@
 
 Grammar: ``NAME[:ARGS]`` where ARGS is either one positional value (bound to the class's
 first field, e.g. ``mbt:2048``) or comma-separated ``key=value`` pairs. Values are converted
-to the dataclass field's type; the dataclass validates ranges in ``__post_init__``.
+to the dataclass field's type; the dataclass validates ranges in ``__post_init__`` (its
+messages name the field; ``parse_dataclass`` prefixes the config's NAME, so an error in
+``dlfp-completion:...`` says ``dlfp-completion:``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def parse_dataclass(cls: type[D], name: str, args: str) -> D:
         return cls(**kwargs)
     except TypeError as e:  # missing required field
         raise PpasError(f"{name}: {e}; parameters: {allowed}") from None
+    except PpasError as e:  # a range check in __post_init__: name the config it came from
+        raise PpasError(f"{name}: {e}") from None
 
 
 def require(cond: bool, msg: str) -> None:
@@ -88,8 +92,3 @@ def require(cond: bool, msg: str) -> None:
     if not cond:
         raise PpasError(msg)
 
-
-def format_dataclass(name: str, obj: Any) -> str:
-    """Inverse of parsing: the canonical config string of a config object."""
-    parts = [f"{f.name}={getattr(obj, f.name)}" for f in dataclasses.fields(obj) if f.init]
-    return f"{name}:{','.join(parts)}" if parts else name

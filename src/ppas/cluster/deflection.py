@@ -51,7 +51,7 @@ class LadderConfig:
     chunks: str = "/".join(map(str, LADDER))
 
     def __post_init__(self) -> None:
-        require(self.tbt_slo > 0, f"ladder: tbt_slo must be > 0, got {self.tbt_slo}")
+        require(self.tbt_slo > 0, f"tbt_slo must be > 0, got {self.tbt_slo}")
         parse_ladder(self.chunks)
 
 

@@ -89,7 +89,7 @@ class LapsConfig:
     short_tokens: int = 256
 
     def __post_init__(self) -> None:
-        require(self.short_tokens >= 1, f"laps: short_tokens must be >= 1, got "
+        require(self.short_tokens >= 1, f"short_tokens must be >= 1, got "
                 f"{self.short_tokens}")
 
 

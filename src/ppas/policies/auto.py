@@ -52,13 +52,13 @@ class PpasAutoConfig:
     c_limit: int = 32768
 
     def __post_init__(self) -> None:
-        require(self.ref_prompt >= 0, f"ppas-auto: ref_prompt must be >= 0, got {self.ref_prompt}")
+        require(self.ref_prompt >= 0, f"ref_prompt must be >= 0, got {self.ref_prompt}")
         require(self.ref_outputs >= 1,
-                f"ppas-auto: ref_outputs must be >= 1, got {self.ref_outputs}")
+                f"ref_outputs must be >= 1, got {self.ref_outputs}")
         require(0 <= self.max_loss < 1,
-                f"ppas-auto: max_loss must be in [0, 1), got {self.max_loss}")
-        require(self.cap_loss >= 0, f"ppas-auto: cap_loss must be >= 0, got {self.cap_loss}")
-        require(self.c_limit >= 256, f"ppas-auto: c_limit must be >= 256, got {self.c_limit}")
+                f"max_loss must be in [0, 1), got {self.max_loss}")
+        require(self.cap_loss >= 0, f"cap_loss must be >= 0, got {self.cap_loss}")
+        require(self.c_limit >= 256, f"c_limit must be >= 256, got {self.c_limit}")
 
 
 _REF_LOG2 = range(9, 18)  # reference prompts 512 .. 131072 tokens when ref_prompt = 0
@@ -81,7 +81,6 @@ class PpasAuto(Policy):
     """P-PAS's rule with derived parameters: if N_p >= N_th and N_d > 0 the prefill budget
     is B_cap, else B_max; the global budget is B_max."""
 
-    name = "ppas-auto"
     Config = PpasAutoConfig
 
     def __init__(self, config: PpasAutoConfig, spec: str | None = None) -> None:

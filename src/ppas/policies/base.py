@@ -46,7 +46,8 @@ def uncached_prompt_tokens(r: RequestView) -> int:
 
 
 class Policy(ABC):
-    """Base class of every policy. Subclasses set ``name`` and ``Config``."""
+    """Base class of every policy. Subclasses set ``Config``; ``@register(NAME)`` sets
+    ``name``."""
 
     name: ClassVar[str]
     Config: ClassVar[type]

@@ -59,15 +59,14 @@ class TbtLadderConfig:
     mbt: int = 4096
 
     def __post_init__(self) -> None:
-        require(self.tbt_slo > 0, f"tbt-ladder: tbt_slo must be > 0, got {self.tbt_slo}")
+        require(self.tbt_slo > 0, f"tbt_slo must be > 0, got {self.tbt_slo}")
         ladder = parse_ladder(self.chunks)
-        require(self.mbt >= ladder[0], f"tbt-ladder: mbt must be >= the largest chunk "
+        require(self.mbt >= ladder[0], f"mbt must be >= the largest chunk "
                 f"{ladder[0]}, got {self.mbt}")
 
 
 @register("tbt-ladder")
 class TbtLadder(Policy):
-    name = "tbt-ladder"
     Config = TbtLadderConfig
 
     def __init__(self, config: TbtLadderConfig, spec: str | None = None) -> None:

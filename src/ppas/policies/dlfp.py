@@ -38,19 +38,18 @@ class DlfpConfig:
     c_init: int = 2048
 
     def __post_init__(self) -> None:
-        require(self.target_s > 0, f"dlfp: target_s must be > 0, got {self.target_s}")
-        require(self.c_min >= 1, f"dlfp: c_min must be >= 1, got {self.c_min}")
+        require(self.target_s > 0, f"target_s must be > 0, got {self.target_s}")
+        require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
-                f"dlfp: c_max must be >= c_min={self.c_min}, got {self.c_max}")
+                f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
         require(self.c_min <= self.c_init <= self.c_max,
-                f"dlfp: c_init must be in [c_min, c_max], got {self.c_init}")
+                f"c_init must be in [c_min, c_max], got {self.c_init}")
 
 
 @register("dlfp")
 class Dlfp(Policy):
     """Proportional feedback on the scheduler-call interval (``interval_s``)."""
 
-    name = "dlfp"
     Config = DlfpConfig
     completion_timed: ClassVar[bool] = False
     history_window = 16
@@ -83,5 +82,4 @@ class Dlfp(Policy):
 class DlfpCompletion(Dlfp):
     """Proportional feedback on the completion-timed step (``duration_s``)."""
 
-    name = "dlfp-completion"
     completion_timed = True

@@ -18,7 +18,7 @@ class MbtConfig:
     budget: int = 2048
 
     def __post_init__(self) -> None:
-        require(self.budget >= 1, f"mbt: budget must be >= 1, got {self.budget}")
+        require(self.budget >= 1, f"budget must be >= 1, got {self.budget}")
 
 
 @register("mbt")
@@ -27,7 +27,6 @@ class FixedBudget(Policy):
     is the global budget itself, so decodes (scheduled first when running earlier) and
     prefills compete exactly as in vLLM V1's ``schedule()``."""
 
-    name = "mbt"
     Config = MbtConfig
 
     @property
@@ -49,9 +48,9 @@ class SarathiConfig:
     decodes: int = 32  # decode batch assumed when deriving the budget from tbt_slo
 
     def __post_init__(self) -> None:
-        require(self.budget >= 1, f"sarathi: budget must be >= 1, got {self.budget}")
-        require(self.tbt_slo is None or self.tbt_slo > 0, "sarathi: tbt_slo must be > 0")
-        require(self.decodes >= 0, "sarathi: decodes must be >= 0")
+        require(self.budget >= 1, f"budget must be >= 1, got {self.budget}")
+        require(self.tbt_slo is None or self.tbt_slo > 0, "tbt_slo must be > 0")
+        require(self.decodes >= 0, "decodes must be >= 0")
 
 
 @register("sarathi")
@@ -61,7 +60,6 @@ class Sarathi(Policy):
     the step)``. The budget includes decode tokens, so the prefill budget this step is
     ``chunk_size - N_d``."""
 
-    name = "sarathi"
     Config = SarathiConfig
 
     def __init__(self, config: SarathiConfig, spec: str | None = None) -> None:

@@ -50,14 +50,13 @@ class FlowPrefillConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_tokens >= 1,
-                f"flowprefill: batch_tokens must be >= 1, got {self.batch_tokens}")
+                f"batch_tokens must be >= 1, got {self.batch_tokens}")
         require(self.mbt >= self.batch_tokens,
-                f"flowprefill: mbt must be >= batch_tokens={self.batch_tokens}, got {self.mbt}")
+                f"mbt must be >= batch_tokens={self.batch_tokens}, got {self.mbt}")
 
 
 @register("flowprefill")
 class FlowPrefill(Policy):
-    name = "flowprefill"
     Config = FlowPrefillConfig
     history_window = 16
 

@@ -46,19 +46,18 @@ class LprsApcConfig:
     rem_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        require(self.target_s > 0, f"lprs-apc: target_s must be > 0, got {self.target_s}")
-        require(self.under_w >= 0 and self.over_w >= 0, "lprs-apc: penalties must be >= 0")
+        require(self.target_s > 0, f"target_s must be > 0, got {self.target_s}")
+        require(self.under_w >= 0 and self.over_w >= 0, "penalties must be >= 0")
         require(self.max_concurrent >= 1,
-                f"lprs-apc: max_concurrent must be >= 1, got {self.max_concurrent}")
-        require(self.l_min >= 1, f"lprs-apc: l_min must be >= 1, got {self.l_min}")
+                f"max_concurrent must be >= 1, got {self.max_concurrent}")
+        require(self.l_min >= 1, f"l_min must be >= 1, got {self.l_min}")
         require(self.c_max >= self.l_min,
-                f"lprs-apc: c_max must be >= l_min={self.l_min}, got {self.c_max}")
-        require(self.rem_weight >= 0, "lprs-apc: rem_weight must be >= 0")
+                f"c_max must be >= l_min={self.l_min}, got {self.c_max}")
+        require(self.rem_weight >= 0, "rem_weight must be >= 0")
 
 
 @register("lprs-apc")
 class LprsApc(Policy):
-    name = "lprs-apc"
     Config = LprsApcConfig
     history_window = 16
 

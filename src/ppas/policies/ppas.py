@@ -19,11 +19,11 @@ class PpasConfig:
     b_cap: int = 2048
 
     def __post_init__(self) -> None:
-        require(self.n_th >= 1, f"ppas: n_th must be >= 1, got {self.n_th}")
-        require(self.b_max >= 1, f"ppas: b_max must be >= 1, got {self.b_max}")
+        require(self.n_th >= 1, f"n_th must be >= 1, got {self.n_th}")
+        require(self.b_max >= 1, f"b_max must be >= 1, got {self.b_max}")
         require(
             1 <= self.b_cap <= self.b_max,
-            f"ppas: b_cap must be in [1, b_max={self.b_max}], got {self.b_cap}",
+            f"b_cap must be in [1, b_max={self.b_max}], got {self.b_cap}",
         )
 
 
@@ -34,7 +34,6 @@ class Ppas(Policy):
     decodes), else B_max (big efficient chunks). The global budget stays B_max, so decode
     tokens are never cut by the cap (§3.2)."""
 
-    name = "ppas"
     Config = PpasConfig
 
     @property

@@ -82,9 +82,9 @@ class PredictiveConfig:
     c_max: int = 16384
 
     def __post_init__(self) -> None:
-        require(self.c_min >= 1, f"predictive: c_min must be >= 1, got {self.c_min}")
+        require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
-                f"predictive: c_max must be >= c_min={self.c_min}, got {self.c_max}")
+                f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
 
 
 def candidate_chunks(c_min: int, c_max: int) -> tuple[int, ...]:
@@ -98,7 +98,6 @@ def candidate_chunks(c_min: int, c_max: int) -> tuple[int, ...]:
 
 @register("predictive")
 class Predictive(Policy):
-    name = "predictive"
     Config = PredictiveConfig
 
     def __init__(self, config: PredictiveConfig, spec: str | None = None) -> None:

@@ -33,7 +33,14 @@ _loaded = False
 
 
 def register(name: str) -> Callable[[Any], Any]:
-    return POLICIES.register(name)
+    """Class decorator: register a policy under ``name``, which also becomes its ``name``
+    (the one place a policy is named)."""
+
+    def deco(cls: Any) -> Any:
+        cls.name = name
+        return POLICIES.register(name)(cls)
+
+    return deco
 
 
 def _load() -> None:

@@ -38,16 +38,15 @@ class SloWeaveConfig:
     mbt: int = 32768
 
     def __post_init__(self) -> None:
-        require(self.tpot_s > 0, f"sloweave: tpot_s must be > 0, got {self.tpot_s}")
-        require(self.c_max >= 1, f"sloweave: c_max must be >= 1, got {self.c_max}")
-        require(self.margin_s >= 0, f"sloweave: margin_s must be >= 0, got {self.margin_s}")
+        require(self.tpot_s > 0, f"tpot_s must be > 0, got {self.tpot_s}")
+        require(self.c_max >= 1, f"c_max must be >= 1, got {self.c_max}")
+        require(self.margin_s >= 0, f"margin_s must be >= 0, got {self.margin_s}")
         require(self.mbt >= self.c_max,
-                f"sloweave: mbt must be >= c_max={self.c_max}, got {self.mbt}")
+                f"mbt must be >= c_max={self.c_max}, got {self.mbt}")
 
 
 @register("sloweave")
 class SloWeave(Policy):
-    name = "sloweave"
     Config = SloWeaveConfig
     history_window = 16
 
