@@ -150,3 +150,37 @@ def test_model_that_does_not_fit_is_a_clear_error() -> None:
     # Tensor parallelism splits the weights: the same model fits on two of them.
     assert RooflineCostModel(Hardware("tiny-gpu", 100.0, 500.0, 16.0), "qwen3-8b",
                              tp=2).kv_capacity_tokens > 0
+
+
+BLOCK = 16
+request = st.tuples(
+    st.floats(0.0, 2.0, allow_nan=False),
+    st.integers(1, 3000),
+    st.integers(1, 8),
+    st.one_of(st.none(), st.floats(0.05, 2.0)),
+    st.one_of(st.none(), st.floats(0.005, 0.1)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(request, min_size=1, max_size=8), extra_blocks=st.integers(0, 200),
+       name=st.sampled_from(policy_names()))
+def test_engine_invariants_with_each_policy(reqs: list[tuple[float, int, int, float | None,
+                                                             float | None]],
+                                            extra_blocks: int, name: str) -> None:
+    specs = [RequestSpec(a, p, o, ttft, tpot) for a, p, o, ttft, tpot in reqs]
+    biggest = max(math.ceil((s.prompt_tokens + s.output_tokens) / BLOCK) for s in specs)
+    blocks = biggest + extra_blocks  # every request fits alone; several may not
+    policy = make_policy(name)
+    res = simulate(specs, policy, SMALL, EngineConfig(num_kv_blocks=blocks, max_num_seqs=4),
+                   record_steps=True)
+    mbt = policy.max_num_batched_tokens
+    for s in res.steps:
+        assert s.num_prefill_tokens <= s.prefill_budget
+        assert s.num_tokens <= mbt
+        assert s.kv_blocks_used <= blocks
+        if s.running_decodes and not s.num_preempted:
+            assert s.num_decode_tokens >= 1  # a policy never stalls running decodes
+    for r in res.requests:
+        assert r.failed is None and r.finish_time is not None
+        assert r.num_output_tokens == r.max_output_tokens

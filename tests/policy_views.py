@@ -1,0 +1,37 @@
+"""Hand-made scheduler views for policy tests: a running decode, a running prefill, a
+waiting request, a guarded step record, and the view over them (counts by
+``ppas.step_rules``, as engines compute them)."""
+
+from __future__ import annotations
+
+from ppas.state import RequestSnapshot, SchedulerView, StepRecord
+from ppas.step_rules import view_counts
+
+
+def view(reqs: list[RequestSnapshot], now: float = 10.0, mbt: int = 16384,
+         steps: tuple[StepRecord, ...] = ()) -> SchedulerView:
+    np_, nd = view_counts(reqs)
+    return SchedulerView(now, reqs, np_, nd, mbt, 256, steps)
+
+
+def dec(i: int, ctx: int = 25000, out: int = 3, last: float | None = 9.99,
+        tpot: float | None = None) -> RequestSnapshot:
+    """A running request past its ``ctx``-token prompt, ``out`` tokens sampled."""
+    return RequestSnapshot(f"d{i}", 0.0, ctx, ctx, out, 32, True, last, None, tpot)
+
+
+def pre(i: int, done: int = 4096, prompt: int = 25000, arrival: float = 5.0,
+        ttft: float | None = None) -> RequestSnapshot:
+    """A running request ``done`` tokens into its prompt."""
+    return RequestSnapshot(f"p{i}", arrival, prompt, done, 0, 32, True, None, ttft)
+
+
+def wait(i: int, prompt: int = 25000, arrival: float = 6.0,
+         ttft: float | None = None) -> RequestSnapshot:
+    """A waiting request."""
+    return RequestSnapshot(f"w{i}", arrival, prompt, ttft_slo=ttft)
+
+
+def guarded(budget: int, duration: float, interval: float) -> StepRecord:
+    """A step whose prefill (``budget`` tokens) ran beside two decodes."""
+    return StepRecord(9.0, duration, interval, budget, budget, 2, 1, 2)

@@ -1,0 +1,114 @@
+"""The predictive policy: its projection of every request's completion, the choice it
+makes from it, KV admission control, and the cost tables it precomputes."""
+
+from __future__ import annotations
+
+import pytest
+from policy_views import dec, pre, view, wait
+
+from ppas.cost.base import StepShape
+from ppas.cost.roofline import RooflineCostModel
+from ppas.policies import make_policy
+from ppas.policies.costs import StepCosts, chunk_shape
+from ppas.policies.predictive import Predictive, kv_admission_cap, project
+
+CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
+
+
+def test_predictive_no_decodes_and_empty_view_take_c_max() -> None:
+    p = make_policy("predictive")
+    p.bind_cost_model(CM)
+    assert p.decide(view([])).prefill_budget == 16384
+    assert p.decide(view([pre(0), wait(1), wait(2)])).prefill_budget == 16384
+
+
+def test_predictive_without_cost_model_falls_back_to_ppas() -> None:
+    p = make_policy("predictive")
+    p.bind_cost_model(None)
+    assert p.decide(view([dec(0), pre(0), wait(1)])).prefill_budget == 2048
+    assert p.decide(view([dec(0), pre(0)])).prefill_budget == 16384
+
+
+def test_predictive_choice_is_the_projection_argmin() -> None:
+    p = make_policy("predictive")
+    assert isinstance(p, Predictive)
+    p.bind_cost_model(CM)
+    assert p.costs is not None
+    v = view([dec(0, out=3), dec(1, out=20), pre(0), wait(1), wait(2)])
+    queue = [(4096, 25000, 32), (0, 25000, 32), (0, 25000, 32)]
+    decs = [(29, 25000), (12, 25000)]
+    rate = 4 / 10.0  # 5 requests in the view, the oldest arrived at 0, now = 10
+    scores = {a: project(p.costs, a, 16384, queue, decs, arrival_rate=rate)
+              for a in p.candidates}
+    assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
+
+
+def test_projection_charges_future_arrivals_for_the_busy_period() -> None:
+    costs = StepCosts(CM, (2048,))
+    t = CM.prefill_time(32768, 2048)  # busy period of a lone chunk-aligned prompt
+    got = project(costs, 2048, 2048, [(0, 32768, 1)], [], arrival_rate=0.5)
+    assert got == pytest.approx(t + 0.5 * 0.5 * t * t, rel=1e-9)
+
+
+def test_projection_of_a_lone_prompt_is_its_prefill_time() -> None:
+    # Exact on chunk-aligned prompts (a partial last chunk is interpolated in the table).
+    costs = StepCosts(CM, (2048, 16384))
+    got = project(costs, 2048, 16384, [(0, 32768, 1)], [])
+    assert got == pytest.approx(CM.prefill_time(32768, 16384), rel=1e-9)
+    got = project(costs, 2048, 16384, [(0, 25000, 1)], [])
+    assert got == pytest.approx(CM.prefill_time(25000, 16384), rel=0.05)
+
+
+def test_projection_decode_only_sum() -> None:
+    costs = StepCosts(CM, (2048,))
+    # Two decodes (3 and 5 steps left), no prompt: decode-only steps, linearised.
+    w = costs.dec_base + 2 * costs.dec_alone + 2 * costs.dec_kv * 1000
+    w1 = costs.dec_base + costs.dec_alone + costs.dec_kv * 1000
+    got = project(costs, 0, 2048, [], [(3, 1000), (5, 1000)])
+    assert got == pytest.approx(3 * w + (3 * w + 2 * w1), rel=1e-9)
+
+
+def test_predictive_protects_many_decodes_and_finishes_lone_prompt() -> None:
+    p = make_policy("predictive")
+    p.bind_cost_model(CM)
+    many = [dec(i, out=1) for i in range(8)] + [pre(0), wait(1), wait(2), wait(3)]
+    assert p.decide(view(many)).prefill_budget < 16384
+    # One decode with 31 tokens to go and one short prompt: finish the prompt in one step
+    # rather than hold it for 31 decode-only steps.
+    assert p.decide(view([dec(0, out=1), pre(0, done=0, prompt=2000)])).prefill_budget >= 2000
+    # ... but a decode on its last token goes first (a shortest-remaining-first effect).
+    assert p.decide(view([dec(0, out=31), pre(0, done=0, prompt=2000)])).prefill_budget == 0
+
+
+def test_kv_admission_cap_admits_only_what_fits() -> None:
+    running = [dec(0, ctx=1000), pre(0, done=500, prompt=1000)]  # 2 x (1000 + 32 + 16)
+    reqs = [*running, wait(1, prompt=1000), wait(2, prompt=1000)]
+    v = view(reqs)
+    assert kv_admission_cap(v, 10_000, 16384) == 500 + 1000 + 1000  # both waiting fit
+    assert kv_admission_cap(v, 2 * 1048 + 1048, 16384) == 500 + 1000  # only the first
+    assert kv_admission_cap(v, 2 * 1048, 16384) == 500  # running prefill only
+    assert kv_admission_cap(v, 10_000, 700) == 700  # never above the budget
+    idle = view([wait(1, prompt=5000)])
+    assert kv_admission_cap(idle, 1000, 2048) == 2048  # an idle engine admits its head
+
+
+def test_predictive_kv_guard_needs_a_capacity() -> None:
+    p = make_policy("predictive")
+    p.bind_cost_model(CM)
+    assert isinstance(p, Predictive) and p.kv_capacity == CM.kv_capacity_tokens
+    assert p.kv_capacity is not None
+    # Nothing running, three waiting prompts, capacity for about one and a half of them.
+    v = view([wait(i, prompt=p.kv_capacity * 2 // 3) for i in range(3)])
+    assert p.decide(v).prefill_budget == 16384  # the first prompt alone exceeds the budget
+    small = view([dec(0, ctx=p.kv_capacity * 2 // 3), wait(1, prompt=p.kv_capacity // 2)])
+    assert p.decide(small).prefill_budget == 0  # the waiting one cannot finish: hold it
+
+
+def test_step_costs_table_matches_cost_model() -> None:
+    costs = StepCosts(CM, (2048,))
+    exact = CM.prefill_time(8192, 2048)
+    assert costs.prefill_time(2048, 0, 8192) == pytest.approx(exact, rel=1e-12)
+    assert costs.prefill_time(2048, 4096, 8192) == pytest.approx(
+        sum(CM.step_time(chunk_shape(2048, p)) for p in (4096, 6144)), rel=1e-12)
+    one = CM.step_time(StepShape(0, 0, 0.0, 0, 1, 0))
+    assert costs.dec_base + costs.dec_alone == pytest.approx(one, rel=1e-9)

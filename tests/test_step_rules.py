@@ -1,0 +1,151 @@
+"""The step rules (``ppas.step_rules``) one by one; the simulator and the plugin apply them
+together (``tests/test_simulator.py``, ``tests/test_differential.py``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+from policy_views import dec, pre, view, wait
+
+from ppas.cost.base import StepShape
+from ppas.policies import Decision, make_policy
+from ppas.state import RequestSnapshot
+from ppas.step_rules import (
+    RECENT_STEPS,
+    PrefillCap,
+    StepTally,
+    counts,
+    enforced_budget,
+    is_prefill_chunk,
+    order_running,
+    order_waiting,
+    priced_as_prefill,
+    recent_steps_kept,
+    samples_token,
+    step_interval,
+    view_counts,
+)
+
+
+def test_enforced_budget_liveness() -> None:
+    idle = view([wait(0)])
+    assert enforced_budget(Decision(0), idle) == 16384  # would stall: lifted
+    busy = view([dec(0), wait(0)])
+    assert enforced_budget(Decision(0), busy) == 0  # decode-only step is fine
+    assert enforced_budget(Decision(-5), busy) == 0
+    assert enforced_budget(Decision(300), busy) == 300
+
+
+def test_counts_running_and_waiting_prefills() -> None:
+    # One running prefill + one waiting request = N_p 2 >= N_th 2 (the paper counts both).
+    p = make_policy("ppas")
+    v = view([dec(0), pre(0), wait(0)])
+    assert v.num_pending_prefills == 2 and v.num_running_decodes == 1
+    assert p.decide(v).prefill_budget == 2048
+    p3 = make_policy("ppas:n_th=3")
+    assert p3.decide(v).prefill_budget == 16384
+
+
+# -- the cap -------------------------------------------------------------------------------
+chunks = st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 5000), st.integers(1, 5000)),
+                  max_size=30)  # (num_computed, num_prompt_tokens, tokens wanted)
+
+
+@given(budget=st.integers(0, 8000), wanted=chunks)
+def test_cap_limits_prefill_chunks_only(budget: int, wanted: list[tuple[int, int, int]]) -> None:
+    cap = PrefillCap(budget)
+    spent = 0
+    for c, p, n in wanted:
+        got = cap.clamp(c, p, n)
+        if is_prefill_chunk(c, p):
+            assert 0 <= got <= n and got == min(n, budget - spent)
+            spent += got
+        else:
+            assert got == n  # decodes and recompute tails pass untouched
+        cap.charge(c, p, got)
+        assert cap.left == budget - spent >= 0
+
+
+# -- recompute accounting ------------------------------------------------------------------
+@given(wanted=chunks)
+def test_tally_classifies_every_token_once(wanted: list[tuple[int, int, int]]) -> None:
+    tally = StepTally(keep=True)
+    for c, p, n in wanted:
+        tally.add(c, p, n)
+    total = sum(n for _, _, n in wanted)
+    assert tally.prefill_tokens + tally.decode_reqs == total  # a decode is one token
+    assert tally.prompt_tokens == sum(n for c, p, n in wanted if c < p)
+    assert tally.recompute_tokens == sum(n for c, p, n in wanted if c >= p and n > 1)
+    assert tally.decode_reqs == sum(1 for c, p, n in wanted if c >= p and n == 1)
+    assert tally.chunks is not None and tally.contexts is not None
+    assert tally.shape() == StepShape.of(tally.chunks, tally.contexts)  # what calibrate reads
+    rec = tally.record(1.0, 0.5, 0.25, 300)
+    assert (rec.num_prefill_tokens, rec.num_prefill_reqs, rec.num_decode_reqs) == (
+        tally.prefill_tokens, tally.prefill_reqs, tally.decode_reqs)
+
+
+def test_recompute_tail_is_priced_as_prefill_and_never_capped() -> None:
+    # A request preempted after 40 outputs of a 1000-token prompt recomputes 1040 tokens:
+    # a capped chunk inside the prompt, then a 30-token tail past it, then decodes.
+    assert is_prefill_chunk(0, 1000) and not is_prefill_chunk(1010, 1000)
+    assert priced_as_prefill(1010, 1000, 30) and not priced_as_prefill(1040, 1000, 1)
+    assert PrefillCap(0).clamp(1010, 1000, 30) == 30
+
+
+# -- ordering ------------------------------------------------------------------------------
+@dataclass
+class Req:
+    request_id: str
+    num_prompt_tokens: int
+    num_computed_tokens: int
+
+
+queues = st.lists(st.tuples(st.integers(1, 100), st.integers(0, 150)), max_size=12).map(
+    lambda xs: [Req(str(i), p, min(c, p + 20)) for i, (p, c) in enumerate(xs)])
+
+
+@given(running=queues, waiting=queues, order=st.permutations([str(i) for i in range(12)]),
+       listed=st.integers(0, 12), decodes_first=st.booleans())
+def test_ordering(running: list[Req], waiting: list[Req], order: list[str], listed: int,
+                  decodes_first: bool) -> None:
+    d = Decision(100, tuple(order[:listed]) or None, decodes_first)
+    before = list(running)
+    rank = {rid: i for i, rid in enumerate(order[:listed])}
+
+    def key(r: Req) -> int:
+        return rank.get(r.request_id, listed)
+
+    def prefill(r: Req) -> bool:
+        return is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)
+
+    order_running(running, d)
+    assert sorted(map(id, running)) == sorted(map(id, before))  # a permutation
+    pre_ = [r for r in running if prefill(r)]
+    dec_ = [r for r in running if not prefill(r)]
+    assert pre_ == sorted((r for r in before if prefill(r)), key=key)  # stable by rank
+    assert dec_ == [r for r in before if not prefill(r)]
+    if decodes_first:
+        assert running == dec_ + pre_
+    else:  # decodes keep their slots
+        assert [prefill(r) for r in running] == [prefill(r) for r in before]
+    w = deque(waiting)
+    order_waiting(w, d)
+    assert list(w) == sorted(waiting, key=key)
+
+
+# -- counts --------------------------------------------------------------------------------
+@given(running=queues, num_waiting=st.integers(0, 5))
+def test_counts_match_the_views_counts(running: list[Req], num_waiting: int) -> None:
+    snaps = [RequestSnapshot(r.request_id, 0.0, r.num_prompt_tokens, r.num_computed_tokens,
+                             is_running=True) for r in running]
+    snaps += [RequestSnapshot(f"w{i}", 0.0, 10) for i in range(num_waiting)]
+    assert counts(running, num_waiting) == view_counts(snaps)
+
+
+def test_tokens_and_intervals() -> None:
+    assert samples_token(1000, 1000) and not samples_token(999, 1000)
+    assert step_interval(5.0, None) == 0.0 and step_interval(5.0, 4.5) == 0.5
+    assert recent_steps_kept(make_policy("mbt")) == RECENT_STEPS
