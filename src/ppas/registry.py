@@ -13,8 +13,9 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """String-keyed registry; unknown names raise a PpasError listing the choices."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, sort_names: bool = False) -> None:
         self.kind = kind
+        self.sort_names = sort_names  # list names alphabetically, else in registration order
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -38,7 +39,7 @@ class Registry(Generic[T]):
             ) from None
 
     def names(self) -> list[str]:
-        return list(self._items)
+        return sorted(self._items) if self.sort_names else list(self._items)
 
     def __contains__(self, name: object) -> bool:
         return name in self._items

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,22 +14,7 @@ from ppas.registry import Registry
 if TYPE_CHECKING:
     from ppas.policies.base import Policy
 
-POLICIES: Registry[Any] = Registry("policy")
-
-# Modules that register policies; imported lazily on first lookup.
-_MODULES = (
-    "ppas.policies.fixed",
-    "ppas.policies.ppas",
-    "ppas.policies.predictive",
-    "ppas.policies.auto",
-    "ppas.policies.dlfp",
-    "ppas.policies.sloweave",
-    "ppas.policies.flowprefill",
-    "ppas.policies.lprs",
-    "ppas.policies.deflection",
-    "ppas.policies.feather",
-    "ppas.policies.sortedf",
-)
+POLICIES: Registry[Any] = Registry("policy", sort_names=True)
 _loaded = False
 
 
@@ -44,11 +30,15 @@ def register(name: str) -> Callable[[Any], Any]:
 
 
 def _load() -> None:
+    """Import every module of ``ppas.policies`` once (lazily, on the first lookup): a
+    policy is one file whose class carries ``@register(NAME)``; nothing else lists it."""
     global _loaded
     if not _loaded:
         _loaded = True
-        for m in _MODULES:
-            importlib.import_module(m)
+        import ppas.policies as package
+
+        for m in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{m.name}")
 
 
 def policy_names() -> list[str]:
