@@ -30,9 +30,11 @@ Rules, in the order a step applies them:
    is charged to the cap; a chunk past the prompt (a decode, or a recompute tail) is never
    capped. A request whose capped chunk is 0 is skipped (running loop) or stops admission
    (waiting loop), exactly vLLM's ``num_new_tokens == 0`` test. Sum of prefill-chunk tokens
-   <= the enforced budget, every step. Where further per-request limits go (vLLM's
-   ``long_prefill_token_threshold``, a "no prefill this step" rule): into
-   ``PrefillCap.clamp``, which every prefill chunk of both engines passes through.
+   <= the enforced budget, every step. Where further limits go: one the plugin imposes (a
+   per-request chunk cap, a "no prefill this step" rule) into ``PrefillCap.clamp``, which
+   every chunk of both engines passes through; one vLLM applies itself before the hook
+   (``long_prefill_token_threshold``, its global token budget) into the simulator's
+   ``EngineSim._schedule`` next to the global budget, as vLLM orders them.
 5. **Recompute accounting** (``StepTally``): after a preemption a request recomputes its
    prompt (prefill chunks, capped) and then its earlier outputs, a *recompute tail* that
    starts past the prompt (not capped, its request counts in N_d). For cost, a chunk is
