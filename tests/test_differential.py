@@ -18,8 +18,9 @@ predictive's arrival rate) see identical inputs.
 
 Deliberately outside the domain (the simulator does not model them; each would be a true
 difference, not a bug):
-* prefix caching (off here, as in ``make_scheduler``): vLLM would let a preempted request
-  reuse its own cached blocks on resume; the simulator recomputes from token 0;
+* prefix caching: off on both sides (``make_scheduler``'s and ``EngineConfig``'s
+  default); the simulator's model of it is checked against vLLM in
+  ``tests/test_vllm_prefix.py``;
 * requests longer than ``max_model_len`` (8192 here; every drawn request is shorter) and
   requests that do not fit in the KV cache alone (the simulator fails those up front,
   vLLM would never finish them): every drawn request fits alone;

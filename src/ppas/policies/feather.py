@@ -54,16 +54,16 @@ class FeatherConfig:
     block_size: int = BLOCK_SIZE  # tokens per entry of RequestView.block_hashes
 
     def __post_init__(self) -> None:
-        require(self.budget >= 1, f"feather: budget must be >= 1, got {self.budget}")
-        require(self.block_size >= 1, "feather: block_size must be >= 1")
+        require(self.budget >= 1, f"budget must be >= 1, got {self.budget}")
+        require(self.block_size >= 1, "block_size must be >= 1")
         require(self.chunk >= self.block_size and self.chunk % self.block_size == 0,
-                f"feather: chunk must be a multiple of block_size={self.block_size}, "
+                f"chunk must be a multiple of block_size={self.block_size}, "
                 f"got {self.chunk}")
-        require(self.min_overlap >= 0, "feather: min_overlap must be >= 0")
-        require(self.min_batch >= 0, "feather: min_batch must be >= 0")
+        require(self.min_overlap >= 0, "min_overlap must be >= 0")
+        require(self.min_batch >= 0, "min_batch must be >= 0")
         require(0 < self.cached_fraction <= 1,
-                f"feather: cached_fraction must be in (0, 1], got {self.cached_fraction}")
-        require(self.max_wait_s > 0, f"feather: max_wait_s must be > 0, got {self.max_wait_s}")
+                f"cached_fraction must be in (0, 1], got {self.cached_fraction}")
+        require(self.max_wait_s > 0, f"max_wait_s must be > 0, got {self.max_wait_s}")
 
 
 def level_keys(r: RequestView, chunk: int, block_size: int) -> list[Hashable]:
@@ -125,7 +125,6 @@ class ChunkedHashTree:
 
 @register("feather")
 class Feather(Policy):
-    name = "feather"
     Config = FeatherConfig
 
     @property

@@ -46,11 +46,11 @@ class SortedFConfig:
     metric: str = "f"
 
     def __post_init__(self) -> None:
-        require(self.budget >= 1, f"sorted-f: budget must be >= 1, got {self.budget}")
+        require(self.budget >= 1, f"budget must be >= 1, got {self.budget}")
         require(self.kv_tokens is None or self.kv_tokens >= 1,
-                f"sorted-f: kv_tokens must be >= 1, got {self.kv_tokens}")
+                f"kv_tokens must be >= 1, got {self.kv_tokens}")
         require(self.metric in METRICS,
-                f"sorted-f: unknown metric {self.metric!r}; allowed: {', '.join(METRICS)}")
+                f"unknown metric {self.metric!r}; allowed: {', '.join(METRICS)}")
 
 
 def footprint(r: RequestView) -> int:
@@ -66,7 +66,6 @@ def f_metric(sum_outputs: int, size: int) -> float:
 
 @register("sorted-f")
 class SortedF(Policy):
-    name = "sorted-f"
     Config = SortedFConfig
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
