@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MODEL_DIR := .cache/tiny-qwen2
+# The demo's model (26.2M parameters; experiments/demo-cpu.toml) and a fresh results folder
+# per run (resume one with: ppas experiment experiments/demo-cpu.toml --out-dir DIR --resume).
+DEMO_MODEL := .cache/tiny-qwen2-26m
+DEMO_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: venv demo test test-fast lint paper bench clean
 
@@ -22,8 +26,12 @@ $(STAMP): pyproject.toml
 $(MODEL_DIR)/config.json: $(STAMP)
 	$(BIN)/ppas make-tiny-model $(MODEL_DIR)
 
-demo: $(STAMP) $(MODEL_DIR)/config.json
-	$(BIN)/ppas demo --model-dir $(MODEL_DIR)
+$(DEMO_MODEL)/config.json: $(STAMP)
+	$(BIN)/ppas make-tiny-model --hidden-size 512 --num-layers 8 --num-heads 8 \
+		--num-kv-heads 2 --intermediate-size 1536 $(DEMO_MODEL)
+
+demo: $(STAMP) $(DEMO_MODEL)/config.json
+	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir $(DEMO_OUT)
 
 test: $(STAMP) $(MODEL_DIR)/config.json
 	$(BIN)/ruff check src tests benchmarks

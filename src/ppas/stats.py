@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -91,6 +92,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@lru_cache(maxsize=1024)
 def t_quantile(p: float, df: float) -> float:
     """Inverse of ``t_cdf`` (bisection; ~1e-10 absolute)."""
     if not 0.0 < p < 1.0 or df <= 0:
@@ -155,5 +157,4 @@ def paired_bootstrap_ratio(a: Sequence[float], b: Sequence[float], *, level: flo
 def paired_t_ratio(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
     """Geometric-mean ratio a/b with a t-interval on the per-pair log ratios."""
     iv = t_interval(_log_ratios(a, b).tolist(), level)
-    ex = (lambda v: math.exp(v) if math.isfinite(v) else (0.0 if v < 0 else math.inf))
-    return Interval(math.exp(iv.estimate), ex(iv.lo), ex(iv.hi), iv.n, level)
+    return Interval(math.exp(iv.estimate), math.exp(iv.lo), math.exp(iv.hi), iv.n, level)

@@ -65,9 +65,9 @@ def estimate(exp: Experiment) -> dict[str, Any]:
 def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, int]]) -> str:
     """What ``--dry-run`` prints: the arms in run order, the traces, runs and time."""
     w = exp.workload
+    where = "local folder" if exp.model.local else "Hugging Face id"
     lines = [f"experiment {exp.name}: {exp.description}".rstrip(": "),
-             f"  model {exp.model.path} ({'local folder' if exp.model.local else 'Hugging Face id'})"
-             f", engine: {' '.join(exp.engine.args())}",
+             f"  model {exp.model.path} ({where}), engine: {' '.join(exp.engine.args())}",
              f"  results in {exp.out_dir}/"]
     if w.kind == "phases":
         lines.append(f"  workload: phases {w.phases}, burst rates "

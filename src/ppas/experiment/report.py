@@ -130,13 +130,14 @@ def build_report(exp: Experiment) -> dict[str, Any]:
         for arm in exp.arms:
             if arm.name == base.name:
                 continue
-            for load in [*w.loads, None]:
-                xa, xb = paired(arm.name, base.name, load)
+            loads: list[float | None] = [*w.loads, None]
+            for ld in loads:
+                xa, xb = paired(arm.name, base.name, ld)
                 if not xa:
                     continue
                 iv = paired_bootstrap_ratio(xa, xb, level=level, n_boot=exp.report.n_boot,
                                             seed=exp.report.bootstrap_seed)
-                improvements.append({"arm": arm.name, "baseline": base.name, "load": load,
+                improvements.append({"arm": arm.name, "baseline": base.name, "load": ld,
                                      "ratio": iv.to_dict(), "improvement": 1 - iv.estimate,
                                      "significant": iv.excludes(1.0)})
     winners = []

@@ -166,6 +166,9 @@ class _ArmServer:
             launch = Launch(**{**launch.__dict__,
                                "log_path": launch.log_path.with_name(
                                    f"{launch.log_path.stem}.{self.starts}.log")})
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if launch.step_log is not None:
+            launch.step_log.parent.mkdir(parents=True, exist_ok=True)
         ctx = self.launcher(launch)
         srv = ctx.__enter__()
         self.ctx, self.base_url = ctx, srv.base_url
@@ -199,11 +202,11 @@ def _read_steps(path: Path | None, offset: int, t_start: float) -> list[dict[str
 class Runner:
     """Executes an ``Experiment`` into its folder (see the module docstring)."""
 
-    def __init__(self, exp: Experiment, launcher: Launcher = vllm_launcher,
+    def __init__(self, exp: Experiment, launcher: Launcher | None = None,
                  stream: TextIO = sys.stderr) -> None:
         self.exp = exp
         self.out = Path(exp.out_dir)
-        self.launcher = launcher
+        self.launcher = launcher or vllm_launcher
         self.stream = stream
         self.stop = threading.Event()
         self._measuring = 0

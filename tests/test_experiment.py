@@ -1,0 +1,405 @@
+"""``ppas experiment`` offline: the file's validation (every key), the shipped files'
+dry-runs, and whole experiments against fake servers (``fake_vllm``) in subprocesses:
+reports, resume, a SIGKILL mid-experiment, SIGTERM, and a server that dies mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_vllm import FakeLauncher
+
+from ppas.cli import main
+from ppas.errors import PpasError
+from ppas.experiment.plan import estimate, plan_text
+from ppas.experiment.report import write_report
+from ppas.experiment.runner import Interrupted, Runner
+from ppas.experiment.spec import load_experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+BASE = """\
+name = "t"
+out_dir = "{out}"
+[model]
+path = "{model}"
+[engine]
+max_num_seqs = 16
+[workload]
+phases = "0.5:8,0.5:{{burst}}"
+burst_rates = [4.0, 12.0]
+prompt_tokens = 200
+output_tokens = 3
+seeds = [0, 1]
+warmup_requests = 1
+request_timeout_s = 30
+[[arms]]
+name = "small"
+policy = "mbt:64"
+baseline = true
+[[arms]]
+name = "large"
+policy = "mbt:512"
+baseline = true
+[[arms]]
+name = "pred"
+policy = "predictive:c_min=64,c_max=512"
+cost_model = "fitted:auto"
+[[arms]]
+name = "stock"
+[arms.stock]
+max_num_batched_tokens = 512
+long_prefill_token_threshold = 64
+"""
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> Path:
+    m = tmp_path / "model"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({"vocab_size": 5000,
+                                               "max_position_embeddings": 4096}))
+    return m
+
+
+def _text(tmp_path: Path, model: Path, **repl: str) -> str:
+    text = BASE.format(out=tmp_path / "out", model=model)
+    for old, new in repl.items():
+        assert old in text or old.startswith("+"), old
+        text = text + new if old.startswith("+") else text.replace(old, new, 1)
+    return text
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    return p
+
+
+# ---------------------------------------------------------------- validation
+
+BAD: list[tuple[dict[str, str], str]] = [
+    ({"name = \"t\"": "name = \"t\"\ncolour = 3"}, "colour: unknown key; allowed: name"),
+    ({"name = \"t\"": "name = 4"}, "name: must be a non-empty string"),
+    ({"name = \"t\"": "name = \"t\"\ndescription = 5"}, "description: must be"),
+    ({"out_dir = ": "out_dir = 3 #"}, "out_dir: must be a non-empty string"),
+    ({"[model]\npath": "[model]\nsize = 1\npath"}, "model.size: unknown key; allowed: path, "
+     "vocab_size"),
+    ({"path = \"": "path = \"./nowhere/at/all\" #"}, "model.path: no model folder"),
+    ({"path = \"": "vocab_size = 999999\npath = \""}, "model.vocab_size: must be <= the "
+     "model's vocab_size 5000"),
+    ({"path = \"": "vocab_size = 1\npath = \""}, "model.vocab_size: must be an integer >= 2"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nflavour = 1"}, "engine.flavour: unknown key; "
+     "allowed: dtype, max_model_len"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ndtype = \"float8\""},
+     "engine.dtype: must be one of auto, float32, float16, bfloat16"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100"},
+     "prompt + output tokens (203) exceed engine.max_model_len (100)"),
+    ({"max_num_seqs = 16": "max_num_seqs = 0"}, "engine.max_num_seqs: must be an integer >= 1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 128"}, "max_num_batched_tokens 64 < "
+     "engine.max_num_seqs 128"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 0"},
+     "engine.tensor_parallel_size: must be an integer >= 1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ngpu_memory_utilization = 1.5"},
+     "engine.gpu_memory_utilization: must be in (0, 1]"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nenable_prefix_caching = \"yes\""},
+     "engine.enable_prefix_caching: must be true or false"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nenforce_eager = 1"},
+     "engine.enforce_eager: must be true or false"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = -1"},
+     "engine.startup_timeout_s: must be a number > 0"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = \"--x\""},
+     "engine.extra_args: must be a list of strings"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nenv = { \"1A\" = \"x\" }"},
+     "engine.env: must be a table NAME"),
+    ({"phases = ": "tempo = 1\nphases = "}, "workload.tempo: unknown key; allowed: kind"),
+    ({"phases = ": "kind = \"poisson\"\nphases = "}, "workload.kind: must be one of phases, "
+     "gamma, trace"),
+    ({"phases = \"0.5:8,0.5:{burst}\"": "phases = \"0.5:8\""}, "workload.phases: required: "
+     "DURATION_S:RATE"),
+    ({"phases = \"0.5:8,0.5:{burst}\"": "phases = \"0.5:x,0.5:{burst}\""},
+     "workload.phases: malformed phase"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0, -1]"}, "workload.burst_rates: must be "
+     "distinct finite numbers > 0"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = []"}, "workload.burst_rates: must be a "
+     "non-empty list"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0]\nrequest_rates = [1.0]"},
+     "workload.request_rates: applies to kind = \"gamma\" only"),
+    ({"phases = ": "burstiness = 2\nphases = "}, "workload.burstiness: applies to kind = "
+     "\"gamma\""),
+    ({"phases = ": "num_prompts = 2\nphases = "}, "workload.num_prompts: applies to kind = "
+     "\"gamma\""),
+    ({"phases = ": "file = \"x.csv\"\nphases = "}, "workload.file: applies to kind = "
+     "\"trace\""),
+    ({"prompt_tokens = 200": "prompt_tokens = 0"}, "workload.prompt_tokens: must be an "
+     "integer >= 1"),
+    ({"output_tokens = 3": "output_tokens = 1.5"}, "workload.output_tokens: must be an integer"),
+    ({"prompt_tokens = 200": "prompt_tokens = 5000"}, "exceed the model's "
+     "max_position_embeddings (4096)"),
+    ({"seeds = [0, 1]": "seeds = [0, 0]"}, "workload.seeds: must be distinct integers >= 0"),
+    ({"warmup_requests = 1": "warmup_requests = -1"}, "workload.warmup_requests: must be an "
+     "integer >= 0"),
+    ({"request_timeout_s = 30": "request_timeout_s = 0"}, "workload.request_timeout_s: must "
+     "be a number > 0"),
+    ({"phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]":
+      "phases = \"0.5:{burst}\"\nburst_rates = [0.001]"}, "gives no requests"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\ncolour = 1"}, "arms[0].colour: unknown "
+     "key; allowed: name, policy, stock"),
+    ({"name = \"small\"": "name = \"a b\""}, "arms[0].name: required: letters"),
+    ({"name = \"large\"": "name = \"small\""}, "arm name 'small' is used twice"),
+    ({"policy = \"mbt:64\"": "policy = \"nosuch:1\""}, "arms[0].policy: unknown policy "
+     "'nosuch'; allowed:"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\n[arms.stock]\nmax_num_batched_tokens = 8"},
+     "arms[0]: give exactly one of policy"),
+    ({"cost_model = \"fitted:auto\"": "cost_model = \"magic\""}, "arms[2].cost_model: must be "
+     "fitted:auto, fitted:FILE or roofline"),
+    ({"cost_model = \"fitted:auto\"": "cost_model = \"fitted:/no/such.json\""},
+     "arms[2].cost_model: no file"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 0"},
+     "arms[0].max_num_batched_tokens: must be an integer >= 1"),
+    ({"baseline = true": "baseline = 1"}, "arms[0].baseline: must be true or false"),
+    ({"long_prefill_token_threshold = 64": "long_prefill_token_threshold = 64\nchunk = 3"},
+     "arms[3].stock.chunk: unknown key; allowed: max_num_batched_tokens, "
+     "long_prefill_token_threshold"),
+    ({"max_num_batched_tokens = 512\nlong": "long"}, "arms[3].stock.max_num_batched_tokens: "
+     "required"),
+    ({"long_prefill_token_threshold = 64": "long_prefill_token_threshold = 0"},
+     "arms[3].stock.long_prefill_token_threshold: must be an integer >= 1"),
+    ({"[arms.stock]": "cost_model = \"fitted:auto\"\n[arms.stock]"}, "arms[3].cost_model: "
+     "applies to plugin arms"),
+    ({"+": "\n[run]\nspeed = 1\n"}, "run.speed: unknown key; allowed: devices"),
+    ({"+": "\n[run]\ndevices = [\"0\", \"0\"]\n"}, "run.devices: must be a list of distinct"),
+    ({"+": "\n[run]\nserver_startup_s = -3\n"}, "run.server_startup_s: must be a number >= 0"),
+    ({"+": "\n[run]\nestimate_cost_model = \"roofline\"\n"}, "roofline needs run.hardware"),
+    ({"+": "\n[run]\nestimate_cost_model = \"fitted:/no\"\n"}, "run.estimate_cost_model: "
+     "must be roofline or fitted:FILE"),
+    ({"+": "\n[run]\nhardware = \"tpu\"\n"}, "run.hardware: must be one of rtx5090"),
+    ({"+": "\n[run]\ncatalog_model = \"gpt9\"\n"}, "run.catalog_model: must be one of"),
+    ({"+": "\n[report]\nlevel = 1.5\n"}, "report.level: must be in (0, 1)"),
+    ({"+": "\n[report]\nn_boot = 5\n"}, "report.n_boot: must be an integer >= 100"),
+    ({"+": "\n[report]\nbootstrap_seed = -1\n"}, "report.bootstrap_seed: must be an integer"),
+    ({"+": "\n[report]\nstyle = 1\n"}, "report.style: unknown key; allowed: level"),
+    ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
+     "arms[4]: give exactly one of policy"),
+    ({"name = \"t\"": "name = \"t\" \"\""}, "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("repl", "message"), BAD, ids=[m for _, m in BAD])
+def test_every_key_is_validated(tmp_path: Path, model: Path, repl: dict[str, str],
+                                message: str) -> None:
+    with pytest.raises(PpasError) as e:
+        parse_experiment(_text(tmp_path, model, **repl), "t")
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_bad_file_is_one_line_exit_2(tmp_path: Path, model: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    p = _write(tmp_path, _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = -2"}))
+    assert main(["experiment", str(p), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "engine.max_num_seqs: must be an integer >= 1" in err
+    assert not (tmp_path / "out").exists()  # nothing written
+    assert main(["experiment", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read experiment file" in capsys.readouterr().err
+
+
+def test_other_workload_kinds_and_plan(tmp_path: Path, model: Path) -> None:
+    gamma = _text(tmp_path, model, **{
+        "phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]":
+        "kind = \"gamma\"\nrequest_rates = [2.0, 8.0]\nburstiness = 0.5\nnum_prompts = 6"})
+    exp = parse_experiment(gamma, "g")
+    assert exp.workload.kind == "gamma" and len(exp.workload.trace(2.0, 1)) == 6
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": 100,
+                                         "output_tokens": 2}) + "\n" for t in (0, 0.1, 0.4)))
+    text = _text(tmp_path, model, **{
+        "phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]\nprompt_tokens = 200\n"
+        "output_tokens = 3": f"kind = \"trace\"\nfile = \"{trace}\""})
+    exp = parse_experiment(text, "tr")
+    assert exp.workload.loads == (0.0,) and len(exp.workload.trace(0.0, 0)) == 3
+    assert exp.num_runs() == 4 * 2
+    plan = plan_text(exp, estimate(exp), set())
+    assert "8 runs (0 already complete, 8 to run), 4 server start(s)" in plan
+    # calibration arms first, fitted:auto after, whatever the file order
+    assert [a.name for a in exp.arm_order()] == ["small", "large", "stock", "pred"]
+
+
+@pytest.mark.parametrize("name", ["paper-rtx5090-qwen2.5-3b", "a100-qwen2.5-3b",
+                                  "h100-qwen2.5-3b"])
+def test_gpu_files_pass_dry_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", str(ROOT / "experiments" / f"{name}.toml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    runs = 210 if name.startswith("paper") else 180
+    assert f"{runs} runs (0 already complete, {runs} to run)" in out
+    assert "estimated time" in out and "cost model roofline" in out
+
+
+def test_demo_file_is_valid(tmp_path: Path, model: Path) -> None:
+    text = (ROOT / "experiments" / "demo-cpu.toml").read_text()
+    local = text.splitlines()
+    path_line = next(ln for ln in local if ln.startswith("path = "))
+    big = tmp_path / "m2"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps({"vocab_size": 5000,
+                                                 "max_position_embeddings": 8192}))
+    exp = parse_experiment(text.replace(path_line, f"path = \"{big}\""), "demo-cpu")
+    kinds = {a.name: (a.plugin, a.cost_model) for a in exp.arms}
+    assert sum(1 for a in exp.arms if a.baseline) == 2
+    assert any(not p for p, _ in kinds.values())  # a stock vLLM arm
+    assert sum(1 for _, c in kinds.values() if c == "fitted:auto") == 2
+
+
+# ---------------------------------------------------------------- running (fake servers)
+
+
+def _run_cli(args: list[str]) -> subprocess.Popen[str]:
+    """``ppas experiment`` in a subprocess with fake servers (stderr to a pipe)."""
+    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+            "from fake_vllm import FakeLauncher\n"
+            "import ppas.experiment.runner as r\n"
+            "r.vllm_launcher = FakeLauncher\n"
+            f"from ppas.cli import main\nsys.exit(main({args!r}))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _runs(out: Path) -> dict[str, dict[str, Any]]:
+    return {str(p.relative_to(out)): json.loads(p.read_text())
+            for p in sorted((out / "runs").rglob("*.json"))}
+
+
+def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
+    exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
+    FakeLauncher.started = []
+    runner = Runner(exp, FakeLauncher)
+    runner.prepare(resume=False)
+    runner.run(estimate(exp))
+    out = tmp_path / "out"
+    runs = _runs(out)
+    assert len(runs) == 16
+    assert [la.arm.name for la in FakeLauncher.started] == ["small", "large", "stock", "pred"]
+    pred = FakeLauncher.started[-1]
+    assert pred.cost_model == f"fitted:{(out / 'cost-auto.json').resolve()}"
+    stock = FakeLauncher.started[2]
+    assert stock.policy is None and stock.step_log is None
+    assert "--long-prefill-token-threshold" in stock.extra_args
+    by_cell: dict[tuple[float, int], list[Any]] = {}
+    for r in runs.values():
+        assert r["summary"]["failed"] == 0 and not r["retried"]
+        by_cell.setdefault((r["load"], r["seed"]), []).append(r)
+        assert (r["steps"] != []) == (r["policy"] is not None)
+    for cell in by_cell.values():  # same arrivals and prompts for every arm
+        assert len({json.dumps(r["per_request"]["arrival_s"]) for r in cell}) == 1
+        assert len({r["prompt_seed"] for r in cell}) == 1
+    for arm in ("small", "pred"):  # a fresh prompt seed per run on one server
+        seeds = [r["prompt_seed"] for r in runs.values() if r["arm"] == arm]
+        assert len(set(seeds)) == len(seeds) == 4
+    text, rep = write_report(exp)
+    for f in ("report.txt", "report.json", "report.png"):
+        assert (out / f).stat().st_size > 0
+    assert "winner per burst" in text and "small / large" in text
+    assert "stock vLLM long_prefill_token_threshold is not modelled" in text
+    cells = {(c["arm"], c["load"]): c for c in rep["cells"]}
+    assert len(cells) == 8 and cells[("small", 4.0)]["avg_latency"]["n"] == 2
+    assert cells[("small", 4.0)]["sim_avg_latency"] > 0
+    imps = [i for i in rep["improvements"] if i["baseline"] == "large"]
+    assert {i["arm"] for i in imps} == {"small", "pred", "stock"}
+    assert json.loads((out / "report.json").read_text())["num_runs"] == 16
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model: Path) -> None:
+    p = _write(tmp_path, _text(tmp_path, model))
+    out = tmp_path / "out"
+    proc = _run_cli(["experiment", str(p)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("runs/*/*.json"))) < 5:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    before = _runs(out)
+    assert 5 <= len(before) < 16
+    # without --resume the folder is refused, nothing touched
+    assert main(["experiment", str(p)]) == 2
+    exp = load_experiment(p)
+    runner = Runner(exp, FakeLauncher)
+    runner.prepare(resume=True)
+    FakeLauncher.started = []
+    runner.run(estimate(exp))
+    after = _runs(out)
+    assert len(after) == 16
+    for k, v in before.items():
+        assert after[k] == v  # completed runs kept as they were, not rerun
+    assert not list(out.rglob("*.tmp"))
+    # every arm restarted only if it had runs left; fitted:auto refit from the same runs
+    assert "pred" in [la.arm.name for la in FakeLauncher.started]
+
+
+def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
+                                                                 model: Path) -> None:
+    p = _write(tmp_path, _text(tmp_path, model))
+    out = tmp_path / "out"
+    proc = _run_cli(["experiment", str(p)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("runs/*/*.json"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rerun with --resume" in err
+    n = len(_runs(out))
+    assert 2 <= n < 16 and not list(out.rglob("*.tmp"))
+    p.write_text(p.read_text().replace("output_tokens = 3", "output_tokens = 4"))
+    with pytest.raises(PpasError, match="--resume: the experiment's workload changed"):
+        Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+
+
+def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Path) -> None:
+    marker = tmp_path / "died"
+    text = _text(tmp_path, model, **{
+        "max_num_seqs = 16": f"max_num_seqs = 16\nenv = {{ FAKE_DIE_AFTER = \"3\", "
+        f"FAKE_DIE_MARKER = \"{marker}\" }}",
+        "seeds = [0, 1]": "seeds = [0]", "burst_rates = [4.0, 12.0]": "burst_rates = [12.0]"})
+    text = text[:text.index("[[arms]]\nname = \"large\"")]  # one arm
+    exp = load_experiment(_write(tmp_path, text))
+    FakeLauncher.started = []
+    runner = Runner(exp, FakeLauncher)
+    runner.prepare(resume=False)
+    runner.run(estimate(exp))
+    assert marker.exists()  # the first server died after 3 requests
+    (run,) = _runs(tmp_path / "out").values()
+    assert run["retried"] and len(run["attempts"]) == 2
+    assert run["attempts"][0]["server_died"] and not run["attempts"][1]["server_died"]
+    assert run["summary"]["failed"] == 0
+    assert len(FakeLauncher.started) == 2
+    assert "retried after a server death" in write_report(exp)[0]
+
+
+def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
+    exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
+    runner = Runner(exp, FakeLauncher)
+    runner.prepare(resume=False)
+    est = estimate(exp)
+    calls = []
+    orig = runner._measure
+
+    def measure(*a: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            runner.stop.set()
+        return orig(*a)
+
+    runner._measure = measure  # type: ignore[method-assign]
+    with pytest.raises(Interrupted):
+        runner.run(est)
+    assert len(runner.completed()) == 2  # the run in flight when stopped is not kept
