@@ -403,3 +403,21 @@ def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
     with pytest.raises(Interrupted):
         runner.run(est)
     assert len(runner.completed()) == 2  # the run in flight when stopped is not kept
+
+
+def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
+    text = _text(tmp_path, model, **{"+": "\n[run]\ndevices = [\"3\", \"5\"]\n",
+                                     "seeds = [0, 1]": "seeds = [0]"})
+    exp = load_experiment(_write(tmp_path, text))
+    FakeLauncher.started = []
+    runner = Runner(exp, FakeLauncher)
+    runner.prepare(resume=False)
+    runner.run(estimate(exp))
+    assert len(runner.completed()) == 8
+    devices = {la.arm.name: la.env["CUDA_VISIBLE_DEVICES"] for la in FakeLauncher.started}
+    assert set(devices.values()) <= {"3", "5"} and len(devices) == 4
+    # the fitted:auto arm starts after both calibration arms are done
+    cal_done = max((tmp_path / "out" / "runs" / a).stat().st_mtime for a in ("small", "large"))
+    pred_files = sorted((tmp_path / "out" / "runs" / "pred").glob("*.json"))
+    assert min(p.stat().st_mtime for p in pred_files) >= cal_done
+    assert (tmp_path / "out" / "cost-auto.json").is_file()

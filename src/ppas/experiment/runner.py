@@ -99,12 +99,18 @@ def vllm_launcher(launch: Launch) -> AbstractContextManager[Any]:
                       cost_model=launch.cost_model)
 
 
-def healthy(base_url: str, timeout_s: float = 10.0) -> bool:
-    try:
-        with urllib.request.urlopen(base_url + "/health", timeout=timeout_s) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+def healthy(base_url: str, timeout_s: float = 10.0, tries: int = 3) -> bool:
+    """Whether ``/health`` answers 200 (a busy 2-core host may be slow: a few tries)."""
+    for k in range(tries):
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=timeout_s) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        if k + 1 < tries:
+            time.sleep(1.0)
+    return False
 
 
 # ---------------------------------------------------------------- progress
