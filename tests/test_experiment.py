@@ -244,7 +244,9 @@ def test_gpu_files_pass_dry_run(name: str, capsys: pytest.CaptureFixture[str]) -
     assert "estimated time" in out and "cost model roofline" in out
 
 
-def test_demo_file_is_valid(tmp_path: Path, model: Path) -> None:
+def test_demo_file_is_valid(tmp_path: Path, model: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # its paths are relative to the repository root
     text = (ROOT / "experiments" / "demo-cpu.toml").read_text()
     local = text.splitlines()
     path_line = next(ln for ln in local if ln.startswith("path = "))

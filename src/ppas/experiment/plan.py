@@ -1,8 +1,8 @@
 """The plan of an experiment and its time estimate, from the simulator.
 
-A run lasts about its warm-up plus the simulated makespan of its trace (first arrival to
-last completion) under the arm's policy; each arm adds one server start
-(``run.server_startup_s``). The simulator needs a cost model for that
+A run lasts about the simulated makespan of its trace (first arrival to last completion)
+under the arm's policy, the first run on a server also its warm-up; each arm adds one
+server start (``run.server_startup_s``). The simulator needs a cost model for that
 (``run.estimate_cost_model``); without one a run is estimated by its arrival span only
 (a lower bound). The progress bar scales the estimate by how finished work compared.
 """
@@ -56,7 +56,8 @@ def estimate(exp: Experiment) -> dict[str, Any]:
                                 make_policy(spec), cm, eng).summary()
                 mk = float(res["makespan"]) if res.get("makespan") == res.get("makespan") \
                     else span
-                est = w.warmup_requests * float(warm["avg_latency"]) + max(span, mk)
+                first_run = (load, seed) == exp.cells()[0]
+                est = first_run * w.warmup_requests * float(warm["avg_latency"]) + max(span, mk)
             runs[(arm.name, load, seed)] = est
     return {"startup": exp.run.server_startup_s, "runs": runs,
             "model": exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)"}
@@ -80,7 +81,7 @@ def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, 
     if w.kind != "trace":
         lines.append(f"  prompts {w.prompt_tokens} tokens, outputs {w.output_tokens} tokens")
     lines.append(f"  seeds {', '.join(map(str, w.seeds))}; {w.warmup_requests} warm-up "
-                 "request(s) per run")
+                 "request(s) per server start")
     nreq = sum(len(w.trace(load, s)) for load, s in exp.cells())
     lines.append(f"  {len(exp.cells())} traces ({nreq} requests) x {len(exp.arms)} arms")
     lines.append("  arms, in run order:")

@@ -163,6 +163,7 @@ class _ArmServer:
     ctx: AbstractContextManager[Any] | None = None
     base_url: str = ""
     starts: int = 0
+    fresh: bool = True  # no run yet on this start: the next run warms it up
 
     def start(self) -> float:
         t = time.monotonic()
@@ -177,7 +178,7 @@ class _ArmServer:
             launch.step_log.parent.mkdir(parents=True, exist_ok=True)
         ctx = self.launcher(launch)
         srv = ctx.__enter__()
-        self.ctx, self.base_url = ctx, srv.base_url
+        self.ctx, self.base_url, self.fresh = ctx, srv.base_url, True
         return time.monotonic() - t
 
     def stop(self) -> None:
@@ -321,7 +322,8 @@ class Runner:
 
     # -- measuring -----------------------------------------------------------------------------
     def _measure(self, srv: _ArmServer, load: float, seed: int) -> tuple[Any, list[Any], float]:
-        """One replay of the (load, seed) trace; returns (BenchResult, steps, wall s)."""
+        """One replay of the (load, seed) trace; returns (BenchResult, steps, wall s). The
+        warm-up requests go before the first run on each server start."""
         from ppas.bench import run_trace
 
         w = self.exp.workload
@@ -338,8 +340,8 @@ class Runner:
                 srv.base_url, self.exp.model.path, trace, prompt_seed=self.prompt_seed(load, seed),
                 vocab_size=self.exp.model.vocab_size,
                 filler_id=min(1000, self.exp.model.vocab_size - 1),
-                request_timeout_s=w.request_timeout_s, num_warmups=w.warmup_requests,
-                on_start=started))
+                request_timeout_s=w.request_timeout_s,
+                num_warmups=w.warmup_requests if srv.fresh else 0, on_start=started))
             while not task.done():
                 await asyncio.wait({task}, timeout=0.2)
                 if self.stop.is_set() and not task.done():
@@ -355,6 +357,7 @@ class Runner:
             result = asyncio.run(go())
         finally:
             self._measuring -= 1
+        srv.fresh = False
         wall = time.monotonic() - t0
         time.sleep(0.3)  # the engine flushes its step log when it goes idle
         return result, _read_steps(step_log, offset, t_start[0]), wall

@@ -9,8 +9,8 @@
     [workload]  kind = "phases" (phases = "10:0.1,20:{burst}", burst_rates = [...])
                      | "gamma"  (request_rates = [...], burstiness, num_prompts)
                      | "trace"  (file = "trace.jsonl")
-                prompt_tokens, output_tokens, seeds = [...], warmup_requests,
-                request_timeout_s
+                prompt_tokens, output_tokens, seeds = [...], warmup_requests (sent before
+                the first run on each server start), request_timeout_s
     [[arms]]    name, and one of: policy = "ppas:..." (the ppas plugin) or
                 [arms.stock] max_num_batched_tokens = N, long_prefill_token_threshold = N
                 (stock vLLM, no plugin); optional cost_model = "fitted:auto" | "fitted:FILE"
