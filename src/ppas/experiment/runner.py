@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -170,9 +171,8 @@ class _ArmServer:
         self.starts += 1
         launch = self.launch
         if self.starts > 1:  # keep every server's log
-            launch = Launch(**{**launch.__dict__,
-                               "log_path": launch.log_path.with_name(
-                                   f"{launch.log_path.stem}.{self.starts}.log")})
+            launch = dataclasses.replace(launch, log_path=launch.log_path.with_name(
+                f"{launch.log_path.stem}.{self.starts}.log"))
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         if launch.step_log is not None:
             launch.step_log.parent.mkdir(parents=True, exist_ok=True)
