@@ -423,3 +423,35 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
     pred_files = sorted((tmp_path / "out" / "runs" / "pred").glob("*.json"))
     assert min(p.stat().st_mtime for p in pred_files) >= cal_done
     assert (tmp_path / "out" / "cost-auto.json").is_file()
+
+
+def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
+    """The real launcher's command line: plugin arm with a fitted cost model, stock arm."""
+    from ppas.experiment.runner import vllm_launcher
+    from ppas.server import VllmServer
+
+    text = _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = 16\n"
+                                     "dtype = \"bfloat16\"\nmax_model_len = 4096"})
+    exp = parse_experiment(text, "t")
+    runner = Runner(exp)
+    plugin = runner.launch_for(exp.arm("small"), "2")
+    srv = vllm_launcher(plugin)
+    assert isinstance(srv, VllmServer)
+    cmd = srv.command()
+    extra = json.loads(cmd[cmd.index("--additional-config") + 1])
+    assert extra["ppas"]["policy"] == "mbt:64"
+    assert extra["ppas"]["step_log"].endswith("steps/small.jsonl")
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "64"
+    # the file's engine flags come after ppas.server's CPU defaults: vLLM takes the last
+    assert cmd[len(cmd) - 1 - cmd[::-1].index("--dtype") + 1] == "bfloat16"
+    assert "--max-model-len" in cmd and plugin.env["CUDA_VISIBLE_DEVICES"] == "2"
+    stock = vllm_launcher(runner.launch_for(exp.arm("stock"), None)).command()
+    assert "--scheduler-cls" not in stock
+    assert stock[stock.index("--long-prefill-token-threshold") + 1] == "64"
+    srv2 = VllmServer(model, policy="predictive", max_num_batched_tokens=16384,
+                      cost_model="fitted:c.json")
+    cmd2 = srv2.command()
+    assert json.loads(cmd2[cmd2.index("--additional-config") + 1])["ppas"]["cost_model"] == \
+        "fitted:c.json"
+    with pytest.raises(PpasError, match="cost_model needs the plugin"):
+        VllmServer(model, policy=None, max_num_batched_tokens=64, cost_model="fitted:c.json")

@@ -66,8 +66,10 @@ class VllmServer:
                             "run `ppas make-tiny-model DIR` first")
         if max_num_batched_tokens < 1 or max_num_seqs < 1:
             raise PpasError("max_num_batched_tokens and max_num_seqs must be >= 1")
-        if (step_log is not None or cost_model is not None) and policy is None:
-            raise PpasError("step_log and cost_model need the plugin: pass a policy")
+        if step_log is not None and policy is None:
+            raise PpasError("step_log needs the plugin: pass a policy")
+        if cost_model is not None and policy is None:
+            raise PpasError("cost_model needs the plugin: pass a policy")
         self.model_dir = str(model_dir)
         self.policy = policy
         self.max_num_batched_tokens = max_num_batched_tokens
