@@ -364,6 +364,8 @@ def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
     p.write_text(p.read_text().replace("output_tokens = 3", "output_tokens = 4"))
     with pytest.raises(PpasError, match="--resume: the experiment's workload changed"):
         Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+    assert main(["experiment", str(p), "--report"]) == 2  # nor a report mixing settings
+    assert not (out / "report.txt").exists()
 
 
 def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Path) -> None:

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(plan_text(exp, estimate(exp), runner.completed()))
         return 0
     if args.report:
+        runner.check_same("--report")
         return _report(exp, time.monotonic())
     runner.prepare(resume=args.resume)
     est = estimate(exp)

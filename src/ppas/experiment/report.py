@@ -169,6 +169,14 @@ def build_report(exp: Experiment) -> dict[str, Any]:
                            else "within noise")
                 pairs.append({"a": a, "b": b, "load": load, "ratio": iv.to_dict(),
                               "verdict": verdict})
+    relative = []  # every arm against the first baseline arm, paired t, per load
+    ref = next((a.name for a in exp.arms if a.baseline), None)
+    for arm in exp.arms:
+        for load in w.loads:
+            xa, xb = paired(arm.name, ref, load) if ref is not None else ([], [])
+            if xa:
+                relative.append({"arm": arm.name, "load": load,
+                                 "ratio": paired_t_ratio(xa, xb, level).to_dict()})
     sim_arms = []
     for arm in exp.arms:
         errs = [r["sim_error"] for r in runs if r["arm"] == arm.name and r.get("sim_error")
@@ -189,6 +197,7 @@ def build_report(exp: Experiment) -> dict[str, Any]:
             "cost_model": None if model is None else _model_dict(model),
             "cells": cells, "improvements": improvements, "winners": winners,
             "baseline_pairs": pairs, "simulator": sim_arms,
+            "relative": {"reference": ref, "rows": relative},
             "runs": [{k: r.get(k) for k in ("arm", "load", "seed", "prompt_seed", "retried",
                                             "attempts", "wall_s", "sim", "sim_error")}
                      | {"summary": {k: r["summary"].get(k) for k, _ in METRICS}}
@@ -326,39 +335,60 @@ def _load(x: float) -> str:
 
 
 def plot_report(rep: dict[str, Any], path: Path) -> None:
-    """Mean E2E vs load per arm, with t-interval error bars; the simulator dashed."""
-    from ppas.plot import new_figure, save_figure
+    """Left: mean E2E vs load per arm, t-interval error bars over seeds, the simulator
+    dashed. Right: each arm's mean E2E relative to the first baseline arm (paired
+    geometric-mean ratio and its paired t-interval): the trace-to-trace spread that widens
+    the left panel's bars cancels here."""
+    import matplotlib
 
-    fig, ax = new_figure()
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ppas.plot import save_figure
+
+    fig, (ax, axr) = plt.subplots(1, 2, figsize=(12, 4.5))
     arms = list(dict.fromkeys(c["arm"] for c in rep["cells"]))
+    top = max(c["load"] for c in rep["cells"]) or 1.0
+    rel = {(r["arm"], r["load"]): r["ratio"] for r in rep["relative"]["rows"]}
     for i, arm in enumerate(arms):
+        color = f"C{i % 10}"
         cs = sorted((c for c in rep["cells"] if c["arm"] == arm and c["avg_latency"]),
                     key=lambda c: c["load"])
-        xs = [c["load"] + 0.004 * i * (max(c2["load"] for c2 in rep["cells"]) or 1)
-              for c in cs]
-        ys = [c["avg_latency"]["estimate"] for c in cs]
-        err = [[(y - (c["avg_latency"]["lo"] if c["avg_latency"]["lo"] is not None else y))
-                for y, c in zip(ys, cs, strict=True)],
-               [((c["avg_latency"]["hi"] if c["avg_latency"]["hi"] is not None else y) - y)
-                for y, c in zip(ys, cs, strict=True)]]
-        color = f"C{i % 10}"
-        ax.errorbar(xs, ys, yerr=err, fmt="-o", color=color, capsize=3, markersize=4,
-                    label=arm)
+        xs = [c["load"] + 0.006 * i * top for c in cs]
+        ivs = [c["avg_latency"] for c in cs]
+        _errorbar(ax, xs, ivs, color, arm)
         sim = [(x, c["sim_avg_latency"]) for x, c in zip(xs, cs, strict=True)
                if c["sim_avg_latency"] is not None]
         if sim:
             ax.plot([s[0] for s in sim], [s[1] for s in sim], "--", color=color, alpha=0.6)
-    ax.set_xlabel(f"{rep['load_name']} rate (requests/s)" if rep["load_name"] != "trace"
-                  else "trace")
+        rs = [(x, rel[(arm, c["load"])]) for x, c in zip(xs, cs, strict=True)
+              if (arm, c["load"]) in rel]
+        if rs:
+            _errorbar(axr, [x for x, _ in rs], [r for _, r in rs], color, arm)
+    xlabel = (f"{rep['load_name']} rate (requests/s)" if rep["load_name"] != "trace"
+              else "trace")
     ys_all = [c["avg_latency"]["estimate"] for c in rep["cells"] if c["avg_latency"]]
     if ys_all and min(ys_all) > 0 and max(ys_all) / min(ys_all) > 5:
         ax.set_yscale("log")
-    ax.set_ylabel("mean E2E latency (s)")
-    ax.set_title(f"{rep['experiment']}: measured ({rep['level']:.0%} CI over seeds); "
-                 "dashed: simulator")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.set(xlabel=xlabel, ylabel="mean E2E latency (s)",
+           title=f"measured ({rep['level']:.0%} CI over seeds); dashed: simulator")
+    axr.axhline(1.0, color="k", linewidth=0.8)
+    axr.set(xlabel=xlabel, ylabel=f"mean E2E / {rep['relative']['reference']}",
+            title=f"paired by trace ({rep['level']:.0%} paired t-interval)")
+    for a in (ax, axr):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    fig.suptitle(rep["experiment"])
     save_figure(fig, path)
+
+
+def _errorbar(ax: Any, xs: Sequence[float], ivs: Sequence[dict[str, Any]], color: str,
+              label: str) -> None:
+    ys = [iv["estimate"] for iv in ivs]
+    lo = [y - (iv["lo"] if iv["lo"] is not None else y) for y, iv in zip(ys, ivs, strict=True)]
+    hi = [(iv["hi"] if iv["hi"] is not None else y) - y for y, iv in zip(ys, ivs, strict=True)]
+    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="-o", color=color, capsize=3, markersize=4,
+                label=label)
 
 
 def write_report(exp: Experiment) -> tuple[str, dict[str, Any]]:

@@ -242,19 +242,26 @@ class Runner:
         if n and not resume:
             raise PpasError(f"{self.out} already holds {n} completed runs of an experiment; "
                             "pass --resume to finish it, or set another out_dir (--out-dir)")
-        if resume and state.is_file():
-            try:
-                old = json.loads(state.read_text()).get("fingerprint")
-            except (OSError, ValueError):
-                old = None
-            if old is not None and old != self.exp.fingerprint():
-                diff = [k for k in old if old.get(k) != self.exp.fingerprint().get(k)]
-                raise PpasError(f"--resume: the experiment's {', '.join(diff) or 'settings'} "
-                                f"changed since the runs in {self.out} were made; restore "
-                                "the file or use another out_dir")
+        if resume:
+            self.check_same("--resume")
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(state, {"name": self.exp.name, "fingerprint": self.exp.fingerprint(),
                                   "source": self.exp.source})
+
+    def check_same(self, what: str) -> None:
+        """Refuse a folder whose runs were made with other settings."""
+        state = self.out / STATE_FILE
+        if not state.is_file():
+            return
+        try:
+            old = json.loads(state.read_text()).get("fingerprint")
+        except (OSError, ValueError):
+            old = None
+        if old is not None and old != self.exp.fingerprint():
+            diff = [k for k in old if old.get(k) != self.exp.fingerprint().get(k)]
+            raise PpasError(f"{what}: the experiment's {', '.join(diff) or 'settings'} "
+                            f"changed since the runs in {self.out} were made; restore "
+                            "the file or use another out_dir")
 
     # -- cost model for fitted:auto -----------------------------------------------------------
     def calibration_steps(self) -> list[dict[str, Any]]:
