@@ -315,8 +315,9 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
     cells = {(c["arm"], c["load"]): c for c in rep["cells"]}
     assert len(cells) == 8 and cells[("small", 4.0)]["avg_latency"]["n"] == 2
     assert cells[("small", 4.0)]["sim_avg_latency"] > 0
-    imps = [i for i in rep["improvements"] if i["baseline"] == "large"]
-    assert {i["arm"] for i in imps} == {"small", "pred", "stock"}
+    arms_vs = {b: {i["arm"] for i in rep["improvements"] if i["baseline"] == b}
+               for b in ("small", "large")}
+    assert arms_vs == {"small": {"large", "pred", "stock"}, "large": {"pred", "stock"}}
     assert json.loads((out / "report.json").read_text())["num_runs"] == 16
 
 

@@ -126,9 +126,12 @@ def build_report(exp: Experiment) -> dict[str, Any]:
         return [x[k] for k in keys], [y[k] for k in keys]
 
     improvements = []
+    base_names = [a.name for a in exp.arms if a.baseline]
     for base in (a for a in exp.arms if a.baseline):
         for arm in exp.arms:
-            if arm.name == base.name:
+            # a baseline against an earlier-listed baseline only (not both directions)
+            if arm.name == base.name or (arm.baseline and base_names.index(base.name)
+                                         > base_names.index(arm.name)):
                 continue
             loads: list[float | None] = [*w.loads, None]
             for ld in loads:
@@ -221,7 +224,7 @@ def _why_off(step_err: float | None) -> str:
         return "no step log for this arm, so the cause cannot be located"
     if abs(step_err) > SIM_TOLERANCE / 2:
         return (f"the fitted step-time model misses this arm's own steps by {step_err:+.0%} "
-                "in total (steps of a shape the other arms rarely ran)")
+                "in total (the linear step model fits this arm's mix of steps worse)")
     return (f"its steps are predicted within {step_err:+.0%} in total, so the miss is outside "
             "the engine's step times: waits between steps (HTTP, detokenisation, the client "
             "and other processes sharing the CPU) or a different order of scheduling")
