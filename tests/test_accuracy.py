@@ -37,7 +37,7 @@ def test_calibration_file_is_used() -> None:
 def test_mean_e2e_accuracy(grid_records: list[dict]) -> None:  # type: ignore[type-arg]
     a = accuracy(grid_records, "avg_latency")
     assert len(a["cells"]) == 42
-    assert a["within15"] >= 0.80
+    assert a["within15"] >= 0.95  # issue 10: the paper grid stays >= 95% within 15%
     assert a["median_abs_err"] <= 0.10
 
 

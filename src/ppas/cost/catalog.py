@@ -1,15 +1,29 @@
-"""Hardware and model catalogs for the roofline cost model (public datasheet/config facts).
+"""Hardware and model catalogs for the roofline cost model: public, measured facts only.
 
-Sources: vendor datasheets and the models' Hugging Face ``config.json`` (see
-``shared/spec/catalog-facts.md``). Corrections made here, not fitted away:
+A GPU is described by what its kernels *reach*, not by one efficiency factor carried
+across parts (issue 10): the dense BF16 GEMM throughput with FP32 accumulation (what
+PyTorch's BF16 GEMMs use), the attention-forward throughput of the backend vLLM picks on
+that architecture, the achievable memory bandwidth, and the SM count that sets how GEMM
+tiles and attention blocks quantise into waves. Every figure cites its source in
+``shared/spec/catalog-facts.md``; corrections are made here, never fitted away:
 
-* RTX 5090 dense BF16 tensor throughput is 419 TFLOP/s, not ~209.5: the P-PAS paper
-  measured one Qwen2.5-3B gate-up GEMM (16384 x 2048 x 22016, 1.48 TFLOP) in 6.66 ms,
-  i.e. 222 TFLOP/s, which a 209.5 TFLOP/s part cannot reach. 209.5 is half of the
-  datasheet's 419 dense figure (the FP16-accumulate/sparsity row confusion).
+* RTX 5090: 209.5 TFLOP/s is the dense FP32-accumulate peak; 419 is its FP16-accumulate
+  figure (838 the sparse one). GeForce parts run FP32 accumulation at half rate (RTX 4090:
+  165 vs 330). The P-PAS paper (§2) measured one Qwen2.5-3B gate-up GEMM (16384 x 2048 x
+  22016, 1.478 TFLOP) in 6.66 ms = 222 TFLOP/s, above the 209.5 spec through boost
+  clocks, and FlashAttention over one layer's first 16k causal tokens (1.100 TFLOP) in
+  5.83 ms = 188.6 TFLOP/s. Those two measurements are the card's achieved throughputs.
+* Datacenter parts run FP32 accumulation at full rate and reach another fraction of peak:
+  A100 SXM cuBLAS 250-290 TFLOP/s (we take the middle, 270), FlashAttention-2 up to ~230;
+  H100 SXM cuBLAS 600-780 (middle, 690), FlashAttention-3 ~620 at head dim 128 and 16k
+  tokens (the shape class of our prompts). H200 has the H100's compute die and clocks.
+* Memory bandwidth: the datasheet figure times 0.9, the fraction measured on an H200 in
+  this workplace (device copy ~4.3 of 4.8 TB/s); the H200 uses the measurement itself.
+* L40S has no public measured figure in the facts page: its GEMM and attention are
+  estimated from the datasheet peak with the A100's reached fractions (full-rate FP32
+  accumulation, FlashAttention-2) and marked as an estimate.
 * The per-layer weight count uses q/o widths ``heads * head_dim``, which differs from
-  ``hidden`` for Qwen3-0.6B (16 x 128 = 2048 vs hidden 1024); the spec's formula assumes
-  ``heads * head_dim == hidden``.
+  ``hidden`` for Qwen3-0.6B (16 x 128 = 2048 vs hidden 1024).
 """
 
 from __future__ import annotations
@@ -19,17 +33,69 @@ from dataclasses import dataclass
 from ppas.config import require
 from ppas.registry import Registry
 
+#: Memory bandwidth reached by streaming kernels, as a fraction of the datasheet figure:
+#: an H200 in this workplace copies ~4.3 of its 4.8 TB/s (catalog-facts.md).
+BW_FRACTION = 0.9
+#: Reached fractions of the FP32-accumulate peak used only for GPUs without a public
+#: measurement (A100's middle cuBLAS figure 270/312, FlashAttention-2 ~230/312).
+ESTIMATE_GEMM_FRACTION, ESTIMATE_ATTN_FRACTION = 270 / 312, 230 / 312
+
+#: vLLM's default attention backend by GPU architecture (catalog-facts.md): FlashAttention-3
+#: on Hopper (sm_90), FlashAttention-2 on Ampere, Ada and GeForce Blackwell (no FA3 there).
+ATTENTION_BACKEND = {"sm_80": "flash-attn-2", "sm_89": "flash-attn-2", "sm_90": "flash-attn-3",
+                     "sm_120": "flash-attn-2"}
+
+#: vLLM captures CUDA graphs for steps of up to this many tokens (its default capture sizes
+#: end at 512 in the releases we target) and launches larger steps eagerly.
+CUDAGRAPH_MAX_TOKENS = 512
+
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
+    """One GPU. ``bf16_tflops`` is the datasheet's dense BF16 peak with FP32 accumulation;
+    ``gemm_tflops`` / ``attn_tflops`` are what large GEMMs / the attention backend reach
+    (None: estimated from the peak, see ``ESTIMATE_*``); ``mem_bw_gbs`` is the datasheet
+    bandwidth, ``achieved_bw_gbs`` the reached one (None: ``BW_FRACTION`` of it)."""
+
     name: str
-    bf16_tflops: float  # dense tensor-core peak, TFLOP/s
-    mem_bw_gbs: float  # memory bandwidth, GB/s
+    bf16_tflops: float  # dense tensor-core peak with FP32 accumulate, TFLOP/s
+    mem_bw_gbs: float  # datasheet memory bandwidth, GB/s
     mem_gb: float  # device memory, GB (10^9 bytes)
+    sms: int = 128  # streaming multiprocessors (wave quantisation of GEMM tiles / blocks)
+    arch: str = "sm_80"
+    gemm_tflops: float | None = None
+    attn_tflops: float | None = None
+    achieved_bw_gbs: float | None = None
+    source: str = ""
 
     def __post_init__(self) -> None:
-        require(self.bf16_tflops > 0 and self.mem_bw_gbs > 0 and self.mem_gb > 0,
-                f"hardware {self.name}: figures must be > 0")
+        require(self.bf16_tflops > 0 and self.mem_bw_gbs > 0 and self.mem_gb > 0
+                and self.sms > 0, f"hardware {self.name}: figures must be > 0")
+        for v in (self.gemm_tflops, self.attn_tflops, self.achieved_bw_gbs):
+            require(v is None or v > 0, f"hardware {self.name}: figures must be > 0")
+        require(self.arch in ATTENTION_BACKEND,
+                f"hardware {self.name}: arch must be one of {', '.join(ATTENTION_BACKEND)}")
+
+    @property
+    def attention_backend(self) -> str:
+        return ATTENTION_BACKEND[self.arch]
+
+    @property
+    def gemm_flops(self) -> float:
+        """FLOP/s reached by large BF16 GEMMs (full waves)."""
+        t = self.gemm_tflops or self.bf16_tflops * ESTIMATE_GEMM_FRACTION
+        return t * 1e12
+
+    @property
+    def attn_flops(self) -> float:
+        """FLOP/s reached by the attention backend's forward pass on large shapes."""
+        t = self.attn_tflops or self.bf16_tflops * ESTIMATE_ATTN_FRACTION
+        return t * 1e12
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s reached by streaming reads (weights, KV cache, activations)."""
+        return (self.achieved_bw_gbs or self.mem_bw_gbs * BW_FRACTION) * 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +124,16 @@ class ModelArch:
         return self.kv_heads * self.head_dim
 
     @property
+    def gemms(self) -> tuple[tuple[int, int], ...]:
+        """(K, output width) of each GEMM of one decoder layer: fused qkv, o, fused
+        gate-up, down (vLLM fuses q/k/v and gate/up into one GEMM each)."""
+        h, i = self.hidden, self.intermediate
+        return ((h, self.q_width + 2 * self.kv_width), (self.q_width, h), (h, 2 * i), (i, h))
+
+    @property
     def layer_params(self) -> int:
         """Weights per decoder layer: q, k, v, o projections and the SwiGLU MLP."""
-        h = self.hidden
-        return h * (self.q_width + 2 * self.kv_width) + self.q_width * h + 3 * h * self.intermediate
+        return sum(k * n for k, n in self.gemms)
 
     @property
     def embed_params(self) -> int:
@@ -80,16 +152,39 @@ class ModelArch:
         """2 (K and V) x layers x kv_heads x head_dim x bytes. Qwen2.5-3B: 36,864 B."""
         return 2 * self.layers * self.kv_width * self.dtype_bytes
 
+    @property
+    def activation_bytes_per_token_layer(self) -> int:
+        """Bytes one token moves through a layer's memory-bound kernels (vLLM's fused
+        kernels): two fused residual-add + RMSNorm (read x and residual, write both: 4h
+        each), SiLU-and-mul (read 2I, write I), rotary on q and k (read and write), the
+        KV-cache write (k and v)."""
+        h, i = self.hidden, self.intermediate
+        return self.dtype_bytes * (8 * h + 3 * i + 2 * (self.q_width + self.kv_width)
+                                   + 2 * self.kv_width)
+
 
 HARDWARE: Registry[Hardware] = Registry("hardware")
 MODELS: Registry[ModelArch] = Registry("model")
 
 for _hw in (
-    Hardware("rtx5090", 419.0, 1792.0, 34.2),  # 32 GiB GDDR7
-    Hardware("a100-sxm-80gb", 312.0, 2039.0, 85.9),  # 80 GiB HBM2e
-    Hardware("h100-sxm-80gb", 989.0, 3350.0, 85.9),  # 80 GiB HBM3
-    Hardware("h200", 989.0, 4800.0, 150.0),  # 141 GB HBM3e; ~139.8 GiB visible
-    Hardware("l40s", 362.0, 864.0, 51.5),  # 48 GiB GDDR6
+    Hardware("rtx5090", 209.5, 1792.0, 34.2, sms=170, arch="sm_120",  # 32 GiB GDDR7
+             gemm_tflops=222.0, attn_tflops=188.6,
+             source="peak: NVIDIA Blackwell spec (FP32 accumulate); reached: P-PAS paper §2 "
+                    "(gate-up GEMM 6.66 ms, FlashAttention-2 16k chunk 5.83 ms)"),
+    Hardware("a100-sxm-80gb", 312.0, 2039.0, 85.9, sms=108, arch="sm_80",  # 80 GiB HBM2e
+             gemm_tflops=270.0, attn_tflops=230.0,
+             source="cuBLAS 250-290 TFLOP/s, FlashAttention-2 up to ~230 (Dao 2023)"),
+    Hardware("h100-sxm-80gb", 989.0, 3350.0, 85.9, sms=132, arch="sm_90",  # 80 GiB HBM3
+             gemm_tflops=690.0, attn_tflops=620.0,
+             source="cuBLAS 600-780 TFLOP/s; FlashAttention-3 ~620 at head dim 128, 16k "
+                    "(Shah et al. 2024)"),
+    Hardware("h200", 989.0, 4800.0, 150.0, sms=132, arch="sm_90",  # 141 GB HBM3e
+             gemm_tflops=690.0, attn_tflops=620.0, achieved_bw_gbs=4300.0,
+             source="H100 compute die and clocks; bandwidth: device copy ~4.3 TB/s measured "
+                    "on an H200 in this workplace"),
+    Hardware("l40s", 362.0, 864.0, 51.5, sms=142, arch="sm_89",  # 48 GiB GDDR6
+             source="datasheet peak (FP32 accumulate); reached throughputs estimated with "
+                    "the A100's fractions (no public measurement in the facts page)"),
 ):
     HARDWARE.add(_hw.name, _hw)
 

@@ -1,21 +1,34 @@
-"""Roofline step-time model: GEMMs, attention over the cached context, weight and KV
-traffic, plus a per-step overhead. Only physical quantities are calibrated (achieved
-fractions of peak FLOP/s and bandwidth, saturation sizes, overheads); hardware and model
-facts come from ``ppas.cost.catalog``. The calibrated values live in
-``ppas/data/roofline_calibration.json`` (written by ``benchmarks/calibrate_roofline.py``
-from the RTX 5090 / Qwen2.5-3B data only).
+"""Roofline step-time model from per-GPU achieved throughputs and the model's shapes.
 
-Per step with N = prefill tokens + decodes, per layer (tensor-parallel degree t):
+Hardware facts (``ppas.cost.catalog``): the FLOP/s large BF16 GEMMs reach (F_g), the FLOP/s
+the architecture's attention backend reaches (F_a: FlashAttention-2, or -3 on Hopper), the
+reached bandwidth (BW) and the SM count (S). Nothing here is a per-GPU or per-model
+constant; the only calibrated quantities (``ppas/data/roofline_calibration.json``, written
+by ``benchmarks/calibrate_roofline.py`` from the RTX 5090 / Qwen2.5-3B runs) are engine and
+host costs (per-step, per-request and eager-launch overheads) and two dimensionless
+saturation shapes: the expected fraction of a wave lost at the end of a GEMM's tile grid
+(tau_g) and of an attention kernel's block grid (tau_a).
 
-    t_gemm = max(2 N P_layer / (F eff_g(N)),  W_layer / BW)      eff_g(N) = g N / (N + n_g)
-    t_attn = sum over chunks max(4 H_q d c (p + (c+1)/2) / (F eff_a(c')), KV(p + c) / BW)
-             + KV(decode contexts) / BW_decode                     eff_a(c) = a c / (c + n_a)
-    c'     = c ((p + c) / c)^e   (a long cached context restores parallelism: split-KV)
-    step   = L (t_gemm + t_attn) + t_lm_head + overhead (+ L eager, when N > CUDA-graph max)
-             + per_request * requests
+Per step, N = prefill tokens + decodes, per layer (tensor-parallel degree t):
 
-where F, BW are the hardware peaks times the achieved fractions. The saturation terms
-model why many small chunks cost more than one large chunk (P-PAS §2: 2k vs 16k chunks).
+    GEMM i (K_i x out_i):  max(2 N K_i out_i / t / F_g + tau_g T_i min(1, w_i),  weights_i / BW)
+        w_i = (N / 128) (out_i / t / 256) / S       waves of 128 x 256 output tiles
+        T_i = 2 * 128 * 256 * min(K_i, 2048) * S / F_g   time of one wave (cuBLAS splits
+                                                    longer K: split-K / stream-K)
+    attention (prefill):   max(4 H_q d W / t / F_a * v / w,  KV(p + c) / BW)
+        W = sum c (p + (c + 1) / 2) causal pairs; w = blocks / S with blocks = H_q / t x
+        (query rows / B_q, B_q = 64 on FA2 paged KV, 128 on FA3), raised towards 1.6 waves by
+        FA3's split-KV when the grid is small; v = w + tau_a u waves if w > 1, else one wave;
+        u = (p + B_q) /
+        (p + (c + 1) / 2) <= 1: blocks of one chunk are near-equal when its cached context p
+        dominates, so the last wave's idle SMs cost the most (the causal triangle of a
+        first chunk fills them). This is why eight 2k chunks cost more than one 16k chunk
+        (P-PAS §2): 3 waves on an RTX 5090 vs 24.
+    attention (decode):    KV(contexts) / BW
+    activations:           N x (norm, SiLU, rotary, KV-write bytes) / BW
+
+    step = L (GEMMs + attention + activations) + LM head (max(flops, its weight read))
+           + overhead (+ L eager, when N > the CUDA-graph capture limit) + per_request * reqs
 """
 
 from __future__ import annotations
@@ -26,37 +39,34 @@ from importlib import resources
 
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
-from ppas.cost.catalog import HARDWARE, MODELS, Hardware, ModelArch
+from ppas.cost.catalog import CUDAGRAPH_MAX_TOKENS, HARDWARE, MODELS, Hardware, ModelArch
 from ppas.errors import PpasError
 
-REF_HIDDEN, REF_HEADS = 2048, 16  # Qwen2.5-3B, the calibration model
+# Kernel geometry (facts about the kernels, not fitted): cuBLAS's large BF16 tiles are
+# 128 x 256 outputs; vLLM's FlashAttention-2 paged-KV (split-KV) kernel takes 64 query rows
+# per block, FlashAttention-3 128; each runs one block per SM at head dim 64-128.
+GEMM_TILE = 128 * 256
+ATTN_BLOCK_ROWS = {"flash-attn-2": 64, "flash-attn-3": 128}
+KV_BLOCK = 128  # keys per split-KV block
+# FlashAttention-3 splits the KV of a small grid over more blocks (up to ~1.6 waves); vLLM's
+# FlashAttention-2 build splits KV for decoding only, so prefill chunks keep their grid.
+SPLIT_KV_WAVES = 1.6
+K_SLICE = 2048
 
 
 @dataclass(frozen=True)
 class RooflineParams:
-    """Achieved-efficiency parameters (dimensionless fractions, token counts, seconds)."""
+    """Engine/host costs and saturation shapes (seconds, dimensionless wave fractions)."""
 
-    gemm_eff: float = 0.54  # fraction of peak FLOP/s reached by large GEMMs
-    # Saturation sizes are stated for Qwen2.5-3B's shapes (hidden 2048, 16 query heads) and
-    # scale with the parallel work a token brings: a GEMM's output tiles grow with the
-    # hidden size, attention's thread blocks with the number of query heads per GPU.
-    gemm_n_half: float = 180.0  # tokens at which GEMM efficiency is half its maximum
-    attn_eff: float = 0.47  # fraction of peak FLOP/s reached by prefill attention
-    attn_c_half: float = 600.0  # query-chunk length at which attention eff. is half
-    # How much a long cached context restores attention parallelism for short chunks
-    # (split-KV kernels): the chunk counts as c * ((p + c) / c) ** attn_ctx_exp query rows.
-    # 0 = query length alone decides the efficiency.
-    attn_ctx_exp: float = 0.0
-    bw_eff: float = 0.85  # fraction of peak memory bandwidth for weights and KV reads
-    # Decode attention (one query row per request over its whole KV) reaches a lower
-    # fraction of peak bandwidth than streaming reads do.
-    decode_bw_eff: float = 0.85
-    step_overhead_s: float = 0.004  # scheduling, sampling, host sync: every step
-    # vLLM replays CUDA graphs for steps of up to ``cudagraph_max_tokens`` tokens (its
-    # default capture sizes end at 512); larger steps launch every kernel eagerly, which
-    # costs this much more per decoder layer.
-    eager_layer_overhead_s: float = 0.0
-    cudagraph_max_tokens: int = 512
+    # Expected fraction of a wave of GEMM tiles / attention blocks left idle at the end of
+    # a kernel (0 = perfect packing, 1 = a whole wave lost).
+    gemm_tail_waves: float = 0.65
+    attn_tail_waves: float = 0.8
+    step_overhead_s: float = 0.003  # scheduling, sampling, host sync: every step
+    # vLLM replays CUDA graphs for steps of up to ``cudagraph_max_tokens`` tokens; larger
+    # steps launch every kernel eagerly, which costs this much more per decoder layer.
+    eager_layer_overhead_s: float = 5e-5
+    cudagraph_max_tokens: int = CUDAGRAPH_MAX_TOKENS
     per_req_overhead_s: float = 0.00002  # per scheduled request (metadata, sampling)
     mem_util: float = 0.9  # vLLM --gpu-memory-utilization
     reserve_gb: float = 1.5  # CUDA context, graphs, allocator slack (not KV)
@@ -65,9 +75,8 @@ class RooflineParams:
         for f in fields(self):
             v = getattr(self, f.name)
             require(v >= 0, f"roofline: {f.name} must be >= 0, got {v}")
-        require(0 < self.gemm_eff <= 1 and 0 < self.attn_eff <= 1 and 0 < self.bw_eff <= 1
-                and 0 < self.decode_bw_eff <= 1,
-                "roofline: efficiencies must be in (0, 1]")
+        require(self.gemm_tail_waves <= 1 and self.attn_tail_waves <= 1,
+                "roofline: tail waves must be in [0, 1]")
         require(0 < self.mem_util <= 1, "roofline: mem_util must be in (0, 1]")
 
     @staticmethod
@@ -78,7 +87,8 @@ class RooflineParams:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return RooflineParams()
-        return RooflineParams(**data["params"])
+        known = {f.name for f in fields(RooflineParams)}
+        return RooflineParams(**{k: v for k, v in data["params"].items() if k in known})
 
 
 class RooflineCostModel(CostModel):
@@ -95,24 +105,28 @@ class RooflineCostModel(CostModel):
         require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
         self.hardware, self.model, self.tp = hw, m, tp
         self.params = p = params or RooflineParams.calibrated()
-        flops = hw.bf16_tflops * 1e12
-        bw = hw.mem_bw_gbs * 1e9 * p.bw_eff
+        fg, fa, bw, sms = hw.gemm_flops, hw.attn_flops, hw.bandwidth, hw.sms
         L = m.layers
-        # Per-token constants, whole model, per GPU (tensor parallel splits every term).
-        self._gemm_flops_per_tok = 2.0 * L * m.layer_params / tp
-        self._gemm_peak = flops * p.gemm_eff
-        self._weight_time = m.weight_bytes / tp / bw
-        self._attn_flops_per_pair = 4.0 * L * m.q_width / tp
-        self._attn_peak = flops * p.attn_eff
-        self._kv_read_per_tok = m.kv_bytes_per_token / tp / bw
-        self._decode_kv_per_tok = m.kv_bytes_per_token / tp / (hw.mem_bw_gbs * 1e9
-                                                               * p.decode_bw_eff)
-        self._lm_head_per_req = 2.0 * m.hidden * m.vocab / tp / self._gemm_peak
-        self._n_g = p.gemm_n_half * REF_HIDDEN / (m.hidden / tp)
-        self._n_a = p.attn_c_half * REF_HEADS / (m.heads / tp)
-        self._ctx_exp = p.attn_ctx_exp
+        # GEMMs of one layer: (seconds per token, tail seconds, tokens per wave, weight read).
+        self._gemms = tuple(
+            (2.0 * k * out / tp / fg,
+             p.gemm_tail_waves * 2.0 * GEMM_TILE * min(k, K_SLICE) * sms / fg,
+             sms * GEMM_TILE / (out / tp),
+             k * out / tp * m.dtype_bytes / bw)
+            for k, out in m.gemms)
+        self._layers = L
+        self._act_per_tok = m.activation_bytes_per_token_layer / tp / bw
+        self._attn_per_pair = 4.0 * m.q_width / tp / fa
+        self._rows = ATTN_BLOCK_ROWS[hw.attention_backend]
+        self._blocks_per_row = m.heads / tp / self._rows / sms  # waves per query row
+        self._tau_a = p.attn_tail_waves
+        self._split_kv = hw.attention_backend == "flash-attn-3"
+        self._kv_read_per_tok = m.kv_bytes_per_token / L / tp / bw  # one layer
+        lm = m.vocab * m.hidden / tp
+        self._lm_flops_per_req = 2.0 * lm / fg
+        self._lm_weight = lm * m.dtype_bytes / bw
         self._fixed = p.step_overhead_s
-        self._eager = p.eager_layer_overhead_s * m.layers
+        self._eager = p.eager_layer_overhead_s * L
         self._graph_max = p.cudagraph_max_tokens
         self._per_req = p.per_req_overhead_s
         # KV capacity: vLLM's budget minus weights, activations for one full step, reserve.
@@ -125,30 +139,55 @@ class RooflineCostModel(CostModel):
             )
         self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
 
+    def gemm_time(self, n: int, index: int) -> float:
+        """One layer's GEMM ``index`` (0 qkv, 1 o, 2 gate-up, 3 down) over ``n`` tokens."""
+        per_tok, tail, wave_tokens, weights = self._gemms[index]
+        w = n / wave_tokens
+        t = n * per_tok + tail * (w if w < 1.0 else 1.0)
+        return t if t > weights else weights
+
+    def prefill_attention_time(self, step: StepShape) -> float:
+        """One layer's attention over the step's prefill chunks."""
+        reqs = step.num_prefill_reqs
+        if not reqs:
+            return 0.0
+        c = step.num_prefill_tokens / reqs
+        ctx = step.prefill_kv_tokens / reqs - c  # mean cached context of the chunks
+        rows = self._rows
+        # Blocks: each chunk's query rows in B_q-row blocks (rounded up), per head.
+        w = (step.num_prefill_tokens + reqs * (rows - 1) / 2) * self._blocks_per_row
+        if self._split_kv and w < SPLIT_KV_WAVES:  # split-KV spreads a small grid
+            w = min(SPLIT_KV_WAVES, w * max(1.0, (ctx + c) / KV_BLOCK))
+        # Time in waves: one wave when the grid does not fill the SMs, else the waves
+        # plus the expected idle tail (larger when the blocks are near-equal).
+        u = (ctx + rows) / (ctx + (c + 1) / 2)
+        waves = w + self._tau_a * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+        t_flop = self._attn_per_pair * step.prefill_attn_work * waves / w
+        t_kv = self._kv_read_per_tok * step.prefill_kv_tokens
+        return t_flop if t_flop > t_kv else t_kv
+
+    def device_time(self, step: StepShape) -> float:
+        """Seconds the GPU computes for ``step`` (no host, launch or per-request costs)."""
+        n = step.num_prefill_tokens + step.num_decodes
+        if n == 0:
+            return 0.0
+        layer = n * self._act_per_tok
+        for per_tok, tail, wave_tokens, weights in self._gemms:
+            w = n / wave_tokens
+            t = n * per_tok + tail * (w if w < 1.0 else 1.0)
+            layer += t if t > weights else weights
+        layer += self.prefill_attention_time(step)
+        layer += self._kv_read_per_tok * step.decode_ctx_tokens
+        lm = self._lm_flops_per_req * (step.num_prefill_reqs + step.num_decodes)
+        return self._layers * layer + (lm if lm > self._lm_weight else self._lm_weight)
+
     def step_time(self, step: StepShape) -> float:
         n = step.num_prefill_tokens + step.num_decodes
         if n == 0:
             return 0.0
-        # GEMMs: compute-bound with size-dependent efficiency, or weight-read bound.
-        t_gemm = self._gemm_flops_per_tok * (n + self._n_g) / self._gemm_peak
-        if t_gemm < self._weight_time:
-            t_gemm = self._weight_time
-        # Prefill attention: causal pairs at chunk-length-dependent efficiency (mean chunk
-        # length of the step), or KV-read bound; decode attention reads its KV once.
-        t_attn = 0.0
-        if step.num_prefill_reqs:
-            c_mean = step.num_prefill_tokens / step.num_prefill_reqs
-            if self._ctx_exp:
-                c_mean *= (step.prefill_kv_tokens / step.num_prefill_tokens) ** self._ctx_exp
-            t_flop = (self._attn_flops_per_pair * step.prefill_attn_work
-                      * (c_mean + self._n_a) / c_mean / self._attn_peak)
-            t_kv = self._kv_read_per_tok * step.prefill_kv_tokens
-            t_attn = t_flop if t_flop > t_kv else t_kv
-        t_attn += self._decode_kv_per_tok * step.decode_ctx_tokens
-        reqs = step.num_prefill_reqs + step.num_decodes
         fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
-        return (t_gemm + t_attn + self._lm_head_per_req * reqs + fixed
-                + self._per_req * reqs)
+        return (self.device_time(step) + fixed
+                + self._per_req * (step.num_prefill_reqs + step.num_decodes))
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:
@@ -177,4 +216,5 @@ class RooflineCostModel(CostModel):
 
     def describe(self) -> dict[str, object]:
         return {"hardware": self.hardware.name, "model": self.model.name, "tp": self.tp,
+                "attention_backend": self.hardware.attention_backend,
                 "params": asdict(self.params), "kv_capacity_tokens": self.kv_capacity_tokens}
