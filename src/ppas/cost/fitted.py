@@ -52,12 +52,18 @@ class FitStats:
     rmse_s: float
     total_error: float  # (sum predicted - sum measured) / sum measured
     unfitted: tuple[str, ...] = ()  # coefficients no step exercised (left at 0)
+    # coefficients the log exercised but cannot tell apart from the others (left at 0)
+    unidentified: tuple[str, ...] = ()
 
     def line(self) -> str:
         s = (f"{self.num_steps} steps: MAPE {self.mape:.1%}, R^2 {self.r2:.4f}, "
              f"RMSE {self.rmse_s * 1e3:.3f} ms, total-time error {self.total_error:+.2%}")
-        return s + (f"; not exercised (left 0): {', '.join(self.unfitted)}"
-                    if self.unfitted else "")
+        if self.unfitted:
+            s += f"; not exercised (left 0): {', '.join(self.unfitted)}"
+        if self.unidentified:
+            s += (f"; not identifiable from this log (left 0, vary the step shapes, e.g. "
+                  f"with ppas profile): {', '.join(self.unidentified)}")
+        return s
 
 
 @dataclass(frozen=True)
@@ -149,8 +155,9 @@ class FittedCostModel(CostModel):
             try:
                 st = obj["fit"]
                 stats = FitStats(**{f.name: st[f.name] for f in fields(FitStats)
-                                    if f.name != "unfitted"},
-                                 unfitted=tuple(st.get("unfitted", ())))
+                                    if f.name not in ("unfitted", "unidentified")},
+                                 unfitted=tuple(st.get("unfitted", ())),
+                                 unidentified=tuple(st.get("unidentified", ())))
             except (KeyError, TypeError):
                 stats = None  # fit statistics are informative only
         try:
@@ -202,7 +209,7 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def fit_stats(model: CostModel, records: Sequence[tuple[StepShape, float]],
-              unfitted: tuple[str, ...] = ()) -> FitStats:
+              unfitted: tuple[str, ...] = (), unidentified: tuple[str, ...] = ()) -> FitStats:
     """Errors of ``model`` on measured ``(step, seconds)`` records."""
     require(len(records) > 0, "no steps to evaluate")
     y = np.array([t for _, t in records], dtype=float)
@@ -214,31 +221,85 @@ def fit_stats(model: CostModel, records: Sequence[tuple[StepShape, float]],
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
     total = float(y.sum())
     return FitStats(len(records), mape, r2, math.sqrt(ss_res / len(records)),
-                    float(pred.sum() - total) / total if total > 0 else math.nan, unfitted)
+                    float(pred.sum() - total) / total if total > 0 else math.nan, unfitted,
+                    unidentified)
+
+
+#: Order in which coefficients enter the fit when the log cannot tell them all apart: the
+#: per-step overhead first (every step pays it), then the terms that usually dominate.
+_PRIORITY = ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_ctx_token_s",
+             "per_decode_s")
+#: A feature whose unit-norm column lies within this relative distance of the span of the
+#: features already in the fit adds nothing the log can separate (collinear).
+COLLINEAR_TOL = 0.02
+
+
+def _residual_share(col: np.ndarray, basis: np.ndarray) -> float:
+    """|col - its projection on span(basis)| / |col| (1 = independent, 0 = collinear)."""
+    norm = float(np.linalg.norm(col))
+    if norm == 0:
+        return 0.0
+    if basis.shape[1] == 0:
+        return 1.0
+    coef = np.linalg.lstsq(basis, col, rcond=None)[0]
+    return float(np.linalg.norm(col - basis @ coef)) / norm
 
 
 def fit(records: Iterable[tuple[StepShape, float]], *,
         kv_capacity_tokens: int | None = None,
         sources: Sequence[str] = ()) -> FittedCostModel:
     """Fit the coefficients to measured ``(step, seconds)`` records by non-negative least
-    squares. A coefficient whose feature is zero in every record stays 0 and is listed in
-    ``stats.unfitted``."""
+    squares, on the coefficients the log can identify.
+
+    A coefficient stays 0 and is named in ``stats.unfitted`` when its feature is zero in
+    every step (never exercised), and in ``stats.unidentified`` when the log cannot tell it
+    apart from the others: its feature is (nearly) a linear combination of those already
+    fitted (e.g. a light run with one decode in almost every step makes the per-decode
+    cost collinear with the per-step overhead), or fitting it would drive the per-step
+    overhead to zero. The model then carries the log's information in the identified
+    coefficients (their sums still match the measured step times)."""
     recs = list(records)
-    if len(recs) < len(COEFFICIENTS):
-        raise PpasError(f"need at least {len(COEFFICIENTS)} steps to fit "
-                        f"{len(COEFFICIENTS)} coefficients, got {len(recs)}")
+    if not recs:
+        raise PpasError("the step log has no steps to fit")
     a = np.array([features(s) for s, _ in recs], dtype=float)
     y = np.array([t for _, t in recs], dtype=float)
     if not np.all(np.isfinite(y)) or np.any(y < 0):
         raise PpasError("step times must be finite and >= 0")
-    x = nnls(a, y)
-    unfitted = tuple(n for n, col in zip(COEFFICIENTS, a.T, strict=True) if not col.any())
-    if x[0] <= 0:
-        raise PpasError("the fit gives no per-step overhead (steps cost nothing beyond their "
-                        "tokens); the step log is too small or not from one server")
+    if not np.any(y > 0):
+        raise PpasError("every step of the log took 0 s; nothing to fit")
+    idx = {n: i for i, n in enumerate(COEFFICIENTS)}
+    unfitted = tuple(n for n in COEFFICIENTS if not a[:, idx[n]].any())
+    norms = np.linalg.norm(a, axis=0)
+    unit = a / np.where(norms > 0, norms, 1.0)
+    chosen: list[str] = []
+    unidentified: list[str] = []
+    for name in _PRIORITY:
+        if name in unfitted:
+            continue
+        basis = unit[:, [idx[n] for n in chosen]]
+        if (len(chosen) >= len(recs)
+                or _residual_share(unit[:, idx[name]], basis) < COLLINEAR_TOL):
+            unidentified.append(name)
+        else:
+            chosen.append(name)
+    while True:
+        cols = [idx[n] for n in chosen]
+        x = np.zeros(len(COEFFICIENTS))
+        x[cols] = nnls(a[:, cols], y)
+        if x[0] > 0 or len(chosen) == 1:
+            break
+        # No room left for a per-step overhead: the last-entered term absorbs it. Drop
+        # the term most aligned with the constant (the overhead's own feature) and refit.
+        ones = unit[:, 0]
+        worst = max(chosen[1:], key=lambda n: abs(float(unit[:, idx[n]] @ ones)))
+        chosen.remove(worst)
+        unidentified.append(worst)
+    if x[0] <= 0:  # only the overhead left and still 0: impossible with some y > 0
+        raise PpasError("the fit gives no per-step overhead; is the step log from one server?")
     c = [float(v) for v in x]  # COEFFICIENTS order
     model = FittedCostModel(c[0], c[1], c[2], c[3], c[4], kv_capacity_tokens=kv_capacity_tokens)
-    return dataclasses.replace(model, stats=fit_stats(model, recs, unfitted),
+    ordered = tuple(n for n in COEFFICIENTS if n in unidentified)
+    return dataclasses.replace(model, stats=fit_stats(model, recs, unfitted, ordered),
                                sources=tuple(sources))
 
 
