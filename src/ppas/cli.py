@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("ppas.calibrate", "fit a cost model from the vLLM plugin's step log"),
     "experiment": ("ppas.commands.experiment",
                    "run a live comparison of arms from a TOML file, with statistics"),
+    "profile": ("ppas.commands.profile", "probe a live server and fit a cost model to its steps"),
     "make-tiny-model": ("ppas.tiny_model", "generate a random-weight Qwen2 model offline"),
 }
 
