@@ -196,18 +196,25 @@ class RooflineCostModel(CostModel):
         n = num_decodes
         if n <= 0:
             return super().decode_steps(n, decode_ctx_tokens, max_steps, start, limit)
-        t_gemm = self._gemm_flops_per_tok * (n + self._n_g) / self._gemm_peak
-        if t_gemm < self._weight_time:
-            t_gemm = self._weight_time
-        lm = self._lm_head_per_req * n
+        # device_time's layer sum up to the decode KV read, in its order (adding the
+        # empty prefill attention, 0.0, is exact), then step_time's sums.
+        base = n * self._act_per_tok
+        for per_tok, tail, wave_tokens, weights in self._gemms:
+            w = n / wave_tokens
+            g = n * per_tok + tail * (w if w < 1.0 else 1.0)
+            base += g if g > weights else weights
+        base += 0.0
+        lm = self._lm_flops_per_req * n
+        if lm < self._lm_weight:
+            lm = self._lm_weight
         fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
         per_req = self._per_req * n
-        kv = self._decode_kv_per_tok
+        kv, layers = self._kv_read_per_tok, self._layers
         out: list[float] = []
         append = out.append
         t, ctx, k = start, decode_ctx_tokens, 0
         while k < max_steps and t < limit:
-            dt = t_gemm + (0.0 + kv * ctx) + lm + fixed + per_req
+            dt = layers * (base + kv * ctx) + lm + fixed + per_req
             append(dt)
             t += dt
             ctx += n
