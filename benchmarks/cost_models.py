@@ -1,6 +1,8 @@
 """Cost models side by side: the roofline (catalog facts + engine costs fitted on the RTX
 5090 runs), a model fitted to a live run's step log (``ppas calibrate``) and a model from the
-designed probe (``ppas profile``).
+designed probe (``ppas profile``). Sections 1-3 price GPUs, where only the roofline applies
+(there are no GPU step logs to fit or profile here); section 4 compares the fitted and the
+profiled model on live CPU runs, where the roofline's catalog does not apply.
 
 1. Paper grid (RTX 5090 / Qwen2.5-3B, 210 runs): roofline accuracy of mean E2E, TTFT, TPOT.
 2. P-PAS §2 (held out, not fitted): a 25k prompt's prefill time, 2k -> 16k chunks, for
