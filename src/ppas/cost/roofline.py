@@ -51,6 +51,8 @@ KV_BLOCK = 128  # keys per split-KV block
 # FlashAttention-3 splits the KV of a small grid over more blocks (up to ~1.6 waves); vLLM's
 # FlashAttention-2 build splits KV for decoding only, so prefill chunks keep their grid.
 SPLIT_KV_WAVES = 1.6
+# cuBLAS splits K (split-K / stream-K) beyond about this depth, so one wave of tiles of a
+# long-K GEMM (the down projection) lasts no longer than a 2048-deep one.
 K_SLICE = 2048
 
 
