@@ -9,7 +9,7 @@ MODEL_DIR := .cache/tiny-qwen2
 DEMO_MODEL := .cache/tiny-qwen2-26m
 DEMO_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv demo test test-fast lint paper bench clean
+.PHONY: venv demo test test-fast test-vllm033 lint paper bench clean
 
 venv: $(STAMP)
 
@@ -37,9 +37,29 @@ test: $(STAMP) $(MODEL_DIR)/config.json
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	PPAS_TINY_MODEL=$(MODEL_DIR) $(BIN)/pytest -q -x
+	$(MAKE) test-vllm033
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -x -m "not vllm and not e2e"
+
+# The scheduler-level tests again on vLLM 0.33.0's real Scheduler, in a second venv built
+# from nothing: CPU torch, the vllm wheel without its dependencies, and only the pinned
+# packages its import chain needs (requirements/vllm033.txt; no CUDA/nvidia/triton/numba).
+# ppas is reinstalled (not editable) from this tree on every run, so it tests this tree.
+VENV033 := .venv-vllm033
+STAMP033 := $(VENV033)/.installed
+VLLM033_TESTS := tests/test_vllm_scheduler.py $(wildcard tests/test_differential.py)
+
+$(STAMP033): requirements/vllm033.txt
+	rm -rf $(VENV033)
+	$(PY) -m venv $(VENV033)
+	$(VENV033)/bin/pip install -q --no-deps -r requirements/vllm033.txt
+	touch $(STAMP033)
+
+test-vllm033: $(STAMP033)
+	$(VENV033)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall .
+	VLLM_TARGET_DEVICE=cpu PPAS_TINY_MODEL=$(MODEL_DIR) $(VENV033)/bin/python -m pytest -q -x \
+		-p no:cacheprovider $(VLLM033_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -50,4 +70,4 @@ paper: $(STAMP)
 	$(BIN)/python benchmarks/paper_grid.py
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) $(VENV033) .cache
