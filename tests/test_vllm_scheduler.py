@@ -234,11 +234,118 @@ def test_config_errors(model_dir: str, section: object, match: str) -> None:
 
 
 def test_version_check() -> None:
-    check_vllm_version("0.32.0")
-    check_vllm_version("0.32.3+cpu")
-    for bad in ("0.31.2", "0.33.0", "1.0.0"):
-        with pytest.raises(PpasError, match=r"untested; supported: 0\.32\.x"):
+    """The installed release line passes; another supported line fails because the installed
+    scheduler's source differs from what the plugin expects of it (not only the string)."""
+    import vllm
+
+    from ppas.vllm_versions import RELEASE_LINES, SUPPORTED_VLLM, release_line
+
+    assert SUPPORTED_VLLM == ("0.32", "0.33")
+    here = release_line(vllm.__version__)
+    assert check_vllm_version(vllm.__version__) == here
+    assert check_vllm_version(f"{here.line}.7+cpu") == here
+    for bad in ("0.31.2", "1.0.0"):
+        with pytest.raises(PpasError, match=r"untested .*; supported: 0\.32\.x, 0\.33\.x"):
             check_vllm_version(bad)
+    for other in set(RELEASE_LINES) - {here.line}:
+        with pytest.raises(PpasError, match=rf"{other}\.0 is untested \(its scheduler differs"):
+            check_vllm_version(f"{other}.0")
+
+
+class _Counting:
+    """Wraps the plugin's bound hook to count the calls vLLM's schedule() makes."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __call__(self, *args: object) -> int:
+        self.calls += 1
+        return self.inner(*args)  # type: ignore[operator,no-any-return]
+
+
+class _FixedBudget(Policy):
+    """Test policy: the same prefill budget every step."""
+
+    name = "fixed-budget"
+    Config = dict
+
+    def __init__(self, budget: int) -> None:
+        super().__init__({})
+        self.budget = budget
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return 4096
+
+    def decide(self, view: SchedulerView) -> Decision:
+        return Decision(self.budget)
+
+
+def test_cap_spent_stops_admission_scan_fcfs(model_dir: str) -> None:
+    """With the cap spent and 1,000 prompts waiting, the hook runs for the running requests
+    plus the waiting prompts up to the first one the cap cuts to 0, on 0.32 (``break``) and
+    on 0.33 (whose loop would scan all 1,000); admission stays FCFS; the loop's admission
+    limit is restored after every step."""
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096,
+                           enable_prefix_caching=True)
+    assert isinstance(sched, PolicyScheduler)
+    sched.ppas_policy = _FixedBudget(100)
+    limit = sched.max_num_active_reqs
+    for i in range(2):
+        sched.add_request(make_request(f"d{i}", 20, 10_000, seed=i))
+    out = sched.schedule()  # both prompts (40 tokens) in one step
+    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+    waiting = [make_request(f"w{i:04d}", 64, 1, seed=100 + i) for i in range(1000)]
+    for r in waiting:
+        sched.add_request(r)
+    counter = _Counting(sched._reserve_prefill_lookahead)
+    sched._reserve_prefill_lookahead = counter  # type: ignore[method-assign]
+    out = sched.schedule()
+    # 2 decodes, w0000 (64 tokens), w0001 (36: the cap's rest), w0002 (0: stop).
+    assert counter.calls == 5
+    assert out.num_scheduled_tokens == {"d0": 1, "d1": 1, "w0000": 64, "w0001": 36}
+    assert [r.request_id for r in sched.waiting][:3] == ["w0002", "w0003", "w0004"]
+    assert [r.request_id for r in sched.waiting] == [r.request_id for r in waiting[2:]]
+    assert sched.max_num_active_reqs == limit
+    assert sched.prefill_capacity_bound  # more prompts waiting than the step could take
+    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+
+    admitted: list[str] = []
+
+    def check(s: Scheduler, o: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        assert s.max_num_active_reqs == limit
+        admitted.extend(rid for rid in o.num_scheduled_tokens
+                        if rid.startswith("w") and rid not in before)
+        assert split(s, o)[0] <= 100
+
+    for rid in ("d0", "d1"):
+        sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+    tokens, _ = drive(sched, {}, check=check)
+    assert admitted == [f"w{i:04d}" for i in range(2, 1000)]  # FCFS
+    assert set(tokens) == {f"w{i:04d}" for i in range(1, 1000)}  # w0000 finished above
+
+
+def test_prefill_schedule_interval(model_dir: str) -> None:
+    """Refused where vLLM applies it locally (0.33), ignored with a warning on 0.32."""
+    import vllm
+    from vllm_fakes import make_vllm_config
+
+    from ppas.vllm_versions import release_line
+
+    cfg = make_vllm_config(model_dir, json.dumps({"ppas": {"policy": PPAS}}), 4096, 256,
+                           10_000, False, False)
+    cfg.scheduler_config.prefill_schedule_interval = 4
+    try:
+        if release_line(vllm.__version__).local_prefill_interval:
+            with pytest.raises(PpasError, match=r"--prefill-schedule-interval 4 .*allowed: 1"):
+                PolicyScheduler(cfg, None, None, 16)
+        else:
+            sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)
+            tokens, _ = drive(sched, {0: [make_request("a", 5000, 3)]})
+            assert tokens == {"a": 3}
+    finally:
+        cfg.scheduler_config.prefill_schedule_interval = 1
 
 
 def test_async_scheduling_selects_async_variant(model_dir: str) -> None:

@@ -7,7 +7,8 @@
 Config keys under ``ppas`` (``CONFIG_KEYS``): ``policy`` (required, a policy config string),
 ``step_log`` (JSONL path), ``step_log_flush`` (steps per buffered write, default 256),
 ``cost_model`` (a ``ppas.cost.make_cost_model`` spec such as ``fitted:FILE``, bound to the
-policy; default none). Supported vLLM versions: ``SUPPORTED_VLLM`` (checked at startup).
+policy; default none). Supported vLLM release lines: ``SUPPORTED_VLLM`` (0.32.x, 0.33.x;
+checked at startup against the installed scheduler's source, see ``ppas.vllm_versions``).
 
 The hook (no copy of vLLM's ``schedule()``)
 ------------------------------------------
@@ -16,9 +17,15 @@ recompute accounting, token times) is ``ppas.step_rules``', shared with the simu
 this module only connects them to vLLM. Both loops of vLLM's ``Scheduler.schedule()``
 (running, then waiting) pass every request's token count through
 ``_reserve_prefill_lookahead(request, num_computed, num_new)`` right before the
-``num_new_tokens == 0`` test: the running loop then *skips* the request, the waiting loop
-*stops admission*. That is exactly the paper patch's cap behaviour, so we override only
-that method, with ``step_rules.PrefillCap``. Invariants, per step:
+``num_new_tokens == 0`` test: the running loop then *skips* the request; the waiting loop
+*stops admission* on vLLM 0.32 (``break``) but skips the request and scans on
+(``continue``) on 0.33, where the plugin stops it through the loop's own admission limit
+(``max_num_active_reqs``, restored when ``schedule()`` returns) once the cap cuts a waiting
+prompt to 0 tokens, so admission stays FCFS and costs O(1) hook calls on both lines. That
+is the paper patch's cap behaviour, so we override only that method, with
+``step_rules.PrefillCap``. What differs between vLLM release lines, and the startup check
+that the installed scheduler's source still has these call sites, is
+``ppas.vllm_versions``. Invariants, per step:
 
 * sum of prefill-chunk tokens scheduled <= the enforced budget (the cap is charged before
   allocation; a request that then fails allocation ends its loop, so an over-charge can only
@@ -31,6 +38,9 @@ are left as they are. Times: the view's ``now``, arrivals and last-token times a
 ``wall_clock`` (vLLM's request clock, ``time.time``), step launch/completion on
 ``step_clock`` (``time.monotonic``); the differential test replaces both with one
 synthetic clock.
+``prefill_schedule_interval > 1`` is refused at startup where vLLM applies it (0.33
+always, 0.32 under data-parallel MoE): it holds all prefill on most steps, so the policy's
+budget would silently go unused there; on 0.32 without data-parallel MoE vLLM ignores it.
 """
 
 from __future__ import annotations
@@ -50,29 +60,45 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from ppas import step_rules
 from ppas.errors import PpasError
 from ppas.policies import Decision, Policy, make_policy, policy_names
 from ppas.state import RequestView, SchedulerView, StepRecord
+from ppas.vllm_versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
+from ppas.vllm_versions import ReleaseLine, check_scheduler
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
 
-#: vLLM release lines (major.minor) this adapter is tested against.
-SUPPORTED_VLLM = ("0.32",)
 CONFIG_KEYS = ("policy", "step_log", "step_log_flush", "cost_model")
 
 
-def check_vllm_version(version: str) -> None:
-    """Raise PpasError unless ``version`` is on a tested release line (and still has the
-    scheduler method the cap hooks into)."""
-    line = ".".join(version.split("+")[0].split(".")[:2])
-    if line not in SUPPORTED_VLLM or not hasattr(Scheduler, "_reserve_prefill_lookahead"):
+def check_vllm_version(version: str) -> ReleaseLine:
+    """The release line of ``version`` once the installed ``Scheduler``'s source confirms
+    every call site the hook needs for that line (``ppas.vllm_versions``); else PpasError."""
+    return check_scheduler(version, Scheduler)
+
+
+def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str) -> None:
+    """Refuse ``prefill_schedule_interval > 1`` where vLLM applies it: on held steps vLLM
+    schedules no prefill at all, so the policy's budget would be silently unused."""
+    interval = int(getattr(vllm_config.scheduler_config, "prefill_schedule_interval", 1))
+    if interval <= 1:
+        return
+    dp = int(vllm_config.parallel_config.data_parallel_size)
+    if release.prefill_interval_applies(interval, dp, bool(vllm_config.model_config.is_moe)):
         raise PpasError(
-            f"ppas.vllm: vLLM {version} is untested; supported: "
-            + ", ".join(f"{v}.x" for v in SUPPORTED_VLLM)
+            f"ppas.vllm: --prefill-schedule-interval {interval} makes vLLM {version} hold all "
+            f"prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
+            f"budget would go unused there; drop it (allowed: 1, the policy decides each "
+            f"step's prefill)"
         )
+    logger.warning(
+        "ppas.vllm: prefill_schedule_interval=%d has no effect on vLLM %s without "
+        "data-parallel MoE (vLLM ignores it); the policy decides each step's prefill",
+        interval, version,
+    )
 
 
 @dataclass(frozen=True)
@@ -287,7 +313,8 @@ class PolicyScheduler(Scheduler):
     def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
         import vllm
 
-        check_vllm_version(vllm.__version__)
+        release = check_vllm_version(vllm.__version__)
+        check_prefill_interval(vllm_config, release, vllm.__version__)
         cfg = PluginConfig.from_additional_config(vllm_config.additional_config)
         policy: Policy = make_policy(cfg.policy)
         cost = None
@@ -314,6 +341,9 @@ class PolicyScheduler(Scheduler):
         self.ppas_policy = policy
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
+        # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
+        self._stops_admission = release.stops_admission_via_limit
+        self._admission_limit: int | None = None  # the saved max_num_active_reqs
         self._history: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.wall_clock: Callable[[], float] = time.time
         self.step_clock: Callable[[], float] = time.monotonic
@@ -363,6 +393,9 @@ class PolicyScheduler(Scheduler):
             out = super().schedule(*args, **kwargs)
         finally:
             self._cap = None
+            if self._admission_limit is not None:
+                self.max_num_active_reqs = self._admission_limit
+                self._admission_limit = None
         launch = self.step_clock()
         if out.total_num_scheduled_tokens > 0:  # (an empty call only relays finished ids)
             interval = step_rules.step_interval(now, self._last_schedule)
@@ -384,7 +417,18 @@ class PolicyScheduler(Scheduler):
         if m < n:  # re-apply vLLM's clamp: the shorter chunk must respect it too
             m = self._vllm_reserve(request, num_computed_tokens, m)
         cap.charge(num_computed_tokens, prompt, m)
+        if m == 0 and self._stops_admission and request.status != RequestStatus.RUNNING:
+            self._stop_admission()  # the cap cut a waiting prompt to 0 tokens (0.33)
         return m
+
+    def _stop_admission(self) -> None:
+        """The cap cut a waiting prompt to 0 tokens, on a vLLM whose waiting loop skips it
+        and scans on (0.33): make the loop's admission limit (checked before each waiting
+        request) stop it, as 0.32's ``break`` does. Restored when ``schedule()`` returns;
+        the skipped prompt is re-queued at the head, so FCFS order is kept."""
+        if self._admission_limit is None:
+            self._admission_limit = self.max_num_active_reqs
+            self.max_num_active_reqs = 0
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput

@@ -1,0 +1,187 @@
+"""What each supported vLLM release line does at the call sites ``ppas.vllm`` hooks into.
+
+Every version-specific fact of the plugin lives here (``RELEASE_LINES``), and
+``check_scheduler`` confirms each fact from the installed scheduler's *source* at startup,
+so a release whose ``schedule()`` moved the hook or changed what follows it is refused with
+a one-line error instead of silently scheduling without the cap.
+
+The hook (``Scheduler._reserve_prefill_lookahead``) is vLLM's last per-request clamp in
+both loops of ``Scheduler.schedule()``; right after it comes ``if num_new_tokens == 0:``.
+
+============================  ===========================  =================================
+fact                          0.32.x                       0.33.x
+============================  ===========================  =================================
+running loop on 0 tokens      ``continue`` (skip request)  ``continue``
+waiting loop on 0 tokens      ``break`` (stop admission)   ``skip_request`` + ``continue``
+waiting-loop admission limit  ``num_running >=               same
+                              self.max_num_active_reqs``
+                              -> ``break``
+``prefill_schedule_interval`` only under data-parallel     locally on every engine
+                              MoE (engine core throttle)   (``local_prefill_interval``), and
+                                                           under data-parallel MoE as before
+============================  ===========================  =================================
+
+On a line whose waiting loop ``continue``s, a prompt the cap cut to 0 tokens is skipped and
+the scan goes on: with the cap spent and N prompts waiting the hook would run N times (and
+each skipped prompt pays a prefix-cache lookup), and a later request the policy counts as
+decode could be admitted ahead of it (not FCFS). ``ppas.vllm`` then stops the loop through
+its own admission limit (``stops_admission_via_limit``), which restores 0.32's behaviour.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ppas.errors import PpasError
+
+HOOK = "_reserve_prefill_lookahead"
+HOOK_PARAMS = ("self", "request", "num_computed_tokens", "num_new_tokens")
+ADMISSION_LIMIT = "max_num_active_reqs"  # the waiting loop's `num_running >= ...: break`
+ZeroAction = Literal["break", "continue"]
+
+
+@dataclass(frozen=True)
+class ReleaseLine:
+    """One vLLM release line (major.minor) and what its ``schedule()`` does at the hook."""
+
+    line: str
+    #: what the waiting loop does when the hook returns 0 tokens
+    waiting_zero: ZeroAction
+    #: whether ``prefill_schedule_interval`` holds prefill without data parallelism
+    local_prefill_interval: bool
+
+    @property
+    def stops_admission_via_limit(self) -> bool:
+        """Whether the plugin must stop the waiting loop itself once the cap is spent."""
+        return self.waiting_zero == "continue"
+
+    def prefill_interval_applies(self, interval: int, data_parallel_size: int,
+                                 is_moe: bool) -> bool:
+        """Whether vLLM holds prefill on some steps with this ``prefill_schedule_interval``
+        (0.32: ``DPEngineCoreProc`` only, used for MoE models under data parallelism;
+        0.33: also ``Scheduler.local_prefill_interval`` when the engine is not DP-coordinated,
+        which dense DP ranks are after ``reconfigure_for_independent_dp_rank``)."""
+        if interval <= 1:
+            return False
+        return (data_parallel_size > 1 and is_moe) or self.local_prefill_interval
+
+
+RELEASE_LINES: dict[str, ReleaseLine] = {
+    "0.32": ReleaseLine("0.32", waiting_zero="break", local_prefill_interval=False),
+    "0.33": ReleaseLine("0.33", waiting_zero="continue", local_prefill_interval=True),
+}
+SUPPORTED_VLLM = tuple(RELEASE_LINES)
+
+
+def _unsupported(version: str, why: str) -> PpasError:
+    return PpasError(
+        f"ppas.vllm: vLLM {version} is untested ({why}); supported: "
+        + ", ".join(f"{v}.x" for v in SUPPORTED_VLLM)
+    )
+
+
+def release_line(version: str) -> ReleaseLine:
+    """The release line of ``version`` (``0.33.0+cpu`` -> 0.33), or PpasError."""
+    line = ".".join(version.split("+")[0].split(".")[:2])
+    if line not in RELEASE_LINES:
+        raise _unsupported(version, "unknown release line")
+    return RELEASE_LINES[line]
+
+
+@dataclass(frozen=True)
+class CallSites:
+    """What ``schedule()`` does right after each hook call, in source order."""
+
+    running_zero: ZeroAction
+    waiting_zero: ZeroAction
+    has_admission_limit: bool
+    has_local_prefill_interval: bool
+
+
+def _is_self_attr(node: ast.AST, name: str) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == name
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def _zero_action(stmts: list[ast.stmt], i: int) -> ZeroAction | None:
+    """The loop action of ``if num_new_tokens == 0: ... break|continue`` at ``stmts[i]``."""
+    if i >= len(stmts):
+        return None
+    s = stmts[i]
+    if not (isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
+            and isinstance(s.test.left, ast.Name) and s.test.left.id == "num_new_tokens"
+            and isinstance(s.test.ops[0], ast.Eq)
+            and isinstance(s.test.comparators[0], ast.Constant)
+            and s.test.comparators[0].value == 0 and s.body):
+        return None
+    last = s.body[-1]
+    return "break" if isinstance(last, ast.Break) else (
+        "continue" if isinstance(last, ast.Continue) else None)
+
+
+def _source_tree(obj: Any) -> ast.AST:
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError) as e:
+        raise PpasError(f"ppas.vllm: cannot read the source of {obj!r} to check the "
+                        f"scheduler hook: {e}") from None
+
+
+def find_call_sites(scheduler_cls: type) -> CallSites:
+    """Read ``scheduler_cls.schedule`` (and ``__init__``) and locate the hook's call sites.
+    Raises PpasError when the hook is missing, has another signature, is called other than
+    twice, or a call is not followed by the ``num_new_tokens == 0`` test."""
+    name = scheduler_cls.__name__
+    hook = getattr(scheduler_cls, HOOK, None)
+    if hook is None:
+        raise PpasError(f"ppas.vllm: {name} has no {HOOK}() to hook into")
+    params = tuple(inspect.signature(hook).parameters)
+    if params != HOOK_PARAMS:
+        raise PpasError(f"ppas.vllm: {name}.{HOOK}{params} differs from {HOOK_PARAMS}")
+    tree = _source_tree(getattr(scheduler_cls, "schedule"))  # noqa: B009
+    calls: list[tuple[int, ZeroAction | None]] = []  # (line, action after the call)
+    has_limit = False
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            stmts = getattr(node, field, None)
+            if not isinstance(stmts, list):
+                continue
+            for i, s in enumerate(stmts):
+                if (isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+                        and _is_self_attr(s.value.func, HOOK)):
+                    calls.append((s.lineno, _zero_action(stmts, i + 1)))
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and isinstance(node.test.ops[0], ast.GtE)
+                and _is_self_attr(node.test.comparators[0], ADMISSION_LIMIT)
+                and len(node.body) == 1 and isinstance(node.body[0], ast.Break)):
+            has_limit = True
+    num_calls = sum(1 for n in ast.walk(tree)
+                    if isinstance(n, ast.Call) and _is_self_attr(n.func, HOOK))
+    actions = [a for _, a in sorted(calls)]  # source order: running loop, then waiting
+    if num_calls != 2 or len(actions) != 2 or actions[0] is None or actions[1] is None:
+        raise PpasError(
+            f"ppas.vllm: {name}.schedule() must call self.{HOOK}() once in each loop, each "
+            f"followed by `if num_new_tokens == 0: ... break|continue`; found {num_calls} "
+            f"call(s) followed by {actions}"
+        )
+    init = ast.dump(_source_tree(getattr(scheduler_cls, "__init__")))  # noqa: B009
+    return CallSites(actions[0], actions[1], has_limit, "'local_prefill_interval'" in init)
+
+
+def check_scheduler(version: str, scheduler_cls: type) -> ReleaseLine:
+    """The release line of ``version`` after confirming, from ``scheduler_cls``'s source,
+    every fact the plugin relies on for that line. Raises PpasError otherwise."""
+    rl = release_line(version)
+    try:
+        sites = find_call_sites(scheduler_cls)
+    except PpasError as e:
+        raise _unsupported(version, str(e).removeprefix("ppas.vllm: ")) from None
+    expected = CallSites("continue", rl.waiting_zero, True, rl.local_prefill_interval)
+    if sites != expected:
+        raise _unsupported(version, f"its scheduler differs from what the plugin expects of "
+                                    f"{rl.line}.x: found {sites}, expected {expected}")
+    return rl
