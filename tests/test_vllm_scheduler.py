@@ -222,6 +222,8 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
         ({"policy": "ppas:b_cap=0"}, "b_cap"),
         ({"policy": "ppas"}, "max-num-batched-tokens 16384"),
         ({"policy": PPAS, "step_log_flush": 0}, "step_log_flush"),
+        ({"policy": "vllm:mbt=4096,long_prefill_token_threshold=256"},
+         "--long-prefill-token-threshold 256$"),
     ],
 )
 def test_config_errors(model_dir: str, section: object, match: str) -> None:

@@ -334,6 +334,11 @@ class EngineSim:
                          list[float | None]] | None = None
         self._run_steps = -1
         self._chain = _Chain(self.running, self.waiting)
+        # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
+        # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
+        self.knobs = policy.engine_knobs
+        self.cadence = step_rules.prefill_cadence(self.knobs)
+        self._carried = False  # the last _schedule carried prefill (the cadence's test)
 
     @property
     def free_blocks(self) -> int:
@@ -376,7 +381,12 @@ class EngineSim:
         cap = step_rules.enforced_budget(decision, view)
         step_rules.order_running(self.running, decision)
         step_rules.order_waiting(self.waiting, decision)
-        sched, preempted = self._schedule(cap)
+        cadence = self.cadence
+        held = cadence is not None and cadence.holds(self.running, _num_tokens)
+        sched, preempted = self._schedule(cap, held)
+        if cadence is not None:
+            cadence.after_step(held, bool(sched), self._carried, not preempted,
+                               len(self.waiting))
         if not sched:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
@@ -394,7 +404,8 @@ class EngineSim:
         (``_decode_run``, when it applies and steps are not recorded)."""
         self._run = None
         self._run_steps = -1
-        if self.waiting or self.record_steps or not self._decode_run(limit):
+        if (self.waiting or self.record_steps or self.cadence is not None
+                or not self._decode_run(limit)):
             self.step()
 
     def _decode_run(self, limit: float) -> bool:
@@ -501,11 +512,16 @@ class EngineSim:
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
 
-    def _schedule(self, prefill_budget: int) -> tuple[list[tuple[SimRequest, int]],
-                                                       list[SimRequest]]:
-        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests)."""
+    def _schedule(self, prefill_budget: int, held: bool = False,
+                  ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
+        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests).
+        ``held``: a step the prefill cadence holds (step_rules rule 4b)."""
         running, waiting, pool = self.running, self.waiting, self.pool
         cap = step_rules.PrefillCap(prefill_budget)
+        # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
+        # global budget and the hook, as vLLM orders them (0: none).
+        lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting), self.mbt)
+        carried = False
         clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
         sched: list[tuple[SimRequest, int]] = []
@@ -515,6 +531,12 @@ class EngineSim:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
+            mid = step_rules.mid_chunk(c, p, p + r.num_output_tokens)
+            if held and mid:
+                i += 1
+                continue
+            if 0 < lim < need:
+                need = lim
             n = clamp(c, p, need if need < budget else budget)
             if n <= 0:
                 i += 1
@@ -535,7 +557,9 @@ class EngineSim:
             sched.append((r, n))
             budget -= n
             charge(c, p, n)
+            carried |= mid
             i += 1
+        self._carried = carried
         if preempted:
             return sched, preempted
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
@@ -546,7 +570,10 @@ class EngineSim:
             c, p = r.num_computed_tokens + len(hit) * pool.bs, r.prompt_tokens
             total = p + r.num_output_tokens
             need = total - c
-            n = clamp(c, p, need if need < budget else budget)
+            if held and need > 1:
+                break  # the cadence holds admissions with prompt left to compute
+            m = lim if 0 < lim < need else need
+            n = clamp(c, p, m if m < budget else budget)
             if n <= 0 or pool.needed(r, need, hit) > pool.free:
                 break  # capped to nothing, or the whole sequence does not fit (admission)
             waiting.popleft()
@@ -558,6 +585,8 @@ class EngineSim:
             sched.append((r, n))
             budget -= n
             charge(c, p, n)
+            carried |= need > 1
+        self._carried = carried
         return sched, preempted
 
     def _advance(self, view: SchedulerView, cap: int, sched: list[tuple[SimRequest, int]],
@@ -609,6 +638,10 @@ class EngineSim:
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
                          self.total_blocks, self.steps)
+
+
+def _num_tokens(r: SimRequest) -> int:
+    return r.prompt_tokens + r.num_output_tokens
 
 
 def simulate(

@@ -35,6 +35,12 @@ Rules, in the order a step applies them:
    every chunk of both engines passes through; one vLLM applies itself before the hook
    (``long_prefill_token_threshold``, its global token budget) into the simulator's
    ``EngineSim._schedule`` next to the global budget, as vLLM orders them.
+4b. **Stock vLLM's prefill knobs** (``EngineKnobs``, the ``vllm:`` baseline): vLLM's
+   ``long_prefill_token_threshold`` limits every chunk before the global budget
+   (``long_prefill_limit``, applied in ``EngineSim._schedule``);
+   ``prefill_schedule_interval`` holds every chunk of a request still short of its last
+   token on most steps (``PrefillCadence``, vLLM 0.33's local cadence; 0.32 ignores it).
+   In the plugin vLLM applies both itself.
 5. **Recompute accounting** (``StepTally``): after a preemption a request recomputes its
    prompt (prefill chunks, capped) and then its earlier outputs, a *recompute tail* that
    starts past the prompt (not capped, its request counts in N_d). For cost, a chunk is
@@ -58,7 +64,7 @@ from collections.abc import Callable, MutableSequence, Sequence
 from typing import Protocol, TypeVar
 
 from ppas.cost.base import StepShape
-from ppas.policies.base import Decision, Policy
+from ppas.policies.base import Decision, EngineKnobs, Policy
 from ppas.state import RequestView, SchedulerView, StepRecord
 
 #: StepRecords an engine keeps for policies at least (``recent_steps_kept``).
@@ -173,6 +179,66 @@ class PrefillCap:
         """Charge a scheduled chunk of ``n`` tokens (prefill chunks only)."""
         if num_computed_tokens < num_prompt_tokens:
             self.left -= n
+
+
+# -- 4b. stock vLLM's prefill knobs ---------------------------------------------------------
+def long_prefill_limit(knobs: EngineKnobs, num_requests: int, input_budget: int) -> int:
+    """vLLM's per-request chunk limit for a step with ``num_requests`` running or waiting
+    (0: none). As ``Scheduler.schedule`` in 0.32 and 0.33: ``long_prefill_token_threshold``
+    only when more than one request is eligible (nobody to starve otherwise), raised to
+    ``max_num_batched_tokens // num_requests`` when ``..._adaptive``."""
+    t = knobs.long_prefill_token_threshold if num_requests > 1 else 0
+    if t > 0 and knobs.long_prefill_token_threshold_adaptive:
+        t = max(t, input_budget // num_requests)
+    return t
+
+
+def mid_chunk(num_computed_tokens: int, num_prompt_tokens: int, num_tokens: int) -> bool:
+    """vLLM's ``Request.is_prefill_chunk`` of a running request: its last chunk stopped
+    short of its tokens (inside the prompt, or a recompute tail of more than one token
+    left)."""
+    return num_computed_tokens < num_prompt_tokens or num_tokens - num_computed_tokens > 1
+
+
+class PrefillCadence:
+    """vLLM 0.33's local ``prefill_schedule_interval`` (``Scheduler.schedule``, no data
+    parallelism): a step is *held* when fewer than ``interval`` executed steps have passed
+    since the last prefill-carrying one, a running request awaits a decode, and the last
+    release step drained the waiting queue (``prefill_capacity_bound`` False). On a held
+    step running requests mid-chunk are skipped and admission stops at the first waiting
+    request with more than one token to compute; decodes run. One object per engine."""
+
+    __slots__ = ("interval", "executed", "last_prefill", "capacity_bound")
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self.executed = 0
+        self.last_prefill = -interval  # a full interval back: the first step is never held
+        self.capacity_bound = False
+
+    def holds(self, running: Sequence[R], num_tokens: Callable[[R], int]) -> bool:
+        if self.capacity_bound or (self.executed + 1) - self.last_prefill >= self.interval:
+            return False
+        return any(not mid_chunk(r.num_computed_tokens, r.num_prompt_tokens, num_tokens(r))
+                   for r in running)
+
+    def after_step(self, held: bool, scheduled_any: bool, carried_prefill: bool,
+                   waiting_loop_ran: bool, num_waiting: int) -> None:
+        """``carried_prefill``: a running request mid-chunk or an admission with more than
+        one token to compute was scheduled; ``num_waiting`` after the step's admissions."""
+        if waiting_loop_ran and not held:
+            self.capacity_bound = num_waiting > 0
+        if scheduled_any:
+            self.executed += 1
+        if carried_prefill:
+            self.last_prefill = self.executed
+
+
+def prefill_cadence(knobs: EngineKnobs) -> PrefillCadence | None:
+    """The engine's cadence for ``knobs``, or None when vLLM would not hold prefill."""
+    if knobs.prefill_schedule_interval > 1 and knobs.local_prefill_interval:
+        return PrefillCadence(knobs.prefill_schedule_interval)
+    return None
 
 
 # -- 5. recompute accounting -----------------------------------------------------------------

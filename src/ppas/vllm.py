@@ -330,6 +330,18 @@ class PolicyScheduler(Scheduler):
                 f"{policy.max_num_batched_tokens} but vLLM has {sc.max_num_batched_tokens}; "
                 f"start vLLM with --max-num-batched-tokens {policy.max_num_batched_tokens}"
             )
+        knobs = policy.engine_knobs  # vllm: baselines: vLLM applies the knobs itself
+        if knobs.long_prefill_token_threshold and (
+            knobs.long_prefill_token_threshold != sc.long_prefill_token_threshold
+            or knobs.long_prefill_token_threshold_adaptive
+            != sc.long_prefill_token_threshold_adaptive
+        ):
+            raise PpasError(
+                f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flags: start vLLM with "
+                f"--long-prefill-token-threshold {knobs.long_prefill_token_threshold}"
+                + (" --long-prefill-token-threshold-adaptive"
+                   if knobs.long_prefill_token_threshold_adaptive else "")
+            )
         super().__init__(vllm_config, *args, **kwargs)
         if self.max_num_encoder_input_tokens > 0 or self.is_encoder_decoder:
             raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")

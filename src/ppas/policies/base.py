@@ -45,6 +45,20 @@ def uncached_prompt_tokens(r: RequestView) -> int:
     return max(1, r.prompt_tokens - r.num_computed_tokens - r.num_cached_tokens)
 
 
+@dataclass(frozen=True)
+class EngineKnobs:
+    """vLLM's own prefill knobs an engine runs with beside the policy (names and defaults as
+    vLLM's ``SchedulerConfig``); their per-step rules are ``ppas.step_rules`` (rule 4b).
+    Every policy but ``vllm:`` (stock vLLM's knobs as a baseline) runs with the defaults.
+    ``local_prefill_interval``: whether the release line applies ``prefill_schedule_interval``
+    without data parallelism (0.33: yes; 0.32: no, the knob does nothing there)."""
+
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    prefill_schedule_interval: int = 1
+    local_prefill_interval: bool = True
+
+
 class Policy(ABC):
     """Base class of every policy. Subclasses set ``Config``; ``@register(NAME)`` sets
     ``name``."""
@@ -65,6 +79,11 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, view: SchedulerView) -> Decision:
         """The step's decision. Must be fast (microseconds) and side-effect free."""
+
+    @property
+    def engine_knobs(self) -> EngineKnobs:
+        """vLLM's own prefill knobs this policy runs with (stock defaults)."""
+        return EngineKnobs()
 
     def bind_cost_model(self, cost_model: Any) -> None:  # noqa: B027 (optional hook)
         """Give model-based policies the served model's cost model (``ppas.cost``).

@@ -1,0 +1,66 @@
+"""``vllm:``: stock vLLM's own prefill knobs as a baseline (no plugin), with the semantics
+of the chosen release line's ``Scheduler.schedule`` (rules in ``ppas.step_rules``, 4b).
+
+    vllm:mbt=2048,long_prefill_token_threshold=256,adaptive=true,
+         prefill_schedule_interval=4,version=0.33
+
+``mbt`` is ``--max-num-batched-tokens`` (the global budget, vLLM's default 2048);
+``long_prefill_token_threshold`` (default 0: off) limits every request's chunk per step
+when more than one request is running or waiting; ``adaptive``
+(``--long-prefill-token-threshold-adaptive``, default false) raises that limit to
+MBT // requests; ``prefill_schedule_interval`` (default 1) holds prefill on the steps in
+between (vLLM 0.33 applies it locally; 0.32 only under data-parallel MoE, so there it does
+nothing); ``version`` 0.32 or 0.33 (default 0.33, what ``pip install vllm`` gives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppas.config import require
+from ppas.policies.base import Decision, EngineKnobs, Policy
+from ppas.policies.registry import register
+from ppas.state import SchedulerView
+
+VERSIONS = ("0.32", "0.33")
+
+
+@dataclass(frozen=True)
+class VllmStockConfig:
+    mbt: int = 2048
+    long_prefill_token_threshold: int = 0
+    adaptive: bool = False
+    prefill_schedule_interval: int = 1
+    version: str = "0.33"
+
+    def __post_init__(self) -> None:
+        require(self.mbt >= 1, f"vllm: mbt must be >= 1, got {self.mbt}")
+        require(self.long_prefill_token_threshold >= 0,
+                "vllm: long_prefill_token_threshold must be >= 0 (0: off), got "
+                f"{self.long_prefill_token_threshold}")
+        require(self.prefill_schedule_interval >= 1,
+                f"vllm: prefill_schedule_interval must be >= 1, got "
+                f"{self.prefill_schedule_interval}")
+        require(self.version in VERSIONS,
+                f"vllm: version must be one of {', '.join(VERSIONS)}, got {self.version!r}")
+
+
+@register("vllm")
+class VllmStock(Policy):
+    """Stock vLLM: the global budget is the only per-step budget (as ``mbt:``); the engine
+    applies the knobs (``engine_knobs``), not the decision."""
+
+    Config = VllmStockConfig
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return int(self.config.mbt)
+
+    @property
+    def engine_knobs(self) -> EngineKnobs:
+        c = self.config
+        return EngineKnobs(c.long_prefill_token_threshold, c.adaptive,
+                           c.prefill_schedule_interval, local_prefill_interval=c.version != "0.32")
+
+    def decide(self, view: SchedulerView) -> Decision:
+        return Decision(self.config.mbt)
