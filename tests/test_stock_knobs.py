@@ -1,0 +1,62 @@
+"""Stock vLLM's prefill knobs (``vllm:`` policy, ``step_rules`` rule 4b) without vLLM; the
+step-by-step check against vLLM's real Scheduler is tests/test_vllm_stock.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppas.cost.roofline import RooflineCostModel
+from ppas.errors import PpasError
+from ppas.policies import make_policy
+from ppas.policies.base import EngineKnobs
+from ppas.simulator import simulate
+from ppas.step_rules import PrefillCadence, PrefillCap, long_prefill_limit, prefill_cadence
+from ppas.workload import phase_trace
+
+
+@pytest.mark.parametrize(
+    ("lpt", "adaptive", "reqs", "mbt", "limit"),
+    [(0, False, 5, 2048, 0), (256, False, 5, 2048, 256), (256, False, 1, 2048, 0),
+     (256, True, 4, 2048, 512), (256, True, 16, 2048, 256), (0, True, 2, 2048, 0)],
+)
+def test_long_prefill_limit(lpt: int, adaptive: bool, reqs: int, mbt: int, limit: int) -> None:
+    assert long_prefill_limit(EngineKnobs(lpt, adaptive), reqs, mbt) == limit
+
+
+def test_chunk_limit_applies_to_every_chunk_before_the_cap() -> None:
+    cap = PrefillCap(1000, chunk_limit=256)
+    assert cap.clamp(0, 4000, 3000) == 256  # prefill chunk
+    assert cap.clamp(4000, 4000, 500) == 256  # a recompute tail past the prompt, too
+    assert cap.clamp(4000, 4000, 1) == 1  # a decode
+    assert PrefillCap(100, chunk_limit=256).clamp(0, 4000, 3000) == 100
+
+
+def test_cadence_only_on_033() -> None:
+    assert prefill_cadence(EngineKnobs(prefill_schedule_interval=4)) is not None
+    assert prefill_cadence(EngineKnobs(prefill_schedule_interval=4,
+                                       local_prefill_interval=False)) is None
+    assert prefill_cadence(EngineKnobs()) is None
+    c = PrefillCadence(3)
+    assert c.last_prefill == -3 and not c.capacity_bound  # the first step is never held
+
+
+@pytest.mark.parametrize("bad", ["vllm:version=0.31", "vllm:mbt=0",
+                                 "vllm:long_prefill_token_threshold=-1",
+                                 "vllm:prefill_schedule_interval=0", "vllm:adaptive=maybe"])
+def test_bad_config(bad: str) -> None:
+    with pytest.raises(PpasError, match="vllm"):
+        make_policy(bad)
+
+
+def test_defaults_are_stock_mbt_and_032_ignores_the_interval() -> None:
+    trace = phase_trace("10:0.2,10:1.0,10:0.2", 0, 8000, 16, 1.0)
+    cm = RooflineCostModel("rtx5090", "qwen2.5-3b", max_num_batched_tokens=2048)
+
+    def e2e(spec: str) -> float:
+        return float(simulate(trace, make_policy(spec), cm).summary()["avg_latency"])
+
+    base = e2e("mbt:2048")
+    assert e2e("vllm") == base  # vLLM's defaults: MBT 2048, no threshold, interval 1
+    assert e2e("vllm:prefill_schedule_interval=8,version=0.32") == base
+    assert e2e("vllm:prefill_schedule_interval=8,version=0.33") != base
+    assert e2e("vllm:long_prefill_token_threshold=256") != base
