@@ -10,7 +10,7 @@ from ppas.errors import PpasError
 from ppas.policies import make_policy
 from ppas.policies.base import EngineKnobs
 from ppas.simulator import simulate
-from ppas.step_rules import PrefillCadence, PrefillCap, long_prefill_limit, prefill_cadence
+from ppas.step_rules import PrefillCadence, long_prefill_limit, prefill_cadence
 from ppas.workload import phase_trace
 
 
@@ -21,14 +21,6 @@ from ppas.workload import phase_trace
 )
 def test_long_prefill_limit(lpt: int, adaptive: bool, reqs: int, mbt: int, limit: int) -> None:
     assert long_prefill_limit(EngineKnobs(lpt, adaptive), reqs, mbt) == limit
-
-
-def test_chunk_limit_applies_to_every_chunk_before_the_cap() -> None:
-    cap = PrefillCap(1000, chunk_limit=256)
-    assert cap.clamp(0, 4000, 3000) == 256  # prefill chunk
-    assert cap.clamp(4000, 4000, 500) == 256  # a recompute tail past the prompt, too
-    assert cap.clamp(4000, 4000, 1) == 1  # a decode
-    assert PrefillCap(100, chunk_limit=256).clamp(0, 4000, 3000) == 100
 
 
 def test_cadence_only_on_033() -> None:

@@ -37,7 +37,7 @@ Rules, in the order a step applies them:
    ``EngineSim._schedule`` next to the global budget, as vLLM orders them.
 4b. **Stock vLLM's prefill knobs** (``EngineKnobs``, the ``vllm:`` baseline): vLLM's
    ``long_prefill_token_threshold`` limits every chunk before the global budget
-   (``long_prefill_limit``, applied in ``EngineSim._schedule``);
+   (``long_prefill_limit``, applied in ``EngineSim._schedule``, recompute tails included);
    ``prefill_schedule_interval`` holds every chunk of a request still short of its last
    token on most steps (``PrefillCadence``, vLLM 0.33's local cadence; 0.32 ignores it).
    In the plugin vLLM applies both itself.
