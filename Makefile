@@ -48,8 +48,8 @@ test-fast: $(STAMP)
 # ppas is reinstalled (not editable) from this tree on every run, so it tests this tree.
 VENV033 := .venv-vllm033
 STAMP033 := $(VENV033)/.installed
-VLLM033_TESTS := tests/test_vllm_scheduler.py tests/test_vllm_stock.py \
-	$(wildcard tests/test_differential.py)
+VLLM033_TESTS := tests/test_vllm_scheduler.py tests/test_vllm_stock.py tests/test_vllm_prefix.py \
+	tests/test_differential.py
 
 $(STAMP033): requirements/vllm033.txt
 	rm -rf $(VENV033)
