@@ -17,10 +17,17 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # noqa: E402
 
+from ppas.calibrate import read_step_log  # noqa: E402
 from ppas.errors import PpasError  # noqa: E402
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 from ppas.state import SchedulerView  # noqa: E402
 from ppas.step_rules import pending_prefills, view_counts  # noqa: E402
+from ppas.steplog import (  # noqa: E402
+    FORMAT_VERSION,
+    StepLogHeader,
+    StepLogRecord,
+    read_step_log_runs,
+)
 from ppas.vllm import (  # noqa: E402
     AsyncPolicyScheduler,
     PolicyScheduler,
@@ -154,11 +161,19 @@ def test_step_log(model_dir: str, tmp_path: Path) -> None:
     sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096, step_log=str(log))
     arrivals = {0: [make_request("a", 5000, 3), make_request("b", 100, 20, seed=1)],
                 4: [make_request(f"c{i}", 2000, 2, seed=2 + i) for i in range(3)]}
-    drive(sched, arrivals)
-    rows = [json.loads(line) for line in log.read_text().splitlines()]  # flushed on idle
-    keys = {"step", "time", "duration_s", "interval_s", "pending_prefills", "running_decodes",
-            "prefill_budget", "num_prefill_tokens", "num_decode_tokens", "num_prefill_reqs",
-            "num_decode_reqs", "prefill_chunks", "decode_contexts"}
+    on_disk: list[tuple[int, int]] = []
+
+    def check(s: Scheduler, out: SchedulerOutput, before: dict[str, tuple[int, int]]) -> None:
+        on_disk.append((log.read_bytes().count(b"\n"), s._step))  # type: ignore[attr-defined]
+
+    drive(sched, arrivals, check=check)
+    header, *rows = [json.loads(line) for line in log.read_text().splitlines()]
+    # Durable per step: every completed step is on disk (after the header) at once.
+    assert all(lines == 1 + done for lines, done in on_disk) and on_disk[-1][1] >= len(rows) - 1
+    assert header["ppas_step_log"] == FORMAT_VERSION and header["policy"] == PPAS
+    assert header["server"]["max_num_batched_tokens"] == 4096 and header["pid"] > 0
+    assert set(header) == set(StepLogHeader.__annotations__)
+    keys = set(StepLogRecord.__annotations__)
     assert rows and all(set(r) == keys for r in rows)
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
     for r in rows:
@@ -174,7 +189,16 @@ def test_step_log(model_dir: str, tmp_path: Path) -> None:
     assert any(r["prefill_budget"] == 512 and r["num_prefill_tokens"] == 512 for r in rows)
     assert isinstance(sched, PolicyScheduler)
     sched.shutdown()
-    assert log.read_text().count("\n") == len(rows)
+    assert log.read_text().count("\n") == len(rows) + 1
+    # A second server run appends to the same file under its own header; both read back.
+    sched2 = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096,
+                            step_log=str(log))
+    drive(sched2, {0: [make_request("z", 300, 2)]})
+    sched2.shutdown()
+    runs = read_step_log_runs(log).runs
+    assert [len(r.records) for r in runs][0] == len(rows) and len(runs) == 2
+    assert runs[1].header is not None and runs[1].records[0][1]["step"] == 1
+    assert len(read_step_log(log)) == len(rows) + len(runs[1].records)
 
 
 def test_decodes_first_and_prefill_order(model_dir: str) -> None:
@@ -217,6 +241,7 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
     ("section", "match"),
     [
         (None, "missing config"),
+        ("x", r"\"ppas\" must be a JSON object with a \"policy\" key, got \"x\""),
         ({"policy": "ppas", "bogus": 1}, "unknown config key.*allowed: policy"),
         ({"policy": "nope"}, "nope"),
         ({"policy": "ppas:b_cap=0"}, "b_cap"),
@@ -229,7 +254,8 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
 def test_config_errors(model_dir: str, section: object, match: str) -> None:
     from vllm_fakes import make_vllm_config
 
-    cfg = make_vllm_config(model_dir, json.dumps({"ppas": section} if section else {}),
+    cfg = make_vllm_config(model_dir, json.dumps({"ppas": section} if section is not None
+                                                 else {}),
                            4096, 256, 1000, False, False)
     with pytest.raises(PpasError, match=match):
         PolicyScheduler(cfg, None, None, 16)

@@ -1,7 +1,8 @@
 """``ppas calibrate STEPLOG [STEPLOG...] -o COST.json``: fit ``ppas.cost.fitted``'s step-time
 model to the vLLM plugin's step logs and report the fit error.
 
-A step log (``ppas.vllm``) is JSONL, one object per engine step. The fit uses
+A step log (``ppas.steplog``, written by ``ppas.vllm``) is JSONL, one header line per server
+run and one object per engine step. The fit uses
 ``duration_s`` (the step's completion-timed wall time) as the target and the step's shape
 from ``prefill_chunks`` (``[chunk_tokens, cached_context_before_chunk]`` pairs) and
 ``decode_contexts`` (tokens already cached per decode). Other keys are ignored.
@@ -13,11 +14,15 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ppas.cost.base import StepShape
 from ppas.errors import PpasError
+from ppas.limits import MAX_KV_TOKENS, MAX_SKIP_STEPS, int_arg
+from ppas.outputs import check_output_file, json_text, write_atomic
+from ppas.steplog import read_step_log_runs
 
 REQUIRED = ("duration_s", "prefill_chunks", "decode_contexts")
 
@@ -48,27 +53,28 @@ def step_record(obj: Any) -> tuple[StepShape, float]:
     return StepShape.of([(c, p) for c, p in chunks], ctx), float(d)
 
 
-def read_step_log(path: str | Path, skip_steps: int = 0) -> list[tuple[StepShape, float]]:
-    """All steps of one log, minus its first ``skip_steps`` (warm-up). A malformed line
-    raises a PpasError naming ``file:line``."""
-    p = Path(path)
-    if not p.is_file():
-        raise PpasError(f"step log {str(p)!r} does not exist")
-    try:
-        lines = p.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise PpasError(f"{p}: cannot read step log: {e}") from None
+def read_step_log(path: str | Path, skip_steps: int = 0,
+                  warn: Callable[[str], None] | None = None) -> list[tuple[StepShape, float]]:
+    """All steps of one log, minus the first ``skip_steps`` of each server run in it
+    (warm-up). A malformed line raises a PpasError naming ``file:line``; a truncated last
+    line (a killed server) is skipped with a one-line warning to ``warn`` (default stderr)."""
+    log = read_step_log_runs(path)
+    if log.warning is not None:
+        (warn or _warn)(log.warning)
     records = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(step_record(json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise PpasError(f"{p}:{n}: invalid JSON: {e.msg}") from None
-        except ValueError as e:
-            raise PpasError(f"{p}:{n}: {e}") from None
-    return records[skip_steps:]
+    for run in log.runs:
+        part = []
+        for n, obj in run.records:
+            try:
+                part.append(step_record(obj))
+            except ValueError as e:
+                raise PpasError(f"{log.path}:{n}: {e}") from None
+        records += part[skip_steps:]
+    return records
+
+
+def _warn(msg: str) -> None:
+    print(f"ppas: warning: {msg}", file=sys.stderr)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,9 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="step logs (JSONL) written by the ppas.vllm plugin's step_log")
     p.add_argument("-o", "--output", required=True, metavar="COST.json",
                    help="where to write the fitted model (use as --cost-model fitted:FILE)")
-    p.add_argument("--skip-steps", type=int, default=0, metavar="N",
-                   help="drop the first N steps of each log (warm-up, compilation; default 0)")
-    p.add_argument("--kv-capacity-tokens", type=int, metavar="N",
+    p.add_argument("--skip-steps", type=int_arg(0, MAX_SKIP_STEPS), default=0, metavar="N",
+                   help="drop the first N steps of each server run in each log (warm-up, "
+                   "compilation; default 0)")
+    p.add_argument("--kv-capacity-tokens", type=int_arg(1, MAX_KV_TOKENS), metavar="N",
                    help="the server's KV cache size in tokens, stored with the model")
     p.add_argument("--json", action="store_true", help="print the written model as JSON")
 
@@ -86,16 +93,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ppas.cost.fitted import fit, fit_stats
 
-    if args.skip_steps < 0:
-        raise PpasError(f"--skip-steps must be >= 0, got {args.skip_steps}")
-    if args.kv_capacity_tokens is not None and args.kv_capacity_tokens <= 0:
-        raise PpasError(f"--kv-capacity-tokens must be > 0, got {args.kv_capacity_tokens}")
+    for path in args.steplogs:
+        if not Path(path).is_file():
+            raise PpasError(f"step log {path!r} does not exist")
+    check_output_file(args.output, "-o/--output", inputs=args.steplogs)
     records = []
     for path in args.steplogs:
         records += read_step_log(path, args.skip_steps)
     model = fit(records, kv_capacity_tokens=args.kv_capacity_tokens,
                 sources=[str(Path(p)) for p in args.steplogs])
-    model.to_file(args.output)
+    write_atomic(args.output, json_text(model.to_dict()))
     if args.json:
         print(json.dumps(model.to_dict(), allow_nan=False))
         return 0

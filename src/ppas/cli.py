@@ -3,6 +3,8 @@ exposes ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports (aioht
 vllm, matplotlib) happen inside ``run`` so ``ppas --help`` stays instant.
 
 Bad input raises ``PpasError`` anywhere below; it is printed as one line, exit code 2.
+Exit codes: 0 success; 1 (``errors.NO_SUCCESS``) a run that completed no request; 2 bad
+input or an output that cannot be written; 130/143 an interrupted ``ppas bench``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # e.g. a disk that fills up while writing (paths are checked first)
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"ppas {args.command}: error:{where} {e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

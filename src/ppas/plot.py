@@ -8,16 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from ppas.errors import PpasError
+from ppas.outputs import atomic_output, check_output_file
 from ppas.sweep import cell_means
+
+FORMATS = (".png", ".svg", ".pdf")
 
 
 def check_plot_path(path: str | Path) -> Path:
-    """Validate a plot destination before any work is done."""
+    """Validate a plot destination before any work is done (format, folder, matplotlib)."""
     p = Path(path)
-    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise PpasError(f"plot file {str(p)!r}: unknown format; allowed: .png, .svg, .pdf")
-    if not p.parent.exists():
-        raise PpasError(f"plot file {str(p)!r}: directory {str(p.parent)!r} does not exist")
+    if p.suffix.lower() not in FORMATS:
+        raise PpasError(f"plot file {str(p)!r}: unknown format; allowed: {', '.join(FORMATS)}")
+    check_output_file(p, "plot file")
     if importlib.util.find_spec("matplotlib") is None:
         raise PpasError("plots need matplotlib; install it with: pip install 'ppas[cli]'")
     return p
@@ -25,9 +27,10 @@ def check_plot_path(path: str | Path) -> Path:
 
 def plot_e2e_vs_burst(records: Sequence[dict[str, Any]], path: str | Path,
                       title: str = "Mean E2E latency vs burst rate",
-                      key: str = "avg_latency") -> None:
-    """P-PAS Fig. 3: mean E2E vs burst rate, one line per config. Written atomically."""
-    p = check_plot_path(path)
+                      key: str = "avg_latency", fmt: str | None = None) -> None:
+    """P-PAS Fig. 3: mean E2E vs burst rate, one line per config. Written atomically
+    (``fmt`` overrides the format the file name's suffix gives)."""
+    p = Path(path) if fmt else check_plot_path(path)
     m = cell_means(records, key)
     configs = list(dict.fromkeys(str(r["config"]) for r in records))
     bursts = sorted({float(r["burst_rate"]) for r in records})
@@ -41,7 +44,7 @@ def plot_e2e_vs_burst(records: Sequence[dict[str, Any]], path: str | Path,
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save_figure(fig, p)
+    save_figure(fig, p, fmt)
 
 
 def new_figure() -> tuple[Any, Any]:
@@ -54,15 +57,17 @@ def new_figure() -> tuple[Any, Any]:
     return plt.subplots(figsize=(7, 4.5))
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """Write ``fig`` atomically (a temp file renamed over ``path``) and close it."""
+def save_figure(fig: Any, path: Path, fmt: str | None = None) -> None:
+    """Write ``fig`` atomically (``ppas.outputs``: no temporary file survives a failure)
+    and close it. The format is ``fmt`` or the file name's suffix."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.tight_layout()
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, dpi=120, format=fmt or Path(path).suffix.lstrip(".").lower())
+    finally:
+        plt.close(fig)
 
 
 def plot_cluster_sweep(records: Sequence[dict[str, Any]], path: str | Path) -> None:

@@ -63,13 +63,15 @@ from ppas.workload import RequestSpec, Trace
 @dataclass(frozen=True)
 class EngineConfig:
     """vLLM engine settings. ``max_num_batched_tokens`` None = the policy's own;
-    ``num_kv_blocks`` None = the cost model's KV capacity (unbounded if it has none)."""
+    ``num_kv_blocks`` None = the cost model's KV capacity (unbounded if it has none);
+    ``max_model_len`` None = no context limit."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
     prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.prefix_cache)
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -77,6 +79,7 @@ class EngineConfig:
                 "max_num_batched_tokens must be >= 1")
         require(self.block_size >= 1, "block_size must be >= 1")
         require(self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks >= 1")
+        require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len >= 1")
 
 
 class SimRequest:
@@ -294,6 +297,27 @@ class SimResult:
         failed = sum(1 for r in self.requests if r.failed)
         return run_summary(self.request_metrics(), failed)
 
+    def failure_reasons(self) -> dict[str, int]:
+        """Failed requests per reason (empty when all finished)."""
+        out: dict[str, int] = {}
+        for r in self.requests:
+            if r.failed:
+                out[r.failed] = out.get(r.failed, 0) + 1
+        return out
+
+
+def rejection(r: SimRequest, total_blocks: int | None, block_size: int,
+              max_model_len: int | None) -> str | None:
+    """Why vLLM would refuse ``r`` outright, or None. vLLM answers HTTP 400 when prompt +
+    max_tokens exceed max_model_len; a request whose prompt + outputs can never fit in the
+    whole KV cache could never run (vLLM refuses to start with such a max_model_len)."""
+    n = r.prompt_tokens + r.max_output_tokens
+    if max_model_len is not None and n > max_model_len:
+        return f"longer than max_model_len ({max_model_len} tokens)"
+    if total_blocks is not None and -(-n // block_size) > total_blocks:
+        return f"never fits in the KV cache ({total_blocks * block_size} tokens)"
+    return None
+
 
 class EngineSim:
     """One simulated vLLM V1 engine under ``policy``, on its own clock ``now``."""
@@ -306,6 +330,7 @@ class EngineSim:
         self.step_time = cost_model.step_time
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
         self.block_size = engine.block_size
+        self.max_model_len = engine.max_model_len
         self.max_num_seqs = engine.max_num_seqs
         if engine.num_kv_blocks is not None:
             self.total_blocks: int | None = engine.num_kv_blocks
@@ -348,14 +373,13 @@ class EngineSim:
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, spec: RequestSpec) -> SimRequest:
         """A request arrives (its ``arrival_s`` is its arrival time; the engine's clock moves
-        to it when idle). One that cannot fit in the KV cache alone fails at once (vLLM
-        refuses it up front through ``max_model_len``)."""
+        to it when idle). One vLLM would refuse (``rejection``: longer than max_model_len,
+        or never fitting in the KV cache) fails at once with the reason."""
         r = SimRequest(len(self.requests), spec)
         self.requests.append(r)
-        bs = self.block_size
-        if self.total_blocks is not None and (
-                -(-(r.prompt_tokens + r.max_output_tokens) // bs) > self.total_blocks):
-            r.failed = "request does not fit in the KV cache"
+        why = rejection(r, self.total_blocks, self.block_size, self.max_model_len)
+        if why is not None:
+            r.failed = why
             return r
         self.pool.register(r, spec)
         if not self.has_work() and self.now < r.arrival_time:

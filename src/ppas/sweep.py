@@ -25,21 +25,36 @@ class Grid:
     prompt_tokens: int = 25000
     output_tokens: int = 32
     max_num_seqs: int = 256
+    max_model_len: int | None = None  # vLLM's limit on prompt + output (None: no limit)
 
     def trace(self, burst: float, seed: int) -> Trace:
         return phase_trace(self.phases, seed, self.prompt_tokens, self.output_tokens, burst)
 
 
 def run_one(trace: Trace, config: str, cost_model: CostModel, max_num_seqs: int = 256,
-            with_lower_bound: bool = False) -> dict[str, float | int | str]:
-    res = simulate(trace, make_policy(config), cost_model, EngineConfig(max_num_seqs=max_num_seqs))
+            with_lower_bound: bool = False,
+            max_model_len: int | None = None) -> dict[str, float | int | str]:
+    res = simulate(trace, make_policy(config), cost_model,
+                   EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len))
     rec: dict[str, float | int | str] = {"config": config, **res.summary()}
     rec["num_preemptions"] = res.num_preemptions
     rec["num_steps"] = res.num_steps
     if with_lower_bound:
-        lb = [lower_bound_latency(s, cost_model) for s in trace]
-        rec["lower_bound_latency"] = sum(lb) / len(lb) if lb else float("nan")
+        rec["lower_bound_latency"] = mean_lower_bound(trace, cost_model)
     return rec
+
+
+def mean_lower_bound(trace: Trace, cost_model: CostModel) -> float:
+    """Mean of ``lower_bound_latency`` over the trace (computed once per request shape);
+    nan for an empty trace."""
+    cache: dict[tuple[int, int], float] = {}
+    total = 0.0
+    for s in trace:
+        key = (s.prompt_tokens, s.output_tokens)
+        if key not in cache:
+            cache[key] = lower_bound_latency(s, cost_model)
+        total += cache[key]
+    return total / len(trace) if len(trace) else float("nan")
 
 
 def run_grid(
@@ -58,7 +73,7 @@ def run_grid(
         lb_cache: float | None = None
         for c in grid.configs:
             want_lb = with_lower_bound and lb_cache is None
-            rec = run_one(trace, c, cms[c], grid.max_num_seqs, want_lb)
+            rec = run_one(trace, c, cms[c], grid.max_num_seqs, want_lb, grid.max_model_len)
             if with_lower_bound:
                 if lb_cache is None:
                     lb_cache = float(rec["lower_bound_latency"])

@@ -5,7 +5,9 @@
                                        "step_log": "/tmp/steps.jsonl"}}'
 
 Config keys under ``ppas`` (``CONFIG_KEYS``): ``policy`` (required, a policy config string),
-``step_log`` (JSONL path), ``step_log_flush`` (steps per buffered write, default 256),
+``step_log`` (JSONL path, ``ppas.steplog``: a header line per server run, then one line
+per step), ``step_log_flush`` (steps per write, default 1: each step reaches the OS when it
+completes, so a killed server loses at most the step being written),
 ``cost_model`` (a ``ppas.cost.make_cost_model`` spec such as ``fitted:FILE``, bound to the
 policy; default none). Supported vLLM release lines: ``SUPPORTED_VLLM`` (0.32.x, 0.33.x;
 checked at startup against the installed scheduler's source, see ``ppas.vllm_versions``).
@@ -45,7 +47,6 @@ budget would silently go unused there; on 0.32 without data-parallel MoE vLLM ig
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import time
@@ -66,6 +67,7 @@ from ppas import step_rules
 from ppas.errors import PpasError
 from ppas.policies import Decision, Policy, make_policy, policy_names
 from ppas.state import RequestView, SchedulerView, StepRecord
+from ppas.steplog import FORMAT_VERSION, StepLogHeader, StepLogRecord, StepLogWriter
 from ppas.vllm_versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
 from ppas.vllm_versions import ReleaseLine, check_scheduler
 
@@ -107,17 +109,22 @@ class PluginConfig:
 
     policy: str
     step_log: str | None = None
-    step_log_flush: int = 256
+    step_log_flush: int = 1
     cost_model: str | None = None
 
     @staticmethod
     def from_additional_config(additional: Mapping[str, Any] | None) -> PluginConfig:
         section = (additional or {}).get("ppas")
         example = '--additional-config \'{"ppas": {"policy": "ppas:n_th=2,b_cap=2048"}}\''
-        if not isinstance(section, Mapping):
+        if section is None:
             raise PpasError(
                 f"ppas.vllm: missing config; pass {example} "
                 f"(policies: {', '.join(policy_names())})"
+            )
+        if not isinstance(section, Mapping):
+            raise PpasError(
+                f"ppas.vllm: \"ppas\" must be a JSON object with a \"policy\" key, got "
+                f"{json.dumps(section)[:60]}; e.g. {example}"
             )
         unknown = sorted(set(section) - set(CONFIG_KEYS))
         if unknown:
@@ -134,7 +141,7 @@ class PluginConfig:
         step_log = section.get("step_log")
         if step_log is not None and (not isinstance(step_log, str) or not step_log):
             raise PpasError("ppas.vllm: 'step_log' must be a file path (string)")
-        flush = section.get("step_log_flush", 256)
+        flush = section.get("step_log_flush", 1)
         if not isinstance(flush, int) or isinstance(flush, bool) or flush < 1:
             raise PpasError(f"ppas.vllm: 'step_log_flush' must be an integer >= 1, got {flush!r}")
         cost = section.get("cost_model")
@@ -250,38 +257,6 @@ class _LazyRequests(Sequence[RequestView]):
         raise IndexError(i)  # pragma: no cover
 
 
-class StepLog:
-    """Buffered JSONL writer: one object per completed step, written every ``flush_every``
-    lines, when the engine goes idle, at shutdown and at interpreter exit."""
-
-    def __init__(self, path: str, flush_every: int) -> None:
-        self.path = path
-        self.flush_every = flush_every
-        self._buf: list[str] = []
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
-        except OSError as e:
-            raise PpasError(f"ppas.vllm: cannot open step_log {path!r}: {e.strerror}") from None
-        atexit.register(self.close)
-
-    def write(self, obj: dict[str, Any]) -> None:
-        self._buf.append(json.dumps(obj, separators=(",", ":")))
-        if len(self._buf) >= self.flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._buf and not self._f.closed:
-            self._f.write("\n".join(self._buf) + "\n")
-            self._f.flush()
-            self._buf.clear()
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self.flush()
-            self._f.close()
-
-
 @dataclass(slots=True)
 class _Launched:
     """A scheduled, not yet completed step (keyed by its SchedulerOutput)."""
@@ -365,7 +340,11 @@ class PolicyScheduler(Scheduler):
         self._last_schedule: float | None = None
         self._last_done = 0.0
         self._step = 0
-        self.step_log = StepLog(cfg.step_log, cfg.step_log_flush) if cfg.step_log else None
+        self.step_log = (
+            StepLogWriter(cfg.step_log, step_log_header(vllm_config, cfg, policy, self),
+                          cfg.step_log_flush)
+            if cfg.step_log else None
+        )
         if self.step_log is not None:  # close even if the engine never calls shutdown()
             weakref.finalize(self, self.step_log.close)
         logger.info(
@@ -500,7 +479,7 @@ class PolicyScheduler(Scheduler):
         self._recent = tuple(self._history)
         if self.step_log is not None:
             self._step += 1
-            self.step_log.write({
+            row: StepLogRecord = {
                 "step": self._step,
                 "time": s.launch,
                 "duration_s": duration,
@@ -512,9 +491,43 @@ class PolicyScheduler(Scheduler):
                 "num_decode_tokens": rec.num_decode_tokens,
                 "num_prefill_reqs": rec.num_prefill_reqs,
                 "num_decode_reqs": rec.num_decode_reqs,
-                "prefill_chunks": t.chunks,
-                "decode_contexts": t.contexts,
-            })
+                "prefill_chunks": t.chunks or [],
+                "decode_contexts": t.contexts or [],
+            }
+            self.step_log.write(row)
+
+
+def step_log_header(vllm_config: Any, cfg: PluginConfig, policy: Policy,
+                    sched: Scheduler) -> StepLogHeader:
+    """The step log's run header: format version, start time, pid, policy, server config."""
+    import datetime
+
+    import vllm
+
+    now = time.time()
+    mc, sc = vllm_config.model_config, vllm_config.scheduler_config
+    kv = getattr(sched, "kv_cache_config", None)
+    return {
+        "ppas_step_log": FORMAT_VERSION,
+        "started": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),
+        "started_unix": now,
+        "pid": os.getpid(),
+        "policy": policy.spec,
+        "cost_model": cfg.cost_model,
+        "server": {
+            "vllm_version": vllm.__version__,
+            "scheduler": type(sched).__name__,
+            "model": str(getattr(mc, "model", "")),
+            "served_model_name": str(getattr(mc, "served_model_name", "")),
+            "max_model_len": getattr(mc, "max_model_len", None),
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "max_num_seqs": sc.max_num_seqs,
+            "block_size": getattr(vllm_config.cache_config, "block_size", None),
+            "num_kv_blocks": getattr(kv, "num_blocks", None),
+            "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
+            "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+        },
+    }
 
 
 class AsyncPolicyScheduler(PolicyScheduler, AsyncScheduler):

@@ -17,6 +17,15 @@ from pathlib import Path
 
 from ppas.config import require
 from ppas.errors import PpasError
+from ppas.limits import (
+    MAX_BURSTINESS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_TIME_S,
+    MIN_BURSTINESS,
+)
 
 Segments = tuple[tuple[str, int], ...]
 
@@ -65,8 +74,10 @@ class Phase:
     rate: float  # requests per second
 
     def __post_init__(self) -> None:
-        require(self.duration_s > 0, f"phase duration must be > 0, got {self.duration_s}")
-        require(self.rate >= 0, f"phase rate must be >= 0, got {self.rate}")
+        require(0 < self.duration_s <= MAX_TIME_S,
+                f"phase duration must be in (0, {MAX_TIME_S:g}] s, got {self.duration_s:g}")
+        require(0 <= self.rate <= MAX_RATE,
+                f"phase rate must be in [0, {MAX_RATE:g}] requests/s, got {self.rate:g}")
 
 
 PAPER_PHASES = "10:0.2,10:{burst},10:0.2,10:{burst},10:0.2"
@@ -127,6 +138,11 @@ def phase_trace(
     if isinstance(phases, str):
         phases = parse_phases(phases, burst)
     _check_lengths(prompt_tokens, output_tokens)
+    require(sum(p.duration_s for p in phases) <= MAX_TIME_S,
+            f"phases last {sum(p.duration_s for p in phases):g} s; the limit is {MAX_TIME_S:g} s")
+    expected = sum(p.duration_s * p.rate for p in phases)
+    require(expected <= MAX_REQUESTS, f"phases would make about {expected:.3g} requests; the "
+            f"limit is {MAX_REQUESTS:,} per trace (lower the rates or durations)")
     arr = phase_arrivals(phases, seed)
     dur = sum(p.duration_s for p in phases)
     reqs = tuple(RequestSpec(t, prompt_tokens, output_tokens) for t in arr)
@@ -154,8 +170,9 @@ def gamma_trace(
 def constant_trace(
     rate: float, num_requests: int, prompt_tokens: int = 25000, output_tokens: int = 32
 ) -> Trace:
-    require(rate > 0 and math.isfinite(rate), f"request rate must be > 0, got {rate}")
-    require(num_requests >= 1, f"num_requests must be >= 1, got {num_requests}")
+    require(0 < rate <= MAX_RATE, f"request rate must be in (0, {MAX_RATE:g}], got {rate}")
+    require(1 <= num_requests <= MAX_REQUESTS,
+            f"number of requests must be in [1, {MAX_REQUESTS}], got {num_requests}")
     _check_lengths(prompt_tokens, output_tokens)
     reqs = tuple(RequestSpec(i / rate, prompt_tokens, output_tokens) for i in range(num_requests))
     return Trace(reqs, reqs[-1].arrival_s, f"constant rate {rate:g}")
@@ -240,9 +257,12 @@ def parse_lengths(spec: str | int | LengthDist) -> LengthDist:
 
 def _arrivals(rate: float, num_requests: int, seed: int, burstiness: float) -> list[float]:
     """gamma_trace's arrival times (same seed, same times)."""
-    require(rate > 0, f"request rate must be > 0, got {rate}")
-    require(burstiness > 0, f"burstiness must be > 0, got {burstiness}")
-    require(num_requests >= 1, f"num_requests must be >= 1, got {num_requests}")
+    require(0 < rate <= MAX_RATE or rate == math.inf,
+            f"request rate must be in (0, {MAX_RATE:g}] requests/s or inf, got {rate:g}")
+    require(MIN_BURSTINESS <= burstiness <= MAX_BURSTINESS,
+            f"burstiness must be in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}], got {burstiness:g}")
+    require(1 <= num_requests <= MAX_REQUESTS,
+            f"number of requests must be in [1, {MAX_REQUESTS}], got {num_requests}")
     rng = random.Random(seed)
     t, arr = 0.0, []
     for _ in range(num_requests):
@@ -308,8 +328,10 @@ def session_trace(num_sessions: int, turns: int, seed: int, session_rate: float,
 
 
 def _check_lengths(prompt_tokens: int, output_tokens: int) -> None:
-    require(prompt_tokens >= 1, f"prompt tokens must be >= 1, got {prompt_tokens}")
-    require(output_tokens >= 1, f"output tokens must be >= 1, got {output_tokens}")
+    require(1 <= prompt_tokens <= MAX_PROMPT_TOKENS,
+            f"prompt tokens must be in [1, {MAX_PROMPT_TOKENS}], got {prompt_tokens}")
+    require(1 <= output_tokens <= MAX_OUTPUT_TOKENS,
+            f"output tokens must be in [1, {MAX_OUTPUT_TOKENS}], got {output_tokens}")
 
 
 _FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -329,7 +351,7 @@ def load_trace(path: str | Path) -> Trace:
         raise PpasError(f"trace file {str(p)!r} does not exist")
     rows: list[tuple[int, dict[str, object]]] = []
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8-sig")  # a BOM (Excel's CSV) is not a header
     except (OSError, UnicodeDecodeError) as e:
         raise PpasError(f"{p}: cannot read trace file: {e}") from None
     if p.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -354,6 +376,8 @@ def load_trace(path: str | Path) -> Trace:
             rows.append((n, {k: v for k, v in row.items() if v not in (None, "")}))
     else:
         raise PpasError(f"{p}: unknown trace format {p.suffix!r}; allowed: .csv, .jsonl")
+    if len(rows) > MAX_REQUESTS:
+        raise PpasError(f"{p}: {len(rows)} requests; the limit is {MAX_REQUESTS:,} per trace")
     reqs = [_parse_row(p, n, obj) for n, obj in rows]
     if not reqs:
         raise PpasError(f"{p}: trace has no requests")
@@ -366,27 +390,37 @@ def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:
         missing = [f for f in _FIELDS if f not in obj]
         if missing:
             raise ValueError(f"missing {', '.join(missing)}")
-        a = float(obj["arrival_s"])  # type: ignore[arg-type]
-        pt = float(obj["prompt_tokens"])  # type: ignore[arg-type]
-        ot = float(obj["output_tokens"])  # type: ignore[arg-type]
-        if not (math.isfinite(a) and a >= 0):
-            raise ValueError(f"arrival_s must be a finite number >= 0, got {obj['arrival_s']!r}")
-        for name, v in (("prompt_tokens", pt), ("output_tokens", ot)):
-            if not (v.is_integer() and v >= 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {obj[name]!r}")
+        a, pt, ot = (_number(obj, k) for k in _FIELDS)
+        if not (math.isfinite(a) and 0 <= a <= MAX_TIME_S):
+            raise ValueError(f"arrival_s must be a number in [0, {MAX_TIME_S:g}] (seconds), "
+                             f"got {obj['arrival_s']!r:.40}")
+        for name, v, hi in (("prompt_tokens", pt, MAX_PROMPT_TOKENS),
+                            ("output_tokens", ot, MAX_OUTPUT_TOKENS)):
+            if not (v.is_integer() and 1 <= v <= hi):
+                raise ValueError(f"{name} must be an integer in [1, {hi}], got {obj[name]!r:.40}")
         slos = {}
         for k in ("ttft_slo", "tpot_slo"):
             if obj.get(k) is not None:
-                v = float(obj[k])  # type: ignore[arg-type]
-                if not (math.isfinite(v) and v > 0):
-                    raise ValueError(f"{k} must be > 0, got {obj[k]!r}")
+                v = _number(obj, k)
+                if not (math.isfinite(v) and 0 < v <= MAX_TIME_S):
+                    raise ValueError(f"{k} must be in (0, {MAX_TIME_S:g}] s, got {obj[k]!r:.40}")
                 slos[k] = v
         cls = obj.get("slo_class")
         prefix = _parse_prefix(obj, int(pt))
         return RequestSpec(a, int(pt), int(ot), slo_class=None if cls is None else str(cls),
                            prefix=prefix, **slos)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError) as e:
         raise PpasError(f"{p}:{n}: {e}") from None
+
+
+def _number(obj: dict[str, object], key: str) -> float:
+    """``obj[key]`` as a float; a number too large for a float is inf (then out of bounds)."""
+    try:
+        return float(obj[key])  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf
+    except (ValueError, TypeError):
+        raise ValueError(f"{key} must be a number, got {obj[key]!r:.40}") from None
 
 
 def _parse_prefix(obj: dict[str, object], prompt_tokens: int) -> Segments:
@@ -420,17 +454,20 @@ def _parse_prefix(obj: dict[str, object], prompt_tokens: int) -> Segments:
 
 
 def save_trace(trace: Trace, path: str | Path) -> None:
-    """Write a trace as JSONL (readable by ``load_trace``)."""
-    with open(path, "w") as f:
-        for r in trace:
-            obj: dict[str, object] = {"arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
-                                      "output_tokens": r.output_tokens}
-            for k in _OPTIONAL:
-                if getattr(r, k) is not None:
-                    obj[k] = getattr(r, k)
-            if r.prefix:
-                obj["prefix"] = [list(seg) for seg in r.prefix]
-            f.write(json.dumps(obj) + "\n")
+    """Write a trace as JSONL (readable by ``load_trace``), atomically."""
+    from ppas.outputs import write_atomic
+
+    lines = []
+    for r in trace:
+        obj: dict[str, object] = {"arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
+                                  "output_tokens": r.output_tokens}
+        for k in _OPTIONAL:
+            if getattr(r, k) is not None:
+                obj[k] = getattr(r, k)
+        if r.prefix:
+            obj["prefix"] = [list(seg) for seg in r.prefix]
+        lines.append(json.dumps(obj) + "\n")
+    write_atomic(path, "".join(lines))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppas.cost import CostModel, make_cost_model
-from ppas.cost.catalog import HARDWARE, MODELS
-from ppas.errors import PpasError
+from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
+from ppas.errors import NO_SUCCESS, PpasError
+from ppas.limits import (
+    MAX_KV_BLOCKS,
+    MAX_LIST_ITEMS,
+    MAX_NUM_SEQS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_RATE,
+    MAX_SEED,
+    MAX_TP,
+    int_arg,
+)
 from ppas.policies import make_policy
 from ppas.sweep import RECORD_KEYS
 
@@ -37,23 +48,30 @@ def split_configs(text: str) -> list[str]:
     return out
 
 
-def floats(text: str, what: str) -> list[float]:
+def floats(text: str, what: str, hi: float = MAX_RATE) -> list[float]:
+    """Comma-separated numbers in (0, hi] (burst rates), at most MAX_LIST_ITEMS."""
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise PpasError(f"{what}: {text!r} is not a comma-separated list of numbers") from None
-    if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
-        raise PpasError(f"{what}: values must be finite numbers > 0, got {text!r}")
+    if not vals or not all(math.isfinite(v) and 0 < v <= hi for v in vals):
+        raise PpasError(f"{what}: values must be finite numbers > 0, at most {hi:g}, "
+                        f"got {text!r}")
+    if len(vals) > MAX_LIST_ITEMS:
+        raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
     return vals
 
 
-def ints(text: str, what: str) -> list[int]:
+def ints(text: str, what: str, hi: int = MAX_SEED) -> list[int]:
+    """Comma-separated integers in [0, hi] (seeds), at most MAX_LIST_ITEMS."""
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise PpasError(f"{what}: {text!r} is not a comma-separated list of integers") from None
-    if not vals or any(v < 0 for v in vals):
-        raise PpasError(f"{what}: need integers >= 0, got {text!r}")
+    if not vals or any(not 0 <= v <= hi for v in vals):
+        raise PpasError(f"{what}: need integers in [0, {hi}], got {text!r}")
+    if len(vals) > MAX_LIST_ITEMS:
+        raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
     return vals
 
 
@@ -62,15 +80,19 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help=f"model for the roofline model: {', '.join(MODELS)}")
     p.add_argument("--cost-model", default="roofline",
                    help="roofline (needs --hardware/--model) or fitted:FILE from ppas calibrate")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (roofline)")
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--num-kv-blocks", type=int, default=None,
+    p.add_argument("--tp", type=int_arg(1, MAX_TP), default=1,
+                   help="tensor-parallel degree (roofline)")
+    p.add_argument("--max-num-seqs", type=int_arg(1, MAX_NUM_SEQS), default=256)
+    p.add_argument("--num-kv-blocks", type=int_arg(1, MAX_KV_BLOCKS), default=None,
                    help="KV capacity in 16-token blocks (default: from GPU memory)")
+    p.add_argument("--max-model-len", type=int_arg(1, MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS),
+                   default=None, help="vLLM's max_model_len: longer requests (prompt + output) "
+                   "fail as vLLM rejects them (default: the --model's context, else none)")
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt-tokens", type=int, default=25000)
-    p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--prompt-tokens", type=int_arg(1, MAX_PROMPT_TOKENS), default=25000)
+    p.add_argument("--output-tokens", type=int_arg(1, MAX_OUTPUT_TOKENS), default=32)
     from ppas.policies import policy_names
 
     p.add_argument("--configs", default="mbt:2048,mbt:16384,ppas",
@@ -80,14 +102,6 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
 
 
 def check_common(args: argparse.Namespace) -> None:
-    if args.prompt_tokens < 1 or args.output_tokens < 1:
-        raise PpasError("--prompt-tokens and --output-tokens must be >= 1")
-    if args.max_num_seqs < 1:
-        raise PpasError("--max-num-seqs must be >= 1")
-    if args.tp < 1:
-        raise PpasError("--tp must be >= 1")
-    if args.num_kv_blocks is not None and args.num_kv_blocks < 1:
-        raise PpasError("--num-kv-blocks must be >= 1")
     if args.cost_model == "roofline":
         if not args.hardware or not args.model:
             raise PpasError("the roofline cost model needs --hardware and --model "
@@ -99,6 +113,26 @@ def check_common(args: argparse.Namespace) -> None:
 def cost_model_for(args: argparse.Namespace, config: str) -> CostModel:
     return make_cost_model(args.cost_model, args.hardware, args.model, args.tp,
                            make_policy(config).max_num_batched_tokens)
+
+
+def max_model_len(args: argparse.Namespace) -> int | None:
+    """--max-model-len, else the catalog model's context (roofline), else None."""
+    if args.max_model_len is not None:
+        return int(args.max_model_len)
+    if args.cost_model == "roofline" and args.model:
+        return MAX_MODEL_LEN.get(args.model)
+    return None
+
+
+def no_success_exit(records: Sequence[dict[str, Any]], what: str) -> int:
+    """The exit code for a finished run: 0, or NO_SUCCESS (one line on stderr) when some run
+    completed no request at all (its metrics are nan)."""
+    bad = [r for r in records if int(r.get("num_requests", 0)) - int(r.get("failed", 0)) <= 0]
+    if not bad:
+        return 0
+    print(f"ppas {what}: {len(bad)} of {len(records)} runs completed no request (see the "
+          "failed column); exit code " + str(NO_SUCCESS), file=sys.stderr)
+    return NO_SUCCESS
 
 
 def print_json(records: Sequence[dict[str, Any]]) -> None:

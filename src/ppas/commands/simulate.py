@@ -4,31 +4,45 @@ one or more policies."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from ppas.commands.common import (
     add_cost_args,
     add_shape_args,
     check_common,
     cost_model_for,
-    floats,
+    max_model_len,
+    no_success_exit,
     print_json,
     split_configs,
 )
 from ppas.errors import PpasError
+from ppas.limits import (
+    MAX_BURSTINESS,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MIN_BURSTINESS,
+    float_arg,
+    int_arg,
+)
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, lower_bound_latency, simulate
+from ppas.simulator import EngineConfig, simulate
+from ppas.sweep import mean_lower_bound
 from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", default=None,
                    help=f"DURATION:RATE,... (default {PAPER_PHASES} with --burst-rate)")
-    p.add_argument("--burst-rate", type=float, default=1.0, help="value of {burst} in --phases")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--burst-rate", type=float_arg(0, MAX_RATE, lo_open=True), default=1.0,
+                   help="value of {burst} in --phases")
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
     p.add_argument("--trace", help="replay a CSV/JSONL trace file instead of --phases")
-    p.add_argument("--request-rate", type=float, help="gamma arrivals (vllm bench serve style)")
-    p.add_argument("--num-prompts", type=int, default=100)
-    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--request-rate", type=float_arg(0, MAX_RATE, lo_open=True, allow_inf=True),
+                   help="gamma arrivals (vllm bench serve style)")
+    p.add_argument("--num-prompts", type=int_arg(1, MAX_REQUESTS), default=100)
+    p.add_argument("--burstiness", type=float_arg(MIN_BURSTINESS, MAX_BURSTINESS), default=1.0)
     p.add_argument("--enable-prefix-caching", action="store_true",
                    help="vLLM's automatic prefix caching (traces share prompt prefixes through "
                         "their 'prefix' field)")
@@ -45,9 +59,14 @@ def build_trace(args: argparse.Namespace) -> tuple[Trace, float | None]:
     if args.request_rate is not None:
         return gamma_trace(args.request_rate, args.num_prompts, args.seed, args.burstiness,
                            args.prompt_tokens, args.output_tokens), None
-    (burst,) = floats(repr(args.burst_rate), "--burst-rate")
     phases = args.phases or PAPER_PHASES
-    return phase_trace(phases, args.seed, args.prompt_tokens, args.output_tokens, burst), burst
+    trace = phase_trace(phases, args.seed, args.prompt_tokens, args.output_tokens,
+                        args.burst_rate)
+    return trace, args.burst_rate
+
+
+def _f(v: float) -> str:
+    return "nan" if math.isnan(v) else f"{v:.3f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,31 +77,38 @@ def run(args: argparse.Namespace) -> int:
     if args.mixed or args.instances or args.pd_ratios or args.plot:
         raise PpasError("--mixed, --instances, --pd-ratios and --plot need --cluster FILE")
     check_common(args)
-    if args.seed < 0:
-        raise PpasError("--seed must be >= 0")
     configs = split_configs(args.configs)
     trace, burst = build_trace(args)
+    if len(trace) == 0:
+        raise PpasError(f"the trace ({trace.description}) has no requests; raise the rates "
+                        "or lengthen the phases")
+    engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
+                          prefix_caching=args.enable_prefix_caching,
+                          max_model_len=max_model_len(args))
     records = []
     for c in configs:
         cm = cost_model_for(args, c)
-        res = simulate(trace, make_policy(c), cm,
-                       EngineConfig(max_num_seqs=args.max_num_seqs,
-                                    num_kv_blocks=args.num_kv_blocks,
-                                    prefix_caching=args.enable_prefix_caching))
-        lb = [lower_bound_latency(s, cm) for s in trace]
+        res = simulate(trace, make_policy(c), cm, engine)
+        lb = mean_lower_bound(trace, cm)
         records.append({"config": c, "burst_rate": burst, "seed": args.seed, **res.summary(),
+                        "failure_reasons": res.failure_reasons(),
                         "num_preemptions": res.num_preemptions, "num_steps": res.num_steps,
                         "prefix_hit_rate": res.prefix_hit_rate,
-                        "lower_bound_latency": sum(lb) / len(lb)})
+                        "lower_bound_latency": lb})
     if args.json:
         print_json(records)
-        return 0
+        return no_success_exit(records, "simulate")
     print(f"trace: {trace.description}, {len(trace)} requests")
     cols = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot", "p95_tpot",
             "makespan")
     w = max(10, *(len(c) for c in configs))
-    print(f"{'config':<{w}} " + " ".join(f"{c:>11}" for c in cols) + f" {'E2E/bound':>9}")
+    print(f"{'config':<{w}} " + " ".join(f"{c:>11}" for c in cols)
+          + f" {'E2E/bound':>9} {'failed':>6}")
     for r in records:
-        print(f"{r['config']:<{w}} " + " ".join(f"{float(r[c]):>11.3f}" for c in cols)
-              + f" {float(r['avg_latency']) / float(r['lower_bound_latency']):>9.2f}")
-    return 0
+        print(f"{r['config']:<{w}} " + " ".join(f"{_f(float(r[c])):>11}" for c in cols)
+              + f" {_f(float(r['avg_latency']) / float(r['lower_bound_latency'])):>9}"
+              + f" {r['failed']:>6}")
+    for r in records:
+        for why, n in sorted(r["failure_reasons"].items()):
+            print(f"{r['config']}: {n} request(s) failed: {why}")
+    return no_success_exit(records, "simulate")

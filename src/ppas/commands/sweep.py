@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ppas.commands.common import (
@@ -15,17 +13,23 @@ from ppas.commands.common import (
     cost_model_for,
     floats,
     ints,
+    max_model_len,
+    no_success_exit,
     print_json,
     split_configs,
 )
 from ppas.errors import PpasError
+from ppas.limits import MAX_RATE
+from ppas.outputs import check_output_dir, json_text, write_folder
+from ppas.plot import check_plot_path, plot_e2e_vs_burst
 from ppas.report import table_by_burst, table_improvements, table_lower_bound
 from ppas.sweep import Grid, run_grid
-from ppas.workload import PAPER_PHASES, parse_phases
+from ppas.workload import PAPER_PHASES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--burst-rates", default="0.4,0.6,0.8,1.0,1.2,1.4")
+    p.add_argument("--burst-rates", default="0.4,0.6,0.8,1.0,1.2,1.4",
+                   help=f"comma-separated requests/s in (0, {MAX_RATE:g}]")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--phases", default=PAPER_PHASES, help="DURATION:RATE,... with {burst}")
     add_shape_args(p)
@@ -41,18 +45,19 @@ def run(args: argparse.Namespace) -> int:
     seeds = ints(args.seeds, "--seeds")
     if "{burst}" not in args.phases:
         raise PpasError("--phases must contain {burst} for a sweep over --burst-rates")
-    parse_phases(args.phases, bursts[0])
-    out_dir = Path(args.out_dir) if args.out_dir else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise PpasError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
     if args.num_kv_blocks is not None:
         raise PpasError("--num-kv-blocks is supported by ppas simulate only")
-    if args.plot:
-        from ppas.plot import check_plot_path
-
-        check_plot_path(args.plot)
     grid = Grid(tuple(configs), tuple(bursts), tuple(seeds), args.phases, args.prompt_tokens,
-                args.output_tokens, args.max_num_seqs)
+                args.output_tokens, args.max_num_seqs, max_model_len(args))
+    for b in bursts:  # bad phases or a too-large trace fail now, before any simulation
+        grid.trace(b, seeds[0])
+    # Every destination is checked before the work starts (ppas.outputs).
+    plot = check_plot_path(args.plot) if args.plot else None
+    out_dir = check_output_dir(args.out_dir, "--out-dir") if args.out_dir else None
+    if out_dir is not None and plot is None:
+        check_plot_path(out_dir / "e2e_vs_burst.png")
+    for c in configs:
+        cost_model_for(args, c)  # e.g. a model that leaves no KV cache: fail before the grid
     progress: Any = None
     if not args.json:
         try:
@@ -63,26 +68,27 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             pass
     records = run_grid(grid, lambda c: cost_model_for(args, c), progress, with_lower_bound=True)
+    failed = any(int(r["failed"]) for r in records)
     tables = "\n\n".join(t for t in (
         table_by_burst(records, "avg_latency", "mean E2E latency (s), mean over seeds"),
         table_by_burst(records, "avg_ttft", "mean TTFT (s)"),
         table_by_burst(records, "avg_tpot", "mean TPOT (s)"),
+        table_by_burst(records, "failed", "failed requests, mean over seeds") if failed else "",
         table_improvements(records, ["mbt:2048", "mbt:16384"]),
         table_lower_bound(records)) if t)
-    if args.plot:
-        from ppas.plot import plot_e2e_vs_burst
-
-        plot_e2e_vs_burst(records, args.plot)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "records.json").write_text(json.dumps(records, indent=1) + "\n")
-        (out_dir / "tables.txt").write_text(tables + "\n")
-        if not args.plot:
-            from ppas.plot import plot_e2e_vs_burst
-
-            plot_e2e_vs_burst(records, out_dir / "e2e_vs_burst.png")
+    # Results reach stdout first: a plot or folder that then fails to write loses nothing.
     if args.json:
         print_json(records)
     else:
-        print(tables)
-    return 0
+        print(tables, flush=True)
+    if plot is not None:
+        plot_e2e_vs_burst(records, plot)
+    if out_dir is not None:
+        files = {
+            "records.json": lambda p: p.write_text(json_text(records, allow_nan=True)),
+            "tables.txt": lambda p: p.write_text(tables + "\n"),
+        }
+        if plot is None:
+            files["e2e_vs_burst.png"] = lambda p: plot_e2e_vs_burst(records, p, fmt="png")
+        write_folder(out_dir, files)
+    return no_success_exit(records, "sweep")

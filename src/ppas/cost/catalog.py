@@ -199,3 +199,10 @@ for _m in (
     ModelArch("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, False),
 ):
     MODELS.add(_m.name, _m)
+
+#: Each model's context (``max_position_embeddings`` of its config.json): vLLM's default
+#: max_model_len, above which it rejects a request (prompt + output).
+MAX_MODEL_LEN: dict[str, int] = {
+    "qwen2.5-0.5b": 32768, "qwen2.5-3b": 32768, "qwen2.5-7b": 32768, "smollm3-3b": 65536,
+    "llama3.2-1b": 131072, "llama3.2-3b": 131072, "qwen3-0.6b": 40960, "qwen3-8b": 40960,
+}

@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -112,18 +110,10 @@ class FittedCostModel(CostModel):
         }
 
     def to_file(self, path: str | Path) -> None:
-        """Write JSON atomically (a temporary file renamed over ``path``)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f, indent=1, allow_nan=False)
-                f.write("\n")
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write JSON atomically (``ppas.outputs``)."""
+        from ppas.outputs import write_json_atomic
+
+        write_json_atomic(path, self.to_dict())
 
     @classmethod
     def from_file(cls, path: str | Path) -> FittedCostModel:
@@ -150,6 +140,9 @@ class FittedCostModel(CostModel):
         for n in COEFFICIENTS:
             if not isinstance(coef[n], int | float) or isinstance(coef[n], bool):
                 raise PpasError(f"{p}: coefficient {n} must be a number, got {coef[n]!r}")
+        sources = obj.get("sources") or []
+        if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+            raise PpasError(f"{p}: \"sources\" must be a list of file names, got {sources!r:.60}")
         stats = None
         if isinstance(obj.get("fit"), dict):
             try:
@@ -162,7 +155,7 @@ class FittedCostModel(CostModel):
                 stats = None  # fit statistics are informative only
         try:
             return cls(**{n: float(coef[n]) for n in COEFFICIENTS}, kv_capacity_tokens=kv,
-                       stats=stats, sources=tuple(map(str, obj.get("sources") or ())))
+                       stats=stats, sources=tuple(sources))
         except PpasError as e:
             raise PpasError(f"{p}: {e}") from None
 

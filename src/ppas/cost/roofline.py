@@ -134,6 +134,12 @@ class RooflineCostModel(CostModel):
         # KV capacity: vLLM's budget minus weights, activations for one full step, reserve.
         act_bytes = max_num_batched_tokens * (m.hidden * 6 + 2 * m.intermediate) * 2
         free = hw.mem_gb * 1e9 * p.mem_util - m.weight_bytes / tp - act_bytes - p.reserve_gb * 1e9
+        if free <= 0 and free + act_bytes > 0:  # the step's activations, not the weights
+            raise PpasError(
+                f"max_num_batched_tokens={max_num_batched_tokens} needs {act_bytes / 1e9:.1f} GB "
+                f"of activations and leaves no KV cache for {m.name} on {hw.name} "
+                f"({hw.mem_gb:g} GB); lower the policy's token budget"
+            )
         if free <= 0:
             raise PpasError(
                 f"model {m.name} ({m.weight_bytes / 1e9:.1f} GB of weights) leaves no KV cache "

@@ -1,0 +1,175 @@
+"""Output files, the one place that writes them.
+
+Invariants, for every file a ``ppas`` command writes (JSON, text, plots, step-log fits):
+
+* the path is checked before any work starts (``check_output_file``/``check_output_dir``):
+  not a folder, not under a file, in a folder we can create files in, and never one of the
+  command's inputs; a bad path is a one-line ``PpasError``;
+* it is written atomically (``write_atomic``/``atomic_output``): a temporary file in the same
+  folder, flushed and fsynced, renamed over the target. Readers see the old file or the whole
+  new one; a failure (or Ctrl-C) removes the temporary file, so nothing half-written stays;
+* a folder of several files (``write_folder``) is staged completely before any file of it
+  is published, so a failure leaves the folder as it was (or absent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ppas.errors import PpasError
+
+StrPath = str | os.PathLike[str]
+
+
+def _nearest_existing(p: Path) -> Path:
+    a = p
+    while not os.path.lexists(a) and a != a.parent:
+        a = a.parent
+    return a
+
+
+def _check_writable_dir(d: Path, what: str, target: Path) -> None:
+    """``d`` (the folder ``target`` goes in, maybe not created yet) can take new files."""
+    base = _nearest_existing(d)
+    if not base.is_dir():
+        raise PpasError(f"{what} {str(target)!r}: {str(base)!r} is a file, not a folder")
+    try:  # a real probe: os.access() says yes to root on folders it cannot write
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".ppas-probe-")
+    except OSError as e:
+        raise PpasError(f"{what} {str(target)!r}: cannot create files in {str(base)!r} "
+                        f"({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def check_output_file(path: StrPath, what: str, inputs: Iterable[StrPath] = ()) -> Path:
+    """Validate a file destination before work starts; returns it as a Path."""
+    p = Path(path)
+    if p.is_dir():
+        raise PpasError(f"{what} {str(p)!r} is a folder; give a file name")
+    for i in inputs:
+        if _same_file(p, Path(i)):
+            raise PpasError(f"{what} {str(p)!r} is also an input; refusing to overwrite it "
+                            "(give another file name)")
+    _check_writable_dir(p.parent, what, p)
+    return p
+
+
+def check_output_dir(path: StrPath, what: str, inputs: Iterable[StrPath] = ()) -> Path:
+    """Validate a destination folder (existing or to be created) before work starts."""
+    p = Path(path)
+    if os.path.lexists(p) and not p.is_dir():
+        raise PpasError(f"{what} {str(p)!r} exists and is not a folder")
+    for i in inputs:
+        ip = Path(i)
+        if _same_file(p, ip):
+            raise PpasError(f"{what} {str(p)!r} is also an input; give another folder")
+    _check_writable_dir(p, what, p)
+    return p
+
+
+@contextmanager
+def atomic_output(path: StrPath) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is fsynced and renamed over
+    ``path``, on any failure removed. For writers that want a file name (matplotlib)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: StrPath, data: str | bytes) -> Path:
+    """Write ``data`` (text is UTF-8) to ``path`` atomically; returns the path."""
+    raw = data.encode() if isinstance(data, str) else data
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(raw)
+    return Path(path)
+
+
+def json_text(obj: Any, allow_nan: bool = False) -> str:
+    return json.dumps(obj, indent=1, allow_nan=allow_nan) + "\n"
+
+
+def write_json_atomic(path: StrPath, obj: Any, allow_nan: bool = False) -> Path:
+    """``obj`` as indented JSON, atomically (no NaN unless ``allow_nan``)."""
+    return write_atomic(path, json_text(obj, allow_nan))
+
+
+def write_new_file(folder: StrPath, stem: str, suffix: str, data: str | bytes) -> Path:
+    """Publish ``data`` under a name no other writer holds: ``stem + suffix``, else
+    ``stem-2 + suffix``, ... The whole file is written first and then hard-linked into
+    place, which fails instead of overwriting when another process took the name."""
+    d = Path(folder)
+    raw = data.encode() if isinstance(data, str) else data
+    d.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=d, prefix=f".{stem}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        for k in range(1, 10_000):
+            target = d / (f"{stem}{suffix}" if k == 1 else f"{stem}-{k}{suffix}")
+            try:
+                os.link(tmp, target)
+                return target
+            except FileExistsError:
+                continue
+        raise PpasError(f"no free file name for {stem}{suffix} in {str(d)!r}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> Path:
+    """Write several files into folder ``path``: each ``files[name](tmp_path)`` writes one
+    file to the path it is given. All are staged first (in a hidden folder beside or inside
+    ``path``); only when every writer succeeded are they renamed into place, each file
+    replacing its old version atomically. On failure the staging folder is removed and
+    ``path`` is untouched (or still absent)."""
+    out = Path(path)
+    fresh = not out.exists()
+    parent = out.parent if fresh else out
+    parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.stage-"))
+    try:
+        for name, write in files.items():
+            target = stage / name
+            write(target)
+            with open(target, "rb+") as f:
+                os.fsync(f.fileno())
+        if fresh:
+            os.replace(stage, out)  # the folder appears complete or not at all
+        else:
+            for name in files:
+                os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return out
+
+
+__all__ = ["atomic_output", "check_output_dir", "check_output_file", "json_text",
+           "write_atomic", "write_folder", "write_json_atomic", "write_new_file"]
