@@ -58,6 +58,7 @@ def test_sweep_plot_and_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert json.loads((tmp_path / "out" / "records.json").read_text())
 
 
+RTX = ["--hardware", "rtx5090", "--model", "qwen2.5-3b"]
 BAD = [
     (["sweep", "--hardware", "rtx9999", "--model", "qwen2.5-3b"], "allowed: rtx5090"),
     (["sweep", "--hardware", "rtx5090", "--model", "gpt-5"], "allowed: qwen2.5-0.5b"),
@@ -77,10 +78,26 @@ BAD = [
     (["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--trace", "/no/such.csv"],
      "does not exist"),
     (["simulate", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--prompt-tokens", "0"],
-     "must be >= 1"),
+     "--prompt-tokens: must be an integer in [1, 10000000], got '0'"),
     (["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b", "--plot", "/tmp/x.bmp"],
      "allowed: .png"),
-    (["simulate", "--max-num-seqs", "abc"], "invalid int value"),
+    (["simulate", "--max-num-seqs", "abc"], "--max-num-seqs: must be an integer in [1, "),
+    # issue 11: tracebacks and missing bounds, each one line naming the bound
+    (["simulate", *RTX, "--phases", "1:0"], "has no requests"),
+    (["simulate", *RTX, "--request-rate", "1", "--burstiness", "inf"],
+     "--burstiness: must be a number in [0.001, 1000], got 'inf'"),
+    (["sweep", *RTX, "--burst-rates", "1e9"], "at most 10000, got '1e9'"),
+    (["simulate", *RTX, "--prompt-tokens", "1e12"], "must be an integer in [1, 10000000]"),
+    (["simulate", *RTX, "--burst-rate", "1e9"], "--burst-rate: must be a number in (0, 10000]"),
+    (["simulate", *RTX, "--phases", "1e300:{burst}"], "phase duration must be in (0, 1e+07] s"),
+    (["simulate", *RTX, "--phases", "1000000:1000"], "the limit is 1,000,000 per trace"),
+    (["simulate", *RTX, "--num-prompts", "1e9", "--request-rate", "1"],
+     "--num-prompts: must be an integer in [1, 1000000]"),
+    (["simulate", *RTX, "--seed", "-1"], "--seed: must be an integer in [0, 4294967295]"),
+    (["simulate", *RTX, "--tp", "0"], "--tp: must be an integer in [1, 1024]"),
+    (["sweep", *RTX, "--seeds", "0,99999999999"], "need integers in [0, 4294967295]"),
+    (["simulate", "--hardware", "h100-sxm-80gb", "--model", "qwen2.5-7b", "--tp", "8",
+      "--configs", "mbt:10000000"], "lower the policy's token budget"),
 ]
 
 

@@ -26,8 +26,10 @@ import json
 import math
 import os
 import random
+import re
+import signal
 import sys
-import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +39,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ppas.errors import PpasError
+from ppas.errors import NO_SUCCESS, PpasError
+from ppas.limits import (
+    MAX_BURSTINESS,
+    MAX_CONCURRENCY,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_TIMEOUT_S,
+    MAX_VOCAB,
+    MAX_WARMUPS,
+    MIN_BURSTINESS,
+    float_arg,
+    int_arg,
+)
+from ppas.outputs import (
+    check_output_dir,
+    check_output_file,
+    json_text,
+    write_json_atomic,
+    write_new_file,
+)
 from ppas.workload import (
     PAPER_PHASES,
     RequestSpec,
@@ -51,6 +75,8 @@ if TYPE_CHECKING:
     import aiohttp
 
 PREFIX_TOKENS = 128  # spec: each prompt starts with 128 random ids (defeats prefix caching)
+DEFAULT_VOCAB = 32000  # prefix ids when the served model's vocabulary cannot be known
+DEFAULT_FILLER = 1000
 METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_NAMES = {
     "ttft": "Time to First Token",
@@ -108,6 +134,7 @@ class BenchResult:
     duration_s: float  # first submission -> last request ended (success or failure)
     description: str = ""
     interrupted: bool = False  # Ctrl-C: unfinished requests are failed as "cancelled"
+    interrupted_by: str = ""  # "SIGINT" / "SIGTERM" when a signal stopped the run
 
     def summary(
         self,
@@ -199,6 +226,7 @@ def summarize(
         "failed": len(o) - len(ok),
         "num_requests": len(o),
         "interrupted": result.interrupted,
+        "interrupted_by": result.interrupted_by,
         "failure_reasons": dict(Counter(r.error.split(":")[0] for r in o if not r.success)),
         "duration": dur,
         "makespan": makespan,
@@ -304,6 +332,12 @@ def normalize_base_url(url: str) -> str:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PpasError(f"bad --base-url {url!r}; expected http://HOST:PORT (optionally /v1)")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise PpasError(f"bad --base-url {url!r}: the port must be in [1, 65535]")
     base = url.strip().rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
@@ -313,9 +347,11 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 async def check_server(session: aiohttp.ClientSession, base_url: str, model: str,
-                       timeout_s: float = 10.0) -> None:
+                       timeout_s: float = 10.0) -> dict[str, Any]:
     """Fail with one line when nothing answers at ``base_url`` or ``model`` is not served.
-    Probes ``/v1/models``, then ``/health`` for servers without a model list."""
+    Probes ``/v1/models``, then ``/health`` for servers without a model list. Returns the
+    served model's card (vLLM's gives ``root``, the model path, and ``max_model_len``), or
+    ``{}`` when the server lists none."""
     import aiohttp
 
     to = aiohttp.ClientTimeout(total=timeout_s)
@@ -324,17 +360,19 @@ async def check_server(session: aiohttp.ClientSession, base_url: str, model: str
             if r.status == 200:
                 try:
                     data = await r.json(content_type=None)
-                    ids = [m["id"] for m in data.get("data", []) if isinstance(m, dict)]
+                    cards = [m for m in data.get("data", []) if isinstance(m, dict)]
+                    ids = [m["id"] for m in cards]
                 except (ValueError, KeyError, AttributeError, TypeError):
-                    return  # answered, but not with an OpenAI model list: still a server
+                    return {}  # answered, but not with an OpenAI model list: still a server
                 if ids and model not in ids:
                     raise PpasError(f"model {model!r} is not served at {base_url}; "
                                     f"served: {', '.join(map(str, ids))}")
-                return
+                return next((c for c in cards if c["id"] == model), {})
         async with session.get(f"{base_url}/health", timeout=to) as r:
             if r.status != 200:
                 raise PpasError(f"server at {base_url} answers /v1/models and /health with "
                                 f"HTTP {r.status}; is it an OpenAI-compatible server?")
+            return {}
     except aiohttp.ClientConnectorError as e:
         why = e.os_error.strerror or str(e.os_error)
         raise PpasError(f"cannot connect to {base_url} ({_one_line(why)}); is the server "
@@ -431,6 +469,46 @@ async def _send(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
         out.error = f"bad stream: {_one_line(str(e))}"
 
 
+# ---------------------------------------------------------------- the model's vocabulary
+
+
+def model_vocab_size(folder: str | os.PathLike[str]) -> int | None:
+    """How many token ids a local model folder accepts: the tokenizer's largest id + 1
+    (``tokenizer.json``: vocabulary and added tokens; vLLM rejects larger ids as "out of
+    vocabulary"), capped by ``config.json``'s ``vocab_size``; None when neither is readable."""
+    d = Path(folder)
+    sizes = []
+    try:
+        tok = json.loads((d / "tokenizer.json").read_text())
+        vocab = tok["model"]["vocab"]
+        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+        ids += [t["id"] for t in tok.get("added_tokens") or []]
+        sizes.append(max(int(i) for i in ids) + 1)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    try:
+        sizes.append(int(json.loads((d / "config.json").read_text())["vocab_size"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    sizes = [n for n in sizes if n >= 1]
+    return min(sizes) if sizes else None
+
+
+def resolve_vocab_size(model: str, card: Mapping[str, Any]) -> tuple[int, str | None]:
+    """The prefix-id range for ``--prompt-format tokens``: the served model's vocabulary,
+    read from ``model`` when it is a local folder, else from the folder the server reports
+    (vLLM's ``/v1/models`` ``root``). Returns (size, None), or (DEFAULT_VOCAB, a one-line
+    note) when no folder can be read."""
+    for where in (model, card.get("root")):
+        if isinstance(where, str) and where and Path(where).is_dir():
+            n = model_vocab_size(where)
+            if n is not None:
+                return n, None
+    return DEFAULT_VOCAB, (f"the vocabulary of {model!r} is unknown (no local model folder "
+                           f"and the server reports none); prefix ids are drawn from "
+                           f"[0, {DEFAULT_VOCAB}): set --vocab-size to the model's")
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -458,8 +536,8 @@ async def run_trace(
     *,
     prompt_seed: int = 0,
     prompt_format: str = "tokens",
-    vocab_size: int = 32000,
-    filler_id: int = 1000,
+    vocab_size: int | None = None,
+    filler_id: int | None = None,
     request_timeout_s: float = 1800.0,
     max_concurrency: int | None = None,
     num_warmups: int = 0,
@@ -467,6 +545,7 @@ async def run_trace(
     on_start: Callable[[], None] | None = None,
     on_done: Callable[[RequestOutcome], None] | None = None,
     keep_partial_on_cancel: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Replay ``trace`` (request i submitted ``arrival_i - arrival_0`` s after the start)
     and return one outcome per request. Request i's prompt prefix is seeded by
@@ -476,17 +555,18 @@ async def run_trace(
     own part as above: the server's prefix cache sees exactly the trace's sharing.
     Raises PpasError only before the run (bad URL, server down, failed warm-up); trouble
     during the run is recorded per request.
+    ``vocab_size`` None takes the served model's vocabulary (``resolve_vocab_size``; a note
+    goes to ``log``, default stderr, when it cannot be known); ``filler_id`` None is
+    ``min(1000, vocab_size - 1)``.
     ``on_start`` is called when the measured run begins, ``on_done`` per request. With
-    ``keep_partial_on_cancel``, a cancellation (Ctrl-C) returns the partial result with
-    unfinished requests failed as ``cancelled`` instead of raising."""
-    import aiohttp
-
+    ``keep_partial_on_cancel``, a cancellation, SIGINT or SIGTERM (in the main thread: the
+    run installs handlers for both) returns the partial result with unfinished requests
+    failed as ``cancelled`` instead of raising; a signal before the measured run starts
+    raises ``Interrupted``."""
     if prompt_format not in ("tokens", "text"):
         raise PpasError(f"unknown prompt format {prompt_format!r}; allowed: tokens, text")
     if usage not in USAGE_MODES:
         raise PpasError(f"unknown usage mode {usage!r}; allowed: {', '.join(USAGE_MODES)}")
-    if not 0 <= filler_id < vocab_size:
-        raise PpasError(f"filler token id {filler_id} must be in [0, vocab size {vocab_size})")
     if len(trace) == 0:
         raise PpasError("the trace has no requests")
     if prompt_format == "text" and any(r.prefix for r in trace):
@@ -498,16 +578,82 @@ async def run_trace(
     t_first = reqs[0].arrival_s
     outcomes = [RequestOutcome(i, r.arrival_s, r.arrival_s - t_first, r.prompt_tokens,
                                r.output_tokens) for i, r in enumerate(reqs)]
+    caught: list[signal.Signals] = []
+    installed = _install_signal_handlers(caught) if keep_partial_on_cancel else []
+    try:
+        return await _run(base, url, model, trace, outcomes, prompt_seed, prompt_format,
+                          vocab_size, filler_id, request_timeout_s, max_concurrency,
+                          num_warmups, usage, on_start, on_done, keep_partial_on_cancel,
+                          log, caught)
+    except asyncio.CancelledError:
+        if caught:  # a signal before the measured run: nothing to keep
+            raise Interrupted(caught[0]) from None
+        raise
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM before the measured run started; the CLI exits 128 + signal."""
+
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(sig.name)
+        self.signum = int(sig)
+
+
+def _install_signal_handlers(caught: list[signal.Signals]) -> list[signal.Signals]:
+    """SIGINT and SIGTERM cancel the current task once (what Ctrl-C does under asyncio.run),
+    so ``timeout``, ``kill`` and a container stop keep the partial results too."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not caught:  # a second signal must not cut the clean-up short
+            caught.append(sig)
+            task.cancel()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    return installed
+
+
+async def _run(base: str, url: str, model: str, trace: Trace, outcomes: list[RequestOutcome],
+               prompt_seed: int, prompt_format: str, vocab_size: int | None,
+               filler_id: int | None, request_timeout_s: float, max_concurrency: int | None,
+               num_warmups: int, usage: str, on_start: Callable[[], None] | None,
+               on_done: Callable[[RequestOutcome], None] | None, keep_partial_on_cancel: bool,
+               log: Callable[[str], None] | None, caught: list[signal.Signals]) -> BenchResult:
+    import aiohttp
+
+    reqs = trace.requests
     # No client-side connection cap: concurrency is the trace's (or --max-concurrency).
     # aiohttp's default 300 s total timeout is replaced by the per-request one in _send.
     connector = aiohttp.TCPConnector(limit=0)
     no_timeout = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(connector=connector, timeout=no_timeout) as session:
-        await check_server(session, base, model)
+        card = await check_server(session, base, model)
+        if prompt_format == "tokens" and vocab_size is None:
+            vocab_size, note = resolve_vocab_size(model, card)
+            if note is not None:
+                (log or _log_stderr)(note)
+        vocab = vocab_size or DEFAULT_VOCAB
+        filler = min(DEFAULT_FILLER, vocab - 1) if filler_id is None else filler_id
+        if prompt_format == "tokens" and not 0 <= filler < vocab:
+            raise PpasError(f"filler token id {filler} must be in [0, vocab size {vocab})")
         for k in range(num_warmups):  # same shape as the first request, distinct prefixes
             w = RequestOutcome(-1 - k, 0.0, 0.0, reqs[0].prompt_tokens, reqs[0].output_tokens)
-            body = _payload(model, _prompt(reqs[0], w.index, prompt_seed, prompt_format, vocab_size,
-                                           filler_id), w.requested_tokens, usage)
+            body = _payload(model, _prompt(reqs[0], w.index, prompt_seed, prompt_format, vocab,
+                                           filler), w.requested_tokens, usage)
             await _send(session, url, body, w, time.perf_counter(), request_timeout_s)
             if not w.success:
                 raise PpasError(f"warm-up request {k + 1} failed: {w.error}")
@@ -518,10 +664,11 @@ async def run_trace(
 
         async def one(out: RequestOutcome) -> None:
             spec = reqs[out.index]
-            body = _payload(model, _prompt(spec, out.index, prompt_seed, prompt_format, vocab_size,
-                                           filler_id), spec.output_tokens, usage)
             start = t0 + out.scheduled_s
             await asyncio.sleep(max(0.0, start - time.perf_counter()))
+            # Built at its send time: long prompts of a long trace are never all in memory.
+            body = _payload(model, _prompt(spec, out.index, prompt_seed, prompt_format, vocab,
+                                           filler), spec.output_tokens, usage)
             try:
                 if sem is None:
                     await _send(session, url, body, out, start, request_timeout_s)
@@ -548,26 +695,15 @@ async def run_trace(
                 if not o.success and not o.error:
                     o.error = "cancelled: run interrupted before this request finished"
         ends = [o.end_s for o in outcomes if o.end_s is not None]
-    return BenchResult(outcomes, max(ends, default=0.0), trace.description, interrupted)
+    return BenchResult(outcomes, max(ends, default=0.0), trace.description, interrupted,
+                       caught[0].name if caught else "")
+
+
+def _log_stderr(msg: str) -> None:
+    print(f"ppas bench: note: {msg}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- results file
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and rename: readers see the
-    old file or the whole new one, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------- CLI
@@ -578,18 +714,21 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("trace (one of --phases, --request-rate, --trace)")
     g.add_argument("--phases", help=f"piecewise-Poisson phases DUR:RATE,... (default the "
                    f"paper's {PAPER_PHASES!r}); {{burst}} is --burst-rate")
-    g.add_argument("--burst-rate", type=float, default=1.0,
+    g.add_argument("--burst-rate", type=float_arg(0, MAX_RATE, lo_open=True), default=1.0,
                    help="requests/s substituted for {burst} in --phases (default 1.0)")
-    g.add_argument("--request-rate", type=float,
+    g.add_argument("--request-rate", type=float_arg(0, MAX_RATE, lo_open=True, allow_inf=True),
                    help="gamma arrivals at this mean rate (vllm bench serve); inf = all at once")
-    g.add_argument("--burstiness", type=float, default=1.0,
+    g.add_argument("--burstiness", type=float_arg(MIN_BURSTINESS, MAX_BURSTINESS), default=1.0,
                    help="gamma shape with --request-rate: 1 Poisson, < 1 burstier (default 1)")
-    g.add_argument("--num-prompts", type=int, default=100,
+    g.add_argument("--num-prompts", type=int_arg(1, MAX_REQUESTS), default=100,
                    help="requests with --request-rate (default 100)")
     g.add_argument("--trace", metavar="FILE", help="a CSV/JSONL trace file (ppas.workload)")
-    g.add_argument("--seed", type=int, default=0, help="arrivals and prompt prefixes (default 0)")
-    g.add_argument("--prompt-tokens", type=int, help="prompt length (default 25000, the paper)")
-    g.add_argument("--output-tokens", type=int, help="output length (default 32, the paper)")
+    g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
+                   help="arrivals and prompt prefixes (default 0)")
+    g.add_argument("--prompt-tokens", type=int_arg(1, MAX_PROMPT_TOKENS),
+                   help="prompt length (default 25000, the paper)")
+    g.add_argument("--output-tokens", type=int_arg(1, MAX_OUTPUT_TOKENS),
+                   help="output length (default 32, the paper)")
 
 
 def trace_from_args(args: argparse.Namespace) -> Trace:
@@ -656,20 +795,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model name as served (see /v1/models)")
     add_trace_arguments(p)
     g = p.add_argument_group("requests")
-    g.add_argument("--prompt-seed", type=int,
+    g.add_argument("--prompt-seed", type=int_arg(0, MAX_SEED),
                    help="seed of the prompts' random prefixes (default --seed); change it to "
                    "replay a trace on the same server without prefix-cache hits")
     g.add_argument("--prompt-format", choices=("tokens", "text"), default="tokens",
                    help="token ids in the paper's shape (default) or approximate text")
-    g.add_argument("--vocab-size", type=int, default=32000,
-                   help="random prefix ids are drawn from [0, N) (default 32000; must not "
-                   "exceed the model's vocabulary)")
-    g.add_argument("--filler-token", type=int, default=1000,
-                   help="the id repeated after the prefix (default 1000)")
-    g.add_argument("--request-timeout", type=float, default=1800.0,
+    g.add_argument("--vocab-size", type=int_arg(1, MAX_VOCAB),
+                   help="random prefix ids are drawn from [0, N) (default: the served model's "
+                   f"vocabulary, from --model or the server's model folder; else {DEFAULT_VOCAB})")
+    g.add_argument("--filler-token", type=int_arg(0, MAX_VOCAB - 1),
+                   help=f"the id repeated after the prefix (default {DEFAULT_FILLER}, or the "
+                   "last id of a smaller vocabulary)")
+    g.add_argument("--request-timeout", type=float_arg(0, MAX_TIMEOUT_S, lo_open=True),
+                   default=1800.0,
                    help="seconds a request may take after sending; then it fails (default 1800)")
-    g.add_argument("--max-concurrency", type=int, help="cap on requests in flight (default none)")
-    g.add_argument("--num-warmups", type=int, default=0,
+    g.add_argument("--max-concurrency", type=int_arg(1, MAX_CONCURRENCY),
+                   help="cap on requests in flight (default none)")
+    g.add_argument("--num-warmups", type=int_arg(0, MAX_WARMUPS), default=0,
                    help="sequential unmeasured requests shaped like the first one (default 0)")
     g.add_argument("--stream-usage", choices=USAGE_MODES, default="continuous",
                    help="stream_options usage to request: per chunk (default), final, off")
@@ -681,28 +823,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "ttft,tpot,itl)")
     g.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,95,99")
     g.add_argument("--save-result", action="store_true", help="write a JSON results file")
-    g.add_argument("--result-dir", default=".", help="folder for --save-result (default .)")
+    g.add_argument("--result-dir", help="folder for --save-result (default .)")
     g.add_argument("--result-filename", help="file name for --save-result (default "
-                   "bench-MODEL-YYYYmmdd-HHMMSS.json)")
+                   "bench-MODEL-YYYYmmdd-HHMMSS.json, with -2, -3, ... when that is taken)")
     g.add_argument("--json", action="store_true",
                    help="print one JSON object of run metrics to stdout (no table, no bar)")
     g.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+
+
+def result_destination(args: argparse.Namespace) -> Path | None:
+    """Where ``--save-result`` will write, checked before the run (``ppas.outputs``): the
+    given file (never the --trace input), else the folder a fresh name will be made in."""
+    if not args.save_result:
+        if args.result_dir is not None or args.result_filename is not None:
+            raise PpasError("--result-dir/--result-filename need --save-result")
+        return None
+    folder = Path(args.result_dir or ".")
+    if args.result_filename is not None:
+        if not args.result_filename or Path(args.result_filename).name != args.result_filename:
+            raise PpasError(f"--result-filename {args.result_filename!r} must be a file name "
+                            "(put the folder in --result-dir)")
+        inputs = [args.trace] if args.trace else []
+        return check_output_file(folder / args.result_filename, "--result-filename", inputs)
+    return check_output_dir(folder, "--result-dir")
+
+
+def save_result(dest: Path, args: argparse.Namespace, record: Mapping[str, Any],
+                started: datetime) -> Path:
+    """Write the results file atomically: over the named file, or under a fresh
+    ``bench-MODEL-TIME[-k].json`` name that no concurrent bench can also take."""
+    if args.result_filename is not None:
+        return write_json_atomic(dest, record)
+    text = json_text(record)
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(args.model.rstrip("/")).name) or "model"
+    return write_new_file(dest, f"bench-{model}-{started:%Y%m%d-%H%M%S}", ".json", text)
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     normalize_base_url(args.base_url)  # fail fast, before building a long trace
-    for name in ("vocab_size", "request_timeout", "max_concurrency", "num_prompts"):
-        v = getattr(args, name)
-        if v is not None and not v > 0:
-            raise PpasError(f"--{name.replace('_', '-')} must be > 0, got {v}")
-    if args.num_warmups < 0:
-        raise PpasError(f"--num-warmups must be >= 0, got {args.num_warmups}")
     goodput = parse_goodput(args.goodput)
     pmetrics = _parse_list(args.percentile_metrics, "--percentile-metrics", METRICS)
     percentiles = parse_percentiles(args.metric_percentiles)
+    if args.vocab_size is not None and args.filler_token is not None and (
+            args.filler_token >= args.vocab_size):
+        raise PpasError(f"--filler-token {args.filler_token} must be < --vocab-size "
+                        f"{args.vocab_size}")
     trace = trace_from_args(args)
+    dest = result_destination(args)  # before the run: a bad folder must not lose it
     started = datetime.now()
     bars: list[tqdm[Any]] = []  # opened once the server answered: no bar before an error
 
@@ -724,19 +893,26 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     summary = result.summary(goodput, pmetrics, percentiles)
-    if args.save_result:
-        name = args.result_filename or (
-            f"bench-{Path(args.model).name}-{started:%Y%m%d-%H%M%S}.json")
-        path = Path(args.result_dir) / name
+    # The table first: whatever happens to the file, the run is on the terminal.
+    if args.json:
+        print(json.dumps(summary, allow_nan=False), flush=True)
+    else:
+        print(format_table(summary, pmetrics, percentiles), flush=True)
+    if dest is not None:
         record = {"date": started.isoformat(timespec="seconds"), "backend": "openai",
                   "base_url": args.base_url, "model": args.model, "trace": trace.description,
                   "seed": args.seed, "prompt_format": args.prompt_format, **summary,
                   **result.per_request()}
-        write_json_atomic(path, record)
+        path = save_result(dest, args, record, started)
         if not args.json:
             print(f"results: {path}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(summary, allow_nan=False))
-    else:
-        print(format_table(summary, pmetrics, percentiles))
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        sig = getattr(signal, result.interrupted_by, signal.SIGINT)
+        print(f"ppas bench: interrupted by {sig.name}; partial results above", file=sys.stderr)
+        return 128 + int(sig)
+    if summary["completed"] == 0:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary["failure_reasons"].items()))
+        print(f"ppas bench: no request succeeded ({reasons}); exit code {NO_SUCCESS}",
+              file=sys.stderr)
+        return NO_SUCCESS
+    return 0
