@@ -68,9 +68,33 @@ def test_generate_idempotent_atomic_and_loadable(tmp_path: Path) -> None:
 
 def test_refuses_foreign_folder(tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("mine")
-    with pytest.raises(PpasError, match="is not a tiny model"):
+    with pytest.raises(PpasError, match="not a tiny model's \\(keep.txt\\)"):
         make_tiny_model(tmp_path, **SMALL)
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_never_replaces_a_folder_with_user_files(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: an older tiny model plus the user's files was replaced, deleting them; '.'
+    left a '..old.*' folder; an unwritable folder was a traceback. All fail before any work."""
+    old = tmp_path / "m"
+    old.mkdir()
+    (old / STAMP).write_text(json.dumps({"seed": 99}))
+    (old / "config.json").write_text("{}")
+    (old / "notes.txt").write_text("mine")
+    with pytest.raises(PpasError, match="holds files that are not a tiny model's"):
+        make_tiny_model(old, **SMALL)
+    assert (old / "notes.txt").read_text() == "mine" and (old / STAMP).exists()
+    monkeypatch.chdir(old)
+    for here in (".", str(old), str(tmp_path)):
+        with pytest.raises(PpasError, match="is the current folder"):
+            make_tiny_model(here, **SMALL)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PpasError, match="is a file, not a folder"):
+        make_tiny_model(tmp_path / "file" / "m", **SMALL)
+    with pytest.raises(PpasError, match="cannot create files in '/sys'"):  # read-only for all
+        make_tiny_model("/sys/ppas-tiny", **SMALL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "m"]
 
 
 def test_server_command_and_bad_input(tmp_path: Path) -> None:

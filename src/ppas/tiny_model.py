@@ -21,6 +21,12 @@ from ppas.errors import PpasError
 
 #: Written last; its presence (with matching settings) marks a complete folder.
 STAMP = "ppas_tiny_model.json"
+#: Everything a tiny-model folder may hold; a folder with anything else is never replaced.
+MODEL_FILES = frozenset({
+    STAMP, "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+    "added_tokens.json", "chat_template.jinja",
+})
 MAX_PARAMS = 60_000_000
 
 
@@ -130,6 +136,29 @@ def _matches(out: Path, cfg: TinyModelConfig) -> bool:
         return False
 
 
+def check_model_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """The folder to (re)write, checked before any work: creatable, not the working folder
+    or one above it, and either absent, empty, or an earlier tiny model with no other files
+    (so replacing it can delete nothing of the user's). Returns the absolute path."""
+    from ppas.outputs import check_output_dir
+
+    out = Path(os.path.abspath(out_dir))
+    cwd = Path.cwd().resolve()
+    if out.exists() and (out.resolve() == cwd or out.resolve() in cwd.parents):
+        raise PpasError(f"{str(out_dir)!r} is the current folder (or holds it); give a new "
+                        "folder name, e.g. ./tiny-model")
+    check_output_dir(out, "model folder")
+    if out.is_dir():
+        other = sorted(p.name for p in out.iterdir() if p.name not in MODEL_FILES)
+        if other:
+            raise PpasError(f"{out} holds files that are not a tiny model's "
+                            f"({', '.join(other[:3])}{', ...' if len(other) > 3 else ''}); "
+                            "remove them or give another folder")
+        if any(out.iterdir()) and not (out / STAMP).exists():
+            raise PpasError(f"{out} exists and is not a tiny model; remove it first")
+    return out
+
+
 def make_tiny_model(
     out_dir: str | os.PathLike[str],
     *,
@@ -157,11 +186,9 @@ def make_tiny_model(
         max_position_embeddings=max_position_embeddings,
         seed=seed,
     )
-    out = Path(out_dir)
+    out = check_model_dir(out_dir)
     if _matches(out, cfg):
         return out
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / STAMP).exists())):
-        raise PpasError(f"{out} exists and is not a tiny model; remove it first")
 
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

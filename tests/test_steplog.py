@@ -1,0 +1,108 @@
+"""The step log (``ppas.steplog``): versioned run headers, per-step durability under SIGKILL,
+tolerant reading of a truncated last line (issue 11). No vLLM needed: the writer is ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ppas.calibrate import read_step_log
+from ppas.errors import PpasError
+from ppas.steplog import (
+    FORMAT_VERSION,
+    StepLogHeader,
+    StepLogRecord,
+    StepLogWriter,
+    read_step_log_runs,
+)
+
+HEADER: StepLogHeader = {"ppas_step_log": FORMAT_VERSION, "started": "2026-01-01T00:00:00",
+                         "started_unix": 0.0, "pid": 1, "policy": "mbt:2048",
+                         "cost_model": None, "server": {"max_num_batched_tokens": 2048}}
+
+
+def record(step: int) -> StepLogRecord:
+    return {"step": step, "time": float(step), "duration_s": 0.01 + step * 1e-4,
+            "interval_s": 0.01, "pending_prefills": 1, "running_decodes": step % 3,
+            "prefill_budget": 2048, "num_prefill_tokens": 100 + step, "num_decode_tokens": 2,
+            "num_prefill_reqs": 1, "num_decode_reqs": 2, "prefill_chunks": [[100 + step, 0]],
+            "decode_contexts": [50, 60]}
+
+
+def test_sigkill_loses_at_most_the_current_step(tmp_path: Path) -> None:
+    """Issue 11: 100 steps written, then SIGKILL, left 0 lines (a 256-step buffer)."""
+    log = tmp_path / "steps.jsonl"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_steplog import HEADER, record
+        from ppas.steplog import StepLogWriter
+        w = StepLogWriter({str(log)!r}, HEADER)
+        for i in range(1, 101):
+            w.write(record(i))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    (run,) = read_step_log_runs(log).runs
+    assert run.header == HEADER and [r["step"] for _, r in run.records] == list(range(1, 101))
+
+
+def test_runs_appended_to_one_file_are_told_apart(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    for n in (3, 5):
+        w = StepLogWriter(str(log), {**HEADER, "pid": n})
+        for i in range(1, n + 1):
+            w.write(record(i))
+        w.close()
+    runs = read_step_log_runs(log).runs
+    assert [(r.header["pid"] if r.header else None, len(r.records)) for r in runs] == [(3, 3),
+                                                                                        (5, 5)]
+    assert len(read_step_log(log)) == 8
+    assert len(read_step_log(log, skip_steps=2)) == 1 + 3  # warm-up skipped per server run
+
+
+def test_truncated_last_line_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    w = StepLogWriter(str(log), HEADER)
+    for i in range(1, 11):
+        w.write(record(i))
+    w.close()
+    with open(log, "ab") as f:
+        f.write(json.dumps(record(11)).encode()[:37])  # what a kill mid-write leaves
+    warnings: list[str] = []
+    assert len(read_step_log(log, warn=warnings.append)) == 10
+    assert len(warnings) == 1 and f"{log}:12: skipped a truncated last line" in warnings[0]
+    # A bad line that is not the last one (or ends with a newline) is still an error.
+    with open(log, "ab") as f:
+        f.write(b"\n")
+    with pytest.raises(PpasError, match=r"steps.jsonl:12: invalid JSON"):
+        read_step_log(log)
+
+
+def test_format_0_logs_still_read_and_unknown_versions_are_named(tmp_path: Path) -> None:
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(record(i)) + "\n" for i in range(1, 8)))
+    (run,) = read_step_log_runs(old).runs
+    assert run.header is None and len(read_step_log(old)) == 7
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({**HEADER, "ppas_step_log": 99}) + "\n")
+    with pytest.raises(PpasError, match="new.jsonl:1: step log format 99 is not supported"):
+        read_step_log(new)
+
+
+def test_record_type_is_the_writer_and_reader_contract() -> None:
+    """Every key the reader (calibrate) needs is a field of StepLogRecord."""
+    from ppas.calibrate import REQUIRED
+
+    assert set(REQUIRED) <= set(StepLogRecord.__annotations__)
+    assert set(record(1)) == set(StepLogRecord.__annotations__)
+    assert set(HEADER) == set(StepLogHeader.__annotations__)
