@@ -7,7 +7,9 @@ output is built outside the timed region. Stock and plugin calls are interleaved
 alternating every rep) so that drift hits both equally. The headline plugin uses
 ``mbt:<MBT>`` so it schedules exactly what stock does: the ratio is pure plugin overhead
 (view, policy decision, cap hook, step accounting). ``ppas`` (which schedules less prefill
-per step under this pressure) and ``mbt`` with the JSONL step log are reported too.
+per step under this pressure) and ``mbt`` with the JSONL step log are reported too, the log
+written per step (the default: durable under SIGKILL) and with a 256-step buffer (the
+pre-issue-11 default) side by side.
 
     PPAS_TINY_MODEL=.cache/tiny-qwen2 .venv/bin/python benchmarks/plugin_overhead.py
 """
@@ -81,9 +83,15 @@ def main() -> int:
         f"plugin mbt:{MBT} + step log": make_scheduler(
             model, policy=f"mbt:{MBT}", max_num_batched_tokens=MBT, max_num_seqs=512,
             num_blocks=200_000, step_log=f"{log_dir}/steps.jsonl"),
+        f"plugin mbt:{MBT} + log, 256 buf": make_scheduler(
+            model, policy=f"mbt:{MBT}", max_num_batched_tokens=MBT, max_num_seqs=512,
+            num_blocks=200_000, step_log=f"{log_dir}/steps-buffered.jsonl"),
         "plugin ppas (default)": make_scheduler(model, policy="ppas", max_num_batched_tokens=MBT,
                                                 max_num_seqs=512, num_blocks=200_000),
     }
+    # The step log's default writes every step to the OS (durable under SIGKILL); the
+    # buffered variant is the pre-issue-11 behaviour (256 steps per write), for comparison.
+    variants[f"plugin mbt:{MBT} + log, 256 buf"].step_log.flush_every = 256  # type: ignore[attr-defined]
     mixes = {name: Mix(s) for name, s in variants.items()}
     times: dict[str, list[int]] = {name: [] for name in mixes}
     names = list(mixes)

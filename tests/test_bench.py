@@ -42,9 +42,11 @@ class FakeServer:
     honouring ``stream_options``. ``behaviors[i]`` changes what request i gets."""
 
     def __init__(self, behaviors: dict[int, str] | None = None, n: int = 16,
-                 per_chunk: int = 1, service_s: float = 0.0, model: str = "fake") -> None:
+                 per_chunk: int = 1, service_s: float = 0.0, model: str = "fake",
+                 root: str | None = None) -> None:
         self.behaviors = behaviors or {}
         self.model = model
+        self.root = root
         self.per_chunk = per_chunk
         self.service_s = service_s
         self.keys = {tuple(token_prompt(i, SEED, PROMPT, VOCAB, FILLER)[:PREFIX_TOKENS]): i
@@ -55,8 +57,10 @@ class FakeServer:
         self.port = 0
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list",
-                                  "data": [{"id": self.model, "object": "model"}]})
+        card = {"id": self.model, "object": "model"}
+        if self.root is not None:  # vLLM's card names the model folder
+            card["root"] = self.root
+        return web.json_response({"object": "list", "data": [card]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -100,6 +104,7 @@ class FakeServer:
         return resp
 
     def __enter__(self) -> str:
+        FakeServer._last = self  # type: ignore[attr-defined]  # for tests that build argv
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
@@ -421,3 +426,128 @@ def test_prefix_trace_needs_token_prompts() -> None:
     tr = prefix_group_trace(1.0, 3, 0, 1, 64, 16, 1)
     with pytest.raises(PpasError, match="need --prompt-format tokens"):
         asyncio.run(run_trace("http://127.0.0.1:9", "m", tr, prompt_format="text"))
+
+
+# ---------------------------------------------------------------- issue 11
+
+
+def test_results_destination_is_checked_before_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11: a wrong --result-dir was found only after the run, losing it."""
+    trace = tmp_path / "t.jsonl"
+    save_trace(constant_trace(10.0, 2, prompt_tokens=PROMPT, output_tokens=2), trace)
+    (tmp_path / "file").write_text("x")
+    cases = [
+        (["--result-dir", "/sys/ppas"], "cannot create files in '/sys'"),
+        (["--result-dir", str(tmp_path / "file")], "exists and is not a folder"),
+        (["--result-dir", str(tmp_path), "--result-filename", "t.jsonl"], "is also an input"),
+        (["--result-filename", "a/b.json"], "must be a file name"),
+    ]
+    with FakeServer() as base:
+        for extra, why in cases:
+            rc = main(_bench_argv(base, "--trace", str(trace), "--save-result", *extra))
+            err = capsys.readouterr().err
+            assert rc == 2 and err.count("\n") == 1 and why in err, err
+        rc = main(_bench_argv(base, "--trace", str(trace), "--result-dir", str(tmp_path)))
+        assert rc == 2 and "need --save-result" in capsys.readouterr().err
+        assert FakeServer._last.seen == []  # type: ignore[attr-defined]  # nothing was sent
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "t.jsonl"]
+
+
+def test_default_result_names_do_not_collide(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeServer() as base:
+        for _ in range(2):
+            assert main(_bench_argv(base, "--request-rate", "inf", "--num-prompts", "2",
+                                    "--prompt-tokens", str(PROMPT), "--output-tokens", "2",
+                                    "--save-result", "--result-dir", str(tmp_path))) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2 and all(n.startswith("bench-fake-") for n in names), names
+    assert all(json.loads((tmp_path / n).read_text())["completed"] == 2 for n in names)
+
+
+def test_no_successful_request_exits_1(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    with FakeServer({0: "500", 1: "500"}) as base:
+        rc = main(_bench_argv(base, "--request-rate", "inf", "--num-prompts", "2",
+                              "--prompt-tokens", str(PROMPT), "--output-tokens", "2",
+                              "--save-result", "--result-dir", str(tmp_path),
+                              "--result-filename", "r.json", "--disable-tqdm"))
+    cap = capsys.readouterr()
+    assert rc == 1 and "Failed requests:                         2" in cap.out
+    assert "no request succeeded (http 500: 2); exit code 1" in cap.err
+    assert json.loads(out.read_text())["failed"] == 2  # the record is kept all the same
+
+
+def test_port_out_of_range_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_bench_argv("http://127.0.0.1:99999", "--num-prompts", "1",
+                            "--request-rate", "1")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the port must be in [1, 65535]" in err
+
+
+def _tokenizer_folder(path: Path, vocab: int, config_vocab: int) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"vocab_size": config_vocab}))
+    tok = {"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(vocab - 2)}},
+           "added_tokens": [{"id": vocab - 2}, {"id": vocab - 1}]}
+    (path / "tokenizer.json").write_text(json.dumps(tok))
+    return path
+
+
+def test_prefix_ids_come_from_the_served_models_vocabulary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11: ids were drawn from [0, 32000) whatever the model; the tiny model (4096)
+    rejected every request and the run exited 0."""
+    folder = _tokenizer_folder(tmp_path / "m", 600, 640)
+    argv = ["bench", "--request-rate", "inf", "--num-prompts", "4", "--prompt-tokens", "300",
+            "--output-tokens", "2", "--disable-tqdm"]
+    for model, root in ((str(folder), None), ("served-name", str(folder))):
+        with FakeServer(model=model, root=root) as base:
+            srv = FakeServer._last  # type: ignore[attr-defined]
+            assert main([*argv, "--base-url", base, "--model", model]) == 0
+        ids = [i for body in srv.seen for i in body["prompt"]]
+        assert max(ids) < 600 and max(ids) > 300  # the tokenizer's 600, not config's 640
+        assert set(ids[128:300]) == {599}  # filler: the last id of a vocabulary under 1000
+        assert "note" not in capsys.readouterr().err
+    with FakeServer(model="remote") as base:
+        srv = FakeServer._last  # type: ignore[attr-defined]
+        assert main([*argv, "--base-url", base, "--model", "remote"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vocabulary of 'remote' is unknown" in err
+    assert "set --vocab-size" in err
+    assert max(i for body in srv.seen for i in body["prompt"]) < 32000
+
+
+def test_sigterm_keeps_partial_results_like_ctrl_c(tmp_path: Path) -> None:
+    """Issue 11: SIGTERM (``timeout 5 ppas bench``) lost the whole run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with FakeServer({2: "hang", 3: "hang"}, service_s=0.0) as base:
+        srv = FakeServer._last  # type: ignore[attr-defined]
+        srv.behaviors = {2: "hang", 3: "hang"}
+        argv = _bench_argv(base, "--request-rate", "inf", "--num-prompts", "4",
+                           "--prompt-tokens", str(PROMPT), "--output-tokens", "2",
+                           "--save-result", "--result-dir", str(tmp_path),
+                           "--result-filename", "r.json", "--disable-tqdm")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        p = subprocess.Popen([sys.executable, "-m", "ppas.cli", *argv], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(srv.seen) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # requests 0 and 1 finish (2 tokens, 10 ms apart)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "Successful requests:                     2" in out and "Traceback" not in err
+    assert "interrupted by SIGTERM" in err
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["interrupted"] and rec["interrupted_by"] == "SIGTERM"
+    assert rec["completed"] == 2 and rec["failure_reasons"] == {"cancelled": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

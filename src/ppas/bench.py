@@ -911,7 +911,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ppas bench: interrupted by {sig.name}; partial results above", file=sys.stderr)
         return 128 + int(sig)
     if summary["completed"] == 0:
-        reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary["failure_reasons"].items()))
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(summary["failure_reasons"].items()))
         print(f"ppas bench: no request succeeded ({reasons}); exit code {NO_SUCCESS}",
               file=sys.stderr)
         return NO_SUCCESS
