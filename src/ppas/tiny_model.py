@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ppas.errors import PpasError
+from ppas.limits import MAX_MODEL_DIM, MAX_PROMPT_TOKENS, MAX_SEED, int_arg
 
 #: Written last; its presence (with matching settings) marks a complete folder.
 STAMP = "ppas_tiny_model.json"
@@ -189,7 +190,25 @@ def make_tiny_model(
     out = check_model_dir(out_dir)
     if _matches(out, cfg):
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_model_files(tmp, cfg)
+        (tmp / STAMP).write_text(json.dumps(asdict(cfg), indent=2, sort_keys=True))
+        if out.exists():  # an older or different tiny model: replace it
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / "m")
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
+
+def write_model_files(folder: Path, cfg: TinyModelConfig) -> None:
+    """The checkpoint (weights, config, tokenizer) into ``folder`` (the stamp excepted)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -215,39 +234,27 @@ def make_tiny_model(
             if name.endswith(".bias"):
                 p.normal_(0.0, cfg.init_std)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp)
-        cfg_path = tmp / "config.json"
-        data = json.loads(cfg_path.read_text())
-        data["torch_dtype"] = data["dtype"] = "float32"
-        cfg_path.write_text(json.dumps(data, indent=2, sort_keys=True))
-        _build_tokenizer(cfg.vocab_size).save_pretrained(tmp)
-        (tmp / STAMP).write_text(json.dumps(asdict(cfg), indent=2, sort_keys=True))
-        if out.exists():  # an older or different tiny model: replace it
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "m")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    model.save_pretrained(folder)
+    cfg_path = folder / "config.json"
+    data = json.loads(cfg_path.read_text())
+    data["torch_dtype"] = data["dtype"] = "float32"
+    cfg_path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    _build_tokenizer(cfg.vocab_size).save_pretrained(folder)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TinyModelConfig()
     p.add_argument("out_dir", help="folder to write (created atomically)")
-    p.add_argument("--hidden-size", type=int, default=d.hidden_size)
-    p.add_argument("--num-layers", type=int, default=d.num_layers)
-    p.add_argument("--num-heads", type=int, default=d.num_heads)
-    p.add_argument("--num-kv-heads", type=int, default=d.num_kv_heads)
-    p.add_argument("--intermediate-size", type=int, default=d.intermediate_size)
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size)
-    p.add_argument("--max-position-embeddings", type=int, default=d.max_position_embeddings)
-    p.add_argument("--seed", type=int, default=d.seed)
+    size = int_arg(1, MAX_MODEL_DIM)
+    p.add_argument("--hidden-size", type=size, default=d.hidden_size)
+    p.add_argument("--num-layers", type=size, default=d.num_layers)
+    p.add_argument("--num-heads", type=size, default=d.num_heads)
+    p.add_argument("--num-kv-heads", type=size, default=d.num_kv_heads)
+    p.add_argument("--intermediate-size", type=size, default=d.intermediate_size)
+    p.add_argument("--vocab-size", type=size, default=d.vocab_size)
+    p.add_argument("--max-position-embeddings", type=int_arg(1, MAX_PROMPT_TOKENS),
+                   default=d.max_position_embeddings)
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=d.seed)
 
 
 def run(args: argparse.Namespace) -> int:
