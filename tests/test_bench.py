@@ -164,7 +164,9 @@ def test_failures_are_counted_with_reasons_and_every_request_is_saved(
                               "--json", "--save-result", "--result-dir", str(tmp_path),
                               "--result-filename", "r.json", "--goodput", "ttft:10000"))
     assert rc == 0
-    s = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    assert "vocabulary" not in cap.err  # read from the model folder, no note
+    s = json.loads(cap.out)
     assert (s["completed"], s["failed"]) == (3, 5)
     assert s["failure_reasons"] == {"http 500": 1, "connection error": 1, "cut off": 2,
                                     "timeout": 1}
@@ -375,18 +377,19 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
 
     model_dir = os.environ.get("PPAS_TINY_MODEL") or str(
         make_tiny_model(Path(".cache") / "tiny-qwen2"))
-    vocab = json.loads(Path(model_dir, "config.json").read_text())["vocab_size"]
     steps = tmp_path / "steps.jsonl"
     trace = phase_trace("3:1,3:3", 0, 1200, 6)
     with VllmServer(model_dir, policy="mbt:1024", max_num_batched_tokens=1024,
                     step_log=steps) as srv:
         rc = main(["bench", "--base-url", srv.base_url + "/v1", "--model", model_dir,
                    "--phases", "3:1,3:3", "--seed", "0", "--prompt-tokens", "1200",
-                   "--output-tokens", "6", "--vocab-size", str(vocab), "--num-warmups", "1",
+                   "--output-tokens", "6", "--num-warmups", "1",  # vocabulary: the folder's
                    "--json", "--save-result", "--result-dir", str(tmp_path),
                    "--result-filename", "r.json"])
     assert rc == 0
-    s = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    assert "vocabulary" not in cap.err  # read from the model folder, no note
+    s = json.loads(cap.out)
     assert (s["completed"], s["failed"]) == (len(trace), 0)
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["output_lens"] == [6] * len(trace)

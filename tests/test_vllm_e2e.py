@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from vllm_fakes import tiny_model_dir  # noqa: E402
 
 from ppas.errors import PpasError  # noqa: E402
 from ppas.server import VllmServer  # noqa: E402
+from ppas.steplog import FORMAT_VERSION  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -79,20 +82,32 @@ def test_plugin_burst_cap_and_identical_outputs(
     model_dir: str, stock_outputs: list[list[int]], tmp_path: Path
 ) -> None:
     log = tmp_path / "steps.jsonl"
+    total_prompt = sum(p for p, _ in LEADERS + BURST)
+
+    def prefilled() -> int:
+        return sum(r.get("num_prefill_tokens", 0) for r in map(json.loads, log.open()))
+
     with VllmServer(model_dir, policy=POLICY, max_num_batched_tokens=B_MAX, step_log=log,
                     extra_args=EAGER) as srv:
         outputs = asyncio.run(run_burst(srv.base_url, model_dir))
-        deadline = time.monotonic() + 10  # the log is flushed when the engine goes idle
-        while not log.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert "PolicyScheduler with policy " + POLICY in srv.log_tail(10_000)
+        # Durable per step: every step is on disk while the server runs (the last one may
+        # complete a moment after its response), so SIGKILL to the whole group loses none.
+        deadline = time.monotonic() + 10
+        while prefilled() < total_prompt and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert srv._proc is not None
+        os.killpg(os.getpgid(srv._proc.pid), signal.SIGKILL)
 
     expected_lens = [o for _, o in LEADERS + BURST]
     assert [len(o) for o in outputs] == expected_lens  # every request completed
     assert [len(o) for o in stock_outputs] == expected_lens
     assert outputs == stock_outputs  # chunking must not change greedy results
 
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    header, *rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert header["ppas_step_log"] == FORMAT_VERSION and header["policy"] == POLICY
+    assert header["server"]["max_num_batched_tokens"] == B_MAX
+    assert header["server"]["num_kv_blocks"] > 0 and header["server"]["model"] == model_dir
     assert len(rows) > 20
     pressured = [r for r in rows if r["pending_prefills"] >= 2 and r["running_decodes"] > 0]
     assert pressured, "the burst never overlapped running decodes"
@@ -103,7 +118,6 @@ def test_plugin_burst_cap_and_identical_outputs(
     assert sum(r["num_prefill_tokens"] for r in pressured) > 4 * B_CAP
     idle = [r for r in rows if r["running_decodes"] == 0 and r["num_prefill_tokens"] > 0]
     assert max(r["num_prefill_tokens"] for r in idle) > B_CAP  # big chunks when idle
-    total_prompt = sum(p for p, _ in LEADERS + BURST)
     assert sum(r["num_prefill_tokens"] for r in rows) == total_prompt
     assert all(r["duration_s"] > 0 for r in rows)
 
