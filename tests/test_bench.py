@@ -27,9 +27,9 @@ from ppas.bench import (
     summarize,
     text_prompt,
     token_prompt,
-    trace_from_args,
 )
 from ppas.cli import build_parser, main
+from ppas.commands.bench import trace_from_args
 from ppas.errors import PpasError
 from ppas.workload import PAPER_PHASES, constant_trace, gamma_trace, phase_trace, save_trace
 

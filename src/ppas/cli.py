@@ -1,6 +1,7 @@
-"""The ``ppas`` command. Each subcommand lives in the module named after its concept and
-exposes ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports (aiohttp, torch,
-vllm, matplotlib) happen inside ``run`` so ``ppas --help`` stays instant.
+"""The ``ppas`` command: it only dispatches. Each subcommand's parser lives in
+``ppas.commands.<name>`` (``add_arguments(parser)``, ``run(args) -> int``) and calls typed
+functions of the module named after its concept; heavy imports (aiohttp, torch, vllm,
+matplotlib) happen inside ``run`` so ``ppas --help`` stays instant.
 
 Bad input raises ``PpasError`` anywhere below; it is printed as one line, exit code 2.
 Exit codes: 0 success; 1 (``errors.NO_SUCCESS``) a run that completed no request; 2 bad
@@ -19,12 +20,13 @@ from ppas.errors import PpasError
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("ppas.commands.simulate", "simulate one trace under one or more policies"),
     "sweep": ("ppas.commands.sweep", "simulate a grid of burst rates x seeds x policies"),
-    "bench": ("ppas.bench", "replay a trace against an OpenAI-compatible server"),
-    "calibrate": ("ppas.calibrate", "fit a cost model from the vLLM plugin's step log"),
+    "bench": ("ppas.commands.bench", "replay a trace against an OpenAI-compatible server"),
+    "calibrate": ("ppas.commands.calibrate", "fit a cost model from the vLLM plugin's step log"),
     "experiment": ("ppas.commands.experiment",
                    "run a live comparison of arms from a TOML file, with statistics"),
     "profile": ("ppas.commands.profile", "probe a live server and fit a cost model to its steps"),
-    "make-tiny-model": ("ppas.tiny_model", "generate a random-weight Qwen2 model offline"),
+    "make-tiny-model": ("ppas.commands.make_tiny_model",
+                        "generate a random-weight Qwen2 model offline"),
 }
 
 

@@ -9,7 +9,6 @@ with the same settings is left untouched (idempotent).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -18,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ppas.errors import PpasError
-from ppas.limits import MAX_MODEL_DIM, MAX_PROMPT_TOKENS, MAX_SEED, int_arg
 
 #: Written last; its presence (with matching settings) marks a complete folder.
 STAMP = "ppas_tiny_model.json"
@@ -240,28 +238,3 @@ def write_model_files(folder: Path, cfg: TinyModelConfig) -> None:
     data["torch_dtype"] = data["dtype"] = "float32"
     cfg_path.write_text(json.dumps(data, indent=2, sort_keys=True))
     _build_tokenizer(cfg.vocab_size).save_pretrained(folder)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = TinyModelConfig()
-    p.add_argument("out_dir", help="folder to write (created atomically)")
-    size = int_arg(1, MAX_MODEL_DIM)
-    p.add_argument("--hidden-size", type=size, default=d.hidden_size)
-    p.add_argument("--num-layers", type=size, default=d.num_layers)
-    p.add_argument("--num-heads", type=size, default=d.num_heads)
-    p.add_argument("--num-kv-heads", type=size, default=d.num_kv_heads)
-    p.add_argument("--intermediate-size", type=size, default=d.intermediate_size)
-    p.add_argument("--vocab-size", type=size, default=d.vocab_size)
-    p.add_argument("--max-position-embeddings", type=int_arg(1, MAX_PROMPT_TOKENS),
-                   default=d.max_position_embeddings)
-    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=d.seed)
-
-
-def run(args: argparse.Namespace) -> int:
-    sizes = {f: getattr(args, f) for f in ("hidden_size", "num_layers", "num_heads",
-                                            "num_kv_heads", "intermediate_size", "vocab_size",
-                                            "max_position_embeddings", "seed")}
-    out = make_tiny_model(args.out_dir, **sizes)
-    n = TinyModelConfig(**sizes).num_params
-    print(f"tiny Qwen2 model ({n / 1e6:.1f}M params, float32) in {out}")
-    return 0

@@ -1,0 +1,61 @@
+"""``ppas calibrate STEPLOG [STEPLOG...] -o COST.json``: fit ``ppas.cost.fitted``'s step-time
+model to the vLLM plugin's step logs (``ppas.calibrate`` reads them) and report the fit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ppas.calibrate import read_step_log
+from ppas.errors import PpasError
+from ppas.limits import MAX_KV_TOKENS, MAX_SKIP_STEPS, int_arg
+from ppas.outputs import check_output_file
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("steplogs", nargs="+", metavar="STEPLOG",
+                   help="step logs (JSONL) written by the ppas.vllm plugin's step_log")
+    p.add_argument("-o", "--output", required=True, metavar="COST.json",
+                   help="where to write the fitted model (use as --cost-model fitted:FILE)")
+    p.add_argument("--skip-steps", type=int_arg(0, MAX_SKIP_STEPS), default=0, metavar="N",
+                   help="drop the first N steps of each server run in each log (warm-up, "
+                   "compilation; default 0)")
+    p.add_argument("--kv-capacity-tokens", type=int_arg(1, MAX_KV_TOKENS), metavar="N",
+                   help="the server's KV cache size in tokens, stored with the model")
+    p.add_argument("--json", action="store_true", help="print the written model as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ppas.cost.fitted import fit, fit_stats
+
+    for path in args.steplogs:
+        if not Path(path).is_file():
+            raise PpasError(f"step log {path!r} does not exist")
+    check_output_file(args.output, "-o/--output", inputs=args.steplogs)
+    records = []
+    for path in args.steplogs:
+        records += read_step_log(path, args.skip_steps)
+    model = fit(records, kv_capacity_tokens=args.kv_capacity_tokens,
+                sources=[str(Path(p)) for p in args.steplogs])
+    model.to_file(args.output)  # atomically (ppas.outputs)
+    if args.json:
+        print(json.dumps(model.to_dict(), allow_nan=False))
+        return 0
+    assert model.stats is not None
+    print(f"wrote {args.output}")
+    print(f"fit on {model.stats.line()}")
+    prefill = [r for r in records if r[0].num_prefill_tokens > 0]
+    decode = [r for r in records if r[0].num_prefill_tokens == 0 and r[0].num_decodes > 0]
+    for name, part in (("steps with prefill", prefill), ("decode-only steps", decode)):
+        if part:
+            print(f"  {name}: {fit_stats(model, part).line()}")
+    units = {"overhead_s": ("ms", 1e3), "per_prefill_token_s": ("us", 1e6),
+             "per_attn_pair_s": ("ns", 1e9), "per_decode_s": ("us", 1e6),
+             "per_decode_ctx_token_s": ("ns", 1e9)}
+    print("coefficients: " + ", ".join(
+        f"{n.removesuffix('_s')} {getattr(model, n) * k:.4g} {u}"
+        for n, (u, k) in units.items()),
+        file=sys.stdout)
+    return 0
