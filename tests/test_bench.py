@@ -554,3 +554,27 @@ def test_sigterm_keeps_partial_results_like_ctrl_c(tmp_path: Path) -> None:
     assert rec["interrupted"] and rec["interrupted_by"] == "SIGTERM"
     assert rec["completed"] == 2 and rec["failure_reasons"] == {"cancelled": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_sigterm_before_the_run_is_one_line_143() -> None:
+    """A signal while waiting for the server (nothing measured yet): one line, 128 + 15."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as mute:  # accepts connections, never answers
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        p = subprocess.Popen([sys.executable, "-m", "ppas.cli", *_bench_argv(
+            url, "--request-rate", "1", "--num-prompts", "1")], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        mute.settimeout(60)
+        conn, _ = mute.accept()  # the bench is asking /v1/models: its handlers are set
+        with conn:
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGTERM and out == ""
+    assert err.strip() == "ppas bench: interrupted", err

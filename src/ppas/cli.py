@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppas {args.command}: error: needs the optional package {top!r}; install it "
               f"with: pip install 'ppas[{extra}]'", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or bench.Interrupted (SIGINT/SIGTERM)
+        signum = int(getattr(e, "signum", 2))
         print(f"ppas {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signum
     except BrokenPipeError:
         return 0
     except OSError as e:  # e.g. a disk that fills up while writing (paths are checked first)
