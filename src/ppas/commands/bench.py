@@ -127,6 +127,8 @@ def parse_percentiles(text: str) -> list[float]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("exit codes: 0 success; 1 a run completed no request; 2 bad input (one line)"
+                "; 130/143 interrupted by SIGINT/SIGTERM (partial results kept)")
     p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model name as served (see /v1/models)")
     add_trace_arguments(p)

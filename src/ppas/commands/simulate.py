@@ -33,6 +33,8 @@ from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_tr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("exit codes: 0 success; 1 a run completed no request; 2 bad input (one line)"
+                "")
     p.add_argument("--phases", default=None,
                    help=f"DURATION:RATE,... (default {PAPER_PHASES} with --burst-rate)")
     p.add_argument("--burst-rate", type=float_arg(0, MAX_RATE, lo_open=True), default=1.0,

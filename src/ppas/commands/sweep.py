@@ -28,6 +28,8 @@ from ppas.workload import PAPER_PHASES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("exit codes: 0 success; 1 a run completed no request; 2 bad input (one line)"
+                "")
     p.add_argument("--burst-rates", default="0.4,0.6,0.8,1.0,1.2,1.4",
                    help=f"comma-separated requests/s in (0, {MAX_RATE:g}]")
     p.add_argument("--seeds", default="0,1,2,3,4")
