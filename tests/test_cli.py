@@ -98,6 +98,10 @@ BAD = [
     (["sweep", *RTX, "--seeds", "0,99999999999"], "need integers in [0, 4294967295]"),
     (["simulate", "--hardware", "h100-sxm-80gb", "--model", "qwen2.5-7b", "--tp", "8",
       "--configs", "mbt:10000000"], "lower the policy's token budget"),
+    (["simulate", "--cluster", "examples/cluster-colocated.toml", "--mixed", "--duration",
+      "1e9", "--request-rate", "1"], "--duration: must be a number in (0, 1e+07]"),
+    (["simulate", "--cluster", "examples/cluster-colocated.toml", "--instances", "100000000"],
+     "--instances: expected comma-separated integers in [1, 4096]"),
 ]
 
 

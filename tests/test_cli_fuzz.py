@@ -301,3 +301,26 @@ def test_fuzz_demo(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
 
     monkeypatch.setattr(ppas.server.VllmServer, "__enter__", no_server)
     check(argv)
+
+
+CLUSTER = {
+    "--cluster": [str(Path(__file__).resolve().parent.parent / "examples" / f)
+                  for f in ("cluster-colocated.toml", "cluster-disaggregated.toml")]
+                 + ["none.toml", "trace.csv"],
+    "--instances": ["1,2", "0", "1e9", "x"],
+    "--pd-ratios": ["1:1", "0:1", "x"],
+    "--duration": ["5", "1e9", "-1", "x"],
+    "--request-rate": ["2", "0", "1e9"],
+    "--prompt-tokens": ["100", "0", "1e12"],
+    "--plot": ["c.png", "dir", "/sys/ppas/c.png"],
+    "--trace": ["trace.csv", "huge.jsonl"],
+    "--seed": INTS,
+}
+
+
+@settings(FUZZ, max_examples=30)
+@given(argv_strategy(["simulate", "--cluster", str(Path(__file__).resolve().parent.parent
+                                                   / "examples" / "cluster-colocated.toml"),
+                      "--prompt-tokens", "2000"], CLUSTER, ("--mixed", "--json")))
+def test_fuzz_simulate_cluster(argv: list[str]) -> None:
+    check(argv)

@@ -29,6 +29,7 @@ MAX_TIMEOUT_S = 1e6
 MAX_CONCURRENCY = 1_000_000
 MAX_WARMUPS = 1000
 MAX_LIST_ITEMS = 1000  # values in one comma-separated flag (burst rates, seeds)
+MAX_INSTANCES = 4096  # engines in one simulated cluster
 MAX_MODEL_DIM = 1 << 20  # make-tiny-model sizes (the parameter cap binds long before)
 
 

@@ -189,9 +189,11 @@ def mixed_trace(
     ``mix`` = (weight, prompt_min, prompt_max, output_min, output_max) by weight and
     uniform lengths inside it. The default mixes short chat prompts, mid-size RAG prompts
     and long documents (prompt mean ~4k tokens, output mean ~230)."""
-    require(rate > 0 and math.isfinite(rate), f"request rate must be > 0, got {rate}")
-    require(duration_s > 0 and math.isfinite(duration_s),
-            f"duration must be > 0, got {duration_s}")
+    require(0 < rate <= MAX_RATE, f"request rate must be in (0, {MAX_RATE:g}], got {rate}")
+    require(0 < duration_s <= MAX_TIME_S,
+            f"duration must be in (0, {MAX_TIME_S:g}] s, got {duration_s}")
+    require(rate * duration_s <= MAX_REQUESTS, f"rate x duration would make about "
+            f"{rate * duration_s:.3g} requests; the limit is {MAX_REQUESTS:,} per trace")
     require(len(mix) > 0 and all(w > 0 and 1 <= p0 <= p1 and 1 <= o0 <= o1
                                  for w, p0, p1, o0, o1 in mix),
             "mix: need (weight > 0, 1 <= prompt_min <= prompt_max, 1 <= output_min <= "

@@ -10,6 +10,7 @@ from typing import Any
 
 from ppas.cluster.config import ClusterConfig, load_cluster
 from ppas.errors import PpasError
+from ppas.limits import MAX_INSTANCES, MAX_TIME_S, float_arg
 from ppas.workload import Trace, mixed_trace
 
 
@@ -20,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mixed", action="store_true",
                    help="mixed prompt lengths (32-256, 512-4k, 8k-32k tokens) at "
                    "--request-rate for --duration seconds")
-    g.add_argument("--duration", type=float, default=60.0, help="seconds of --mixed arrivals")
+    g.add_argument("--duration", type=float_arg(0, MAX_TIME_S, lo_open=True), default=60.0,
+                   help="seconds of --mixed arrivals")
     g.add_argument("--instances", help="sweep: comma-separated instance counts, e.g. 4,8,16")
     g.add_argument("--pd-ratios", help="sweep (disaggregated): P:D ratios, e.g. 1:3,1:1")
     g.add_argument("--plot", help="write P95 TTFT and TTFT attainment vs instances (.png)")
@@ -31,8 +33,9 @@ def _ints(text: str, what: str) -> list[int]:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         vals = []
-    if not vals or any(v < 1 for v in vals):
-        raise PpasError(f"{what}: expected comma-separated integers >= 1, got {text!r}")
+    if not vals or any(not 1 <= v <= MAX_INSTANCES for v in vals):
+        raise PpasError(f"{what}: expected comma-separated integers in [1, {MAX_INSTANCES}], "
+                        f"got {text!r}")
     return vals
 
 
