@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 from collections.abc import Callable
@@ -57,6 +56,7 @@ from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E
 from ppas.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
 from ppas.state import SchedulerView  # noqa: E402
 from ppas.step_rules import StepTally, pending_prefills  # noqa: E402
+from ppas.steplog import read_step_log_runs  # noqa: E402
 from ppas.vllm import PolicyScheduler  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
@@ -219,7 +219,8 @@ def test_simulator_matches_vllm(model_dir: str, tmp_path: Path, name: str, w: Wo
     cost = FittedCostModel.from_file(cost_file)  # both sides read the same floats
     sim = sim_run(case, reqs, blocks, seqs, cost)
     real = vllm_run(model_dir, case, reqs, blocks, seqs, cost, cost_file, log)
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    (logged,) = read_step_log_runs(log).runs  # one server run: its header, then the steps
+    rows = [r for _, r in logged.records]
     for k, (s, (scheduled, preempted)) in enumerate(zip(sim, real, strict=False)):
         where = f"step {k} of {name} ({len(sim)} simulated, {len(real)} in vLLM)"
         assert (s.scheduled, tuple(sorted(s.preempted))) == (scheduled, preempted), where
