@@ -5,9 +5,9 @@ files, a fitted model, a model folder, a plain file where a folder is expected).
 arguments, the command must: raise nothing but argparse's SystemExit, print no traceback,
 exit 0, 1 (``NO_SUCCESS``: a run that completed no request) or 2 (bad input, one line on
 stderr), leave every input byte for byte as it was, and leave no temporary file or staging
-folder behind. ``ppas bench`` talks to an in-test fake server (or a closed port); the demo
-and make-tiny-model get stubs for the vLLM server and the weights (their argument handling
-and output folders are what is fuzzed here).
+folder behind. ``ppas bench`` talks to an in-test fake server (or a closed port);
+make-tiny-model gets a stub for the weights and ``ppas experiment`` runs with --dry-run (their
+argument handling and output folders are what is fuzzed here).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from test_bench import FILLER, PROMPT, SEED, VOCAB, FakeServer
 from test_calibrate import TRUE, synthetic_log
 
 from ppas.cli import main
-from ppas.errors import NO_SUCCESS, PpasError
+from ppas.errors import NO_SUCCESS
 
 INTS = ["0", "1", "2", "-1", "1e9", "99999999999999999999", "x", "", "nan", "1.5"]
 FLOATS = ["0", "0.5", "1", "-1", "1e9", "inf", "nan", "x", "1e-9", ""]
@@ -102,17 +102,6 @@ TINY = {
     "--num-kv-heads": ["1", "2", "0"],
     "--vocab-size": ["300", "10", "1e12"],
     "--seed": INTS,
-}
-DEMO = {
-    "--model-dir": ["model", "none", "file"],
-    "--out-dir": ["od", "dir", "file", "/sys/ppas", "model"],
-    "--small-budget": ["16", "0", "1e9", "x"],
-    "--large-budget": ["64", "8", "x"],
-    "--burst-rates": ["1", "0", "1e9", "x"],
-    "--phases": ["2:{burst}", "x"],
-    "--prompt-tokens": ["100", "100000", "0", "1e12"],
-    "--max-num-seqs": ["4", "0", "100000"],
-    "--plot": ["p.png", "p.bmp", "/sys/ppas/p.png"],
 }
 
 
@@ -288,19 +277,14 @@ def test_fuzz_make_tiny_model(monkeypatch: pytest.MonkeyPatch, data: st.DataObje
                                    "300"], TINY)))
 
 
-@settings(FUZZ,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(argv=argv_strategy(["demo", "--model-dir", "model", "--small-budget", "16",
-                           "--large-budget", "64", "--max-num-seqs", "4",
-                           "--prompt-tokens", "100", "--output-tokens", "2"], DEMO))
-def test_fuzz_demo(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
-    import ppas.server
-
-    def no_server(self: object) -> object:  # everything before the first server runs
-        raise PpasError("fuzz: no vLLM server in this test")
-
-    monkeypatch.setattr(ppas.server.VllmServer, "__enter__", no_server)
-    check(argv)
+@settings(FUZZ, max_examples=20)
+@given(st.sampled_from([str(Path(__file__).resolve().parent.parent / "experiments" /
+                            "demo-cpu.toml"), "trace.csv", "none.toml", "dir"]),
+       extras({"--out-dir": ["od", "dir", "file", "file/sub", "/sys/ppas"]},
+              ("--dry-run", "--report")))
+def test_fuzz_experiment(spec: str, extra: list[str]) -> None:
+    """Only what runs without a server: --dry-run and --report (--dry-run always added)."""
+    check(["experiment", spec, "--dry-run", *extra])
 
 
 CLUSTER = {

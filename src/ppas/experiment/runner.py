@@ -37,6 +37,7 @@ from typing import Any, Protocol, TextIO
 
 from ppas.errors import PpasError
 from ppas.experiment.spec import FITTED_AUTO, ArmSpec, Experiment
+from ppas.steplog import HEADER_KEY
 
 RUNS_DIR = "runs"
 STEPS_DIR = "steps"
@@ -201,7 +202,8 @@ def _read_steps(path: Path | None, offset: int, t_start: float) -> list[dict[str
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a concurrent flush belongs to no run
-        if isinstance(obj, dict) and float(obj.get("time", t_start)) >= t_start:
+        if isinstance(obj, dict) and HEADER_KEY not in obj and (  # a server run's header
+                float(obj.get("time", t_start)) >= t_start):
             out.append(obj)
     return out
 
