@@ -31,6 +31,7 @@ from pathlib import Path
 from ppas.config import require
 from ppas.cost.fitted import FittedCostModel
 from ppas.errors import PpasError
+from ppas.steplog import HEADER_KEY
 from ppas.workload import RequestSpec, Trace
 
 
@@ -102,11 +103,13 @@ def probes(design: ProbeDesign, seed: int = 0) -> list[Probe]:
 
 
 def count_steps(path: Path) -> int:
-    """Non-empty lines (steps) in a step log; 0 when it does not exist yet."""
+    """Steps in a step log (non-empty lines but the run headers, ``ppas.steplog``); 0 when
+    it does not exist yet."""
     if not path.is_file():
         return 0
+    header = f'"{HEADER_KEY}"'.encode()
     with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+        return sum(1 for line in f if line.strip() and header not in line)
 
 
 def wait_for_log(path: Path, before: int, settle_s: float = 1.0, timeout_s: float = 30.0
@@ -166,6 +169,6 @@ def profile(base_url: str, model: str, step_log: str | Path, design: ProbeDesign
         raise PpasError(f"the step log {str(log)!r} got no steps from the probe; is the server "
                         "running the ppas plugin with this step_log "
                         "(--additional-config '{\"ppas\": {\"step_log\": ...}}') on this host?")
-    records = read_step_log(log, skip_steps=before)
+    records = read_step_log(log)[before:]  # steps of every server run in the log, in order
     return fit(records, kv_capacity_tokens=kv_capacity_tokens,
                sources=[f"{log} (steps {before + 1}-{after}, ppas profile)"])
