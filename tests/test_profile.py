@@ -55,6 +55,12 @@ def test_cli_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
                  "--chunk-sizes", "64"]) == 2
     assert "cannot connect" in capsys.readouterr().err
     assert not (tmp_path / "c.json").exists()
+    log = tmp_path / "s.jsonl"
+    log.write_text("{}\n")
+    assert main(["profile", "--model", "m", "--step-log", str(log), "-o", str(log),
+                 "--base-url", "http://127.0.0.1:9"]) == 2
+    assert "also an input" in capsys.readouterr().err
+    assert log.read_text() == "{}\n"
 
 
 @pytest.mark.vllm

@@ -8,10 +8,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from ppas.commands.common import ints
 from ppas.errors import PpasError
+from ppas.outputs import check_output_file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,9 +59,8 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if v is not None and not v > 0:
             raise PpasError(f"--{name.replace('_', '-')} must be > 0, got {v}")
-    out = Path(args.output)
-    if out.is_dir():
-        raise PpasError(f"-o {args.output!r} is a folder; give a file name")
+    # The step log is the input: refuse it (or an unwritable place) as -o before probing.
+    out = check_output_file(args.output, "-o/--output", inputs=[args.step_log])
     design = ProbeDesign(
         chunk_sizes=tuple(ints(args.chunk_sizes, "--chunk-sizes")),
         contexts=tuple(ints(args.contexts, "--contexts")),
