@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ppas.errors import PpasError
+from ppas.metrics import tpot_of
 from ppas.outputs import (
     check_output_dir,
     check_output_file,
@@ -99,10 +100,10 @@ class RequestOutcome:
 
     @property
     def tpot(self) -> float | None:
-        """Spec: (completion - first token) / max(output_tokens - 1, 1); successes only."""
+        """``metrics.tpot_of``; None for a failed request (it has no TPOT)."""
         if not self.success or self.ttft is None or self.latency is None:
             return None
-        return (self.latency - self.ttft) / max(self.output_tokens - 1, 1)
+        return tpot_of(self.ttft, self.latency, self.output_tokens)
 
 
 @dataclass

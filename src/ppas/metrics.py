@@ -41,6 +41,8 @@ class RequestMetrics:
 
 
 def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> float:
+    """TPOT as ``vllm bench serve`` and the P-PAS client define it: the time after the first
+    token over the remaining output tokens. The one definition simulator, cluster and bench use."""
     return (completion_s - first_token_s) / max(output_tokens - 1, 1)
 
 

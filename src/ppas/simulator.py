@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from ppas import step_rules
 from ppas.config import require
 from ppas.cost.base import CostModel, StepShape
-from ppas.metrics import RequestMetrics, run_summary
+from ppas.metrics import RequestMetrics, run_summary, tpot_of
 from ppas.policies.base import Policy
 from ppas.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
 from ppas.state import SchedulerView, StepRecord
@@ -288,7 +288,7 @@ class SimResult:
             out.append(RequestMetrics(
                 arrival_s=r.arrival_time, ttft=r.first_token_time - r.arrival_time,
                 e2e=r.finish_time - r.arrival_time,
-                tpot=(r.finish_time - r.first_token_time) / max(r.max_output_tokens - 1, 1),
+                tpot=tpot_of(r.first_token_time, r.finish_time, r.max_output_tokens),
                 output_tokens=r.max_output_tokens, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
                 slo_class=r.slo_class))
         return out

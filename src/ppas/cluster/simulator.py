@@ -45,7 +45,7 @@ from ppas.cluster.router import make_router
 from ppas.cluster.transfer import Link, kv_bytes_per_token
 from ppas.cost import CostModel, make_cost_model
 from ppas.cost.base import StepShape
-from ppas.metrics import RequestMetrics
+from ppas.metrics import RequestMetrics, tpot_of
 from ppas.policies import make_policy
 from ppas.policies.costs import StepCosts
 from ppas.simulator import EngineConfig, EngineSim, SimRequest
@@ -148,7 +148,7 @@ class ClusterRequest:
         return RequestMetrics(
             arrival_s=s.arrival_s, ttft=r.first_token_time - s.arrival_s,
             e2e=r.finish_time - s.arrival_s,
-            tpot=(r.finish_time - r.first_token_time) / max(s.output_tokens - 1, 1),
+            tpot=tpot_of(r.first_token_time, r.finish_time, s.output_tokens),
             output_tokens=s.output_tokens, ttft_slo=s.ttft_slo, tpot_slo=s.tpot_slo,
             slo_class=s.slo_class)
 
