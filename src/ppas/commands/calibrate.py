@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ppas.calibrate import read_step_log
@@ -51,11 +50,5 @@ def run(args: argparse.Namespace) -> int:
     for name, part in (("steps with prefill", prefill), ("decode-only steps", decode)):
         if part:
             print(f"  {name}: {fit_stats(model, part).line()}")
-    units = {"overhead_s": ("ms", 1e3), "per_prefill_token_s": ("us", 1e6),
-             "per_attn_pair_s": ("ns", 1e9), "per_decode_s": ("us", 1e6),
-             "per_decode_ctx_token_s": ("ns", 1e9)}
-    print("coefficients: " + ", ".join(
-        f"{n.removesuffix('_s')} {getattr(model, n) * k:.4g} {u}"
-        for n, (u, k) in units.items()),
-        file=sys.stdout)
+    print(model.coefficients_line())
     return 0

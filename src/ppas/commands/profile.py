@@ -85,7 +85,5 @@ def run(args: argparse.Namespace) -> int:
     assert model.stats is not None
     print(f"wrote {out} ({len(plan)} probes in {time.monotonic() - t0:.0f} s)")
     print(f"fit on {model.stats.line()}")
-    print("coefficients: " + ", ".join(f"{n} {v:.4g}" for n, v in zip(
-        ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_s",
-         "per_decode_ctx_token_s"), model.coefficients, strict=True)))
+    print(model.coefficients_line())
     return 0

@@ -91,6 +91,15 @@ class FittedCostModel(CostModel):
     def coefficients(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, n)) for n in COEFFICIENTS)
 
+    def coefficients_line(self) -> str:
+        """The coefficients in readable units (what calibrate and profile print)."""
+        units = {"overhead_s": ("ms", 1e3), "per_prefill_token_s": ("us", 1e6),
+                 "per_attn_pair_s": ("ns", 1e9), "per_decode_s": ("us", 1e6),
+                 "per_decode_ctx_token_s": ("ns", 1e9)}
+        return "coefficients: " + ", ".join(
+            f"{n.removesuffix('_s')} {getattr(self, n) * k:.4g} {u}"
+            for n, (u, k) in units.items())
+
     def step_time(self, step: StepShape) -> float:
         return sum(c * x for c, x in zip(self.coefficients, features(step), strict=True))
 
