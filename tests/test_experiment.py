@@ -219,6 +219,12 @@ def test_other_workload_kinds_and_plan(tmp_path: Path, model: Path) -> None:
         "kind = \"gamma\"\nrequest_rates = [2.0, 8.0]\nburstiness = 0.5\nnum_prompts = 6"})
     exp = parse_experiment(gamma, "g")
     assert exp.workload.kind == "gamma" and len(exp.workload.trace(2.0, 1)) == 6
+    per_rate = parse_experiment(gamma.replace("num_prompts = 6", "num_prompts = [3, 9]"), "g")
+    assert [len(per_rate.workload.trace(r, 0)) for r in (2.0, 8.0)] == [3, 9]
+    for bad in ("[3]", "[3, 0]", "[3, 9, 4]", "2.5", "[true, 1]"):
+        with pytest.raises(PpasError, match=r"^workload.num_prompts: must be an integer >= 1 "
+                           r"or a list of 2 of them \(one per request rate\)"):
+            parse_experiment(gamma.replace("num_prompts = 6", f"num_prompts = {bad}"), "g")
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": 100,
                                          "output_tokens": 2}) + "\n" for t in (0, 0.1, 0.4)))

@@ -74,7 +74,8 @@ def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, 
         lines.append(f"  workload: phases {w.phases}, burst rates "
                      f"{', '.join(f'{x:g}' for x in w.loads)}")
     elif w.kind == "gamma":
-        lines.append(f"  workload: gamma arrivals, {w.num_prompts} prompts, burstiness "
+        n = "/".join(map(str, w.num_prompts))
+        lines.append(f"  workload: gamma arrivals, {n} prompts, burstiness "
                      f"{w.burstiness:g}, request rates {', '.join(f'{x:g}' for x in w.loads)}")
     else:
         lines.append(f"  workload: trace file {w.file}")

@@ -124,6 +124,17 @@ def _list(t: Mapping[str, Any], key: str, where: str, kind: str) -> list[Any]:
     return v
 
 
+def _num_prompts(t: Mapping[str, Any], num_rates: int) -> tuple[int, ...]:
+    """``num_prompts``: one integer >= 1, or a list of them, one per request rate."""
+    v = t.get("num_prompts", 100)
+    vals = v if isinstance(v, list) else [v]
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in vals)
+    if not ok or not vals or (isinstance(v, list) and len(vals) != num_rates):
+        raise _err("workload.num_prompts", "must be an integer >= 1 or a list of "
+                   f"{num_rates} of them (one per request rate), got {v!r}")
+    return tuple(vals)
+
+
 # ---------------------------------------------------------------- sections
 
 
@@ -246,7 +257,8 @@ class WorkloadSpec:
     output_tokens: int = 16
     phases: str | None = None
     burstiness: float = 1.0
-    num_prompts: int = 100
+    #: Prompts per trace (gamma): one for every rate, or one per rate (``request_rates`` order).
+    num_prompts: tuple[int, ...] = (100,)
     file: str | None = None
     warmup_requests: int = 1
     request_timeout_s: float = 1800.0
@@ -311,7 +323,7 @@ class WorkloadSpec:
             spec = WorkloadSpec(
                 "gamma", tuple(float(x) for x in loads),
                 burstiness=_float(t, "burstiness", w, 1.0) or 1.0,
-                num_prompts=_req_int(t, "num_prompts", w, 100, lo=1), **common)
+                num_prompts=_num_prompts(t, len(loads)), **common)
         for load in spec.loads:
             for s in spec.seeds:
                 if len(spec.trace(load, s)) == 0:
@@ -326,7 +338,7 @@ class WorkloadSpec:
             return phase_trace(self.phases, seed, self.prompt_tokens, self.output_tokens,
                                burst=load)
         if self.kind == "gamma":
-            return gamma_trace(load, self.num_prompts, seed, self.burstiness,
+            return gamma_trace(load, self.prompts_at(load), seed, self.burstiness,
                                self.prompt_tokens, self.output_tokens)
         assert self.file is not None
         try:
@@ -336,6 +348,12 @@ class WorkloadSpec:
         if len(tr) == 0:
             raise _err("workload.file", f"{self.file!r} has no requests")
         return tr
+
+    def prompts_at(self, load: float) -> int:
+        """The number of prompts in a trace at request rate ``load`` (gamma)."""
+        if len(self.num_prompts) == 1:
+            return self.num_prompts[0]
+        return self.num_prompts[self.loads.index(load)]
 
     def load_label(self, load: float) -> str:
         return "trace" if self.kind == "trace" else f"{load:g}"
