@@ -5,6 +5,7 @@ reports, resume, a SIGKILL mid-experiment, SIGTERM, and a server that dies mid-r
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -324,6 +325,23 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
     arms_vs = {b: {i["arm"] for i in rep["improvements"] if i["baseline"] == b}
                for b in ("small", "large")}
     assert arms_vs == {"small": {"large", "pred", "stock"}, "large": {"pred", "stock"}}
+    # the oracle: each non-baseline arm against the baseline with the lowest geometric-mean
+    # E2E at that load (recomputed here from the runs), per load and over all traces
+    def gm(arm: str, load: float) -> float:
+        xs = [r["summary"]["avg_latency"] for r in rep["runs"]
+              if r["arm"] == arm and r["load"] == load]
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+    rows = {(o["arm"], o["load"]): o for o in rep["oracle"]}
+    assert set(rows) == {(a, ld) for a in ("pred", "stock") for ld in (4.0, 12.0, None)}
+    for (arm, load), o in rows.items():
+        if load is None:
+            assert o["baseline"] == "best per load" and o["ratio"]["n"] == 4
+            continue
+        assert o["baseline"] == min(("small", "large"), key=lambda b: gm(b, load))
+        want = gm(arm, load) / gm(o["baseline"], load)  # paired over the same seeds
+        assert o["ratio"]["estimate"] == pytest.approx(want, rel=1e-9)
+        assert o["verdict"] in ("lower", "higher", "within noise")
+    assert "against the best baseline arm of each burst (oracle" in text
     assert json.loads((out / "report.json").read_text())["num_runs"] == 16
 
 
@@ -368,9 +386,15 @@ def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
     assert "rerun with --resume" in err
     n = len(_runs(out))
     assert 2 <= n < 16 and not list(out.rglob("*.tmp"))
-    p.write_text(p.read_text().replace("output_tokens = 3", "output_tokens = 4"))
+    original = p.read_text()
+    p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     with pytest.raises(PpasError, match="--resume: the experiment's workload changed"):
         Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+    # which arms are baselines only shapes the report: changing it is not a changed run
+    assert "baseline = true" in original
+    p.write_text(original.replace("baseline = true", "baseline = false", 1))
+    Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+    p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     assert main(["experiment", str(p), "--report"]) == 2  # nor a report mixing settings
     assert not (out / "report.txt").exists()
 

@@ -32,7 +32,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -546,10 +546,12 @@ class Experiment:
         return len(self.arms) * len(self.cells())
 
     def fingerprint(self) -> dict[str, Any]:
-        """What must not change between a run and its ``--resume``."""
+        """What must not change between a run and its ``--resume``: everything a run's
+        measurement depends on. Which arms are baselines only shapes the report, so it may
+        change (then ``--report`` compares against the new ones)."""
         return {"model": self.model.path,
                 "engine": repr(self.engine), "workload": repr(self.workload),
-                "arms": [repr(a) for a in self.arms]}
+                "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
 
 
 def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experiment:
