@@ -7,7 +7,9 @@ streamed ``OVERHEAD_S`` apart; every step is logged (``time``, ``duration_s``,
 ``prefill_chunks``, ``decode_contexts``). With ``FAKE_DIE_AFTER=N`` and
 ``FAKE_DIE_MARKER=FILE`` in the environment, the first server process that completes N
 requests while FILE does not exist creates FILE and exits at once (a crash mid-run).
-The process exits by itself when its parent dies (so a SIGKILLed test leaves nothing).
+Like vLLM it does not watch its parent: ``FakeLauncher`` starts it the way ``VllmServer``
+starts vLLM (``ppas.server.spawn_group``: own process group, dies with its parent on Linux,
+recorded in the launch's pid file), so the tests see what a real server would do.
 
 ``FakeLauncher`` is ``ppas.experiment.runner``'s launcher interface around it.
 """
@@ -36,7 +38,6 @@ def serve(port: int, step_log: str | None, mbt: int) -> None:
 
     die_after = int(os.environ.get("FAKE_DIE_AFTER", "0"))
     marker = os.environ.get("FAKE_DIE_MARKER")
-    parent = os.getppid()
     lock = asyncio.Lock()
     done = [0]
     log = open(step_log, "a") if step_log else None  # noqa: SIM115
@@ -83,11 +84,6 @@ def serve(port: int, step_log: str | None, mbt: int) -> None:
             os._exit(1)
         return resp
 
-    async def watch_parent() -> None:
-        while os.getppid() == parent:
-            await asyncio.sleep(0.2)
-        os._exit(0)
-
     async def main() -> None:
         app = web.Application()
         app["model"] = os.environ.get("FAKE_MODEL", "fake")
@@ -97,7 +93,7 @@ def serve(port: int, step_log: str | None, mbt: int) -> None:
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
-        await watch_parent()
+        await asyncio.Event().wait()  # serve until killed
 
     asyncio.run(main())
 
@@ -120,6 +116,8 @@ class FakeLauncher:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> FakeLauncher:
+        from ppas.server import spawn_group  # not in the server process
+
         FakeLauncher.started.append(self.launch)
         cmd = [sys.executable, __file__, "--port", str(self.port),
                "--mbt", str(self.launch.max_num_batched_tokens)]
@@ -130,8 +128,7 @@ class FakeLauncher:
         if self.launch.step_log is not None:
             self.launch.step_log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.launch.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = spawn_group(cmd, stdout=log, env=env, pid_file=self.launch.pid_file)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -152,6 +149,7 @@ class FakeLauncher:
                 pass
             self.proc.wait()
             self.proc = None
+            self.launch.pid_file.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from ppas.experiment.plan import estimate, plan_text
 from ppas.experiment.report import write_report
 from ppas.experiment.runner import Interrupted, Runner
 from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.processes import alive, start_time
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -354,6 +355,14 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
+    # the server of the arm in flight (recorded in its pid file) died with the experiment
+    (pid_file,) = (out / "logs").glob("*.pid")
+    server = json.loads(pid_file.read_text())
+    assert server["owner"] == proc.pid
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(server["pid"]):
+        time.sleep(0.05)
+    assert not alive(server["pid"]), "the server outlived its SIGKILLed experiment"
     before = _runs(out)
     assert 5 <= len(before) < 16
     # without --resume the folder is refused, nothing touched
@@ -363,6 +372,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model:
     runner.prepare(resume=True)
     FakeLauncher.started = []
     runner.run(estimate(exp))
+    assert not list(out.glob("logs/*.pid"))  # the dead run's record is cleared
     after = _runs(out)
     assert len(after) == 16
     for k, v in before.items():
@@ -370,6 +380,46 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model:
     assert not list(out.rglob("*.tmp"))
     # every arm restarted only if it had runs left; fitted:auto refit from the same runs
     assert "pred" in [la.arm.name for la in FakeLauncher.started]
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                            start_new_session=True)
+
+
+def test_resume_stops_a_server_a_dead_run_left(tmp_path: Path, model: Path) -> None:
+    """A server whose experiment died (off Linux, or one that ignored SIGTERM) would hold
+    the device and port: the next run into the folder stops it first, and only it."""
+    exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
+    logs = tmp_path / "out" / "logs"
+    logs.mkdir(parents=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a dead owner
+    stale, reused, busy, owner = _sleeper(), _sleeper(), _sleeper(), _sleeper()
+    try:
+        def record(name: str, srv: subprocess.Popen[bytes], start_shift: int,
+                   own: int) -> Path:
+            f, start = logs / f"{name}.pid", start_time(srv.pid)
+            assert start is not None
+            f.write_text(json.dumps({"pid": srv.pid, "start": start + start_shift,
+                                     "owner": own, "owner_start": start_time(own)}))
+            return f
+
+        record("small", stale, 0, gone.pid)
+        record("large", reused, 1, gone.pid)  # same pid, another process: not ours
+        runner = Runner(exp, FakeLauncher)
+        runner.prepare(resume=False)
+        assert stale.wait(timeout=20) == -signal.SIGTERM
+        assert reused.poll() is None
+        assert not list(logs.glob("*.pid"))
+        f = record("stock", busy, 0, owner.pid)  # its experiment still runs: refuse
+        with pytest.raises(PpasError, match="which is still running"):
+            Runner(exp, FakeLauncher).prepare(resume=True)
+        assert busy.poll() is None and f.exists()
+    finally:
+        for p in (stale, reused, busy, owner):
+            p.kill()
+            p.wait()
 
 
 def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
@@ -488,3 +538,22 @@ def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
         "fitted:c.json"
     with pytest.raises(PpasError, match="cost_model needs the plugin"):
         VllmServer(model, policy=None, max_num_batched_tokens=64, cost_model="fitted:c.json")
+
+
+def test_vllm_server_records_its_pid_while_running(tmp_path: Path, model: Path) -> None:
+    """``VllmServer`` (the real launcher's class) around the fake server's command: the pid
+    file names the serving process while it runs and is gone once it is stopped."""
+    from ppas.server import VllmServer
+
+    class Fake(VllmServer):
+        def command(self) -> list[str]:
+            return [sys.executable, str(TESTS / "fake_vllm.py"), "--port", str(self.port)]
+
+    pid_file = tmp_path / "srv.pid"
+    with Fake(model, policy=None, max_num_batched_tokens=64, pid_file=pid_file,
+              log_path=tmp_path / "srv.log", startup_timeout_s=30) as srv:
+        rec = json.loads(pid_file.read_text())
+        assert srv._proc is not None and rec["pid"] == srv._proc.pid
+        assert rec["owner"] == os.getpid() and rec["start"] == start_time(rec["pid"])
+        assert "fake_vllm.py" in Path(f"/proc/{rec['pid']}/cmdline").read_text()
+    assert not pid_file.exists() and not alive(rec["pid"])

