@@ -4,6 +4,10 @@ input is overwritten (``ppas.outputs``; issue 11's data-loss cases for calibrate
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +174,39 @@ def test_sweep_out_dir_is_replaced_atomically(tmp_path: Path, monkeypatch: pytes
     assert "mean E2E latency" in again  # the tables were printed before the write failed
     assert {n: (out / n).read_bytes() for n in files(out)} == before  # untouched, no debris
     assert files(tmp_path) == ["out", *(f"out/{n}" for n in sorted(before))]
+
+
+def test_sweep_removes_stages_of_killed_writers_only(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11: a SIGKILL while ``ppas sweep --out-dir`` staged left ``.NAME.stage-*``
+    behind for good. The next write into the same place removes it once its writer is
+    dead, and never a live writer's stage."""
+    out = tmp_path / "out"
+    code = ("import sys, time\nfrom ppas.outputs import write_folder\n"
+            "def slow(p):\n    p.write_text('half')\n    time.sleep(120)\n"
+            f"write_folder({str(out)!r}, {{'a.txt': slow}})\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list(tmp_path.glob(".out.stage-*/a.txt")):
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    (killed,) = tmp_path.glob(".out.stage-*")
+    assert killed.name.startswith(f".out.stage-{proc.pid}-")  # the writer's pid in the name
+    live = tmp_path / f".out.stage-{os.getpid()}-abc"  # a writer still at work
+    live.mkdir()
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out)], capsys)
+    assert rc == 0 and not killed.exists() and live.is_dir()
+    inside = out / f".out.stage-{proc.pid}-xyz"  # a killed rewrite staged inside the folder
+    inside.mkdir()
+    (inside / "records.json").write_text("{")
+    before = files(out)
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out)], capsys)
+    assert rc == 0 and files(out) == [n for n in before if not n.startswith(".out.stage")]
+    assert files(tmp_path) == [live.name, "out", *(f"out/{n}" for n in files(out))]
 
 
 def test_plot_failure_leaves_no_tmp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

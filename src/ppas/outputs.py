@@ -9,13 +9,17 @@ Invariants, for every file a ``ppas`` command writes (JSON, text, plots, step-lo
   folder, flushed and fsynced, renamed over the target. Readers see the old file or the whole
   new one; a failure (or Ctrl-C) removes the temporary file, so nothing half-written stays;
 * a folder of several files (``write_folder``) is staged completely before any file of it
-  is published, so a failure leaves the folder as it was (or absent).
+  is published, so a failure leaves the folder as it was (or absent). The staging folder
+  ``.NAME.stage-PID-XXXX`` names the process writing it: one left by a killed writer
+  (SIGKILL skips every cleanup) is removed by the next ``write_folder`` into the same place
+  once that process is dead; a live writer's is never touched.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ppas.errors import PpasError
+from ppas.processes import alive
 
 StrPath = str | os.PathLike[str]
 
@@ -144,6 +149,25 @@ def write_new_file(folder: StrPath, stem: str, suffix: str, data: str | bytes) -
         tmp.unlink(missing_ok=True)
 
 
+#: ``write_folder``'s staging folders: ``.NAME.stage-PID-XXXX`` (XXXX from mkdtemp, no "-").
+_STAGE = re.compile(r"\..+\.stage-(\d+)-[^-]+")
+
+
+def remove_stale_stages(folder: StrPath) -> list[Path]:
+    """Remove the staging folders in ``folder`` whose writing process is dead; returns them.
+    A live process's (or a reused pid's: it counts as alive) is left alone."""
+    d = Path(folder)
+    if not d.is_dir():
+        return []
+    gone = []
+    for p in sorted(d.iterdir()):
+        m = _STAGE.fullmatch(p.name)
+        if m and p.is_dir() and not p.is_symlink() and not alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
+
 def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> Path:
     """Write several files into folder ``path``: each ``files[name](tmp_path)`` writes one
     file to the path it is given. All are staged first (in a hidden folder beside or inside
@@ -154,7 +178,9 @@ def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> 
     fresh = not out.exists()
     parent = out.parent if fresh else out
     parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.stage-"))
+    for d in {out.parent, out}:  # a killed first write staged beside, a rewrite inside
+        remove_stale_stages(d)
+    stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.stage-{os.getpid()}-"))
     try:
         for name, write in files.items():
             target = stage / name
@@ -172,4 +198,5 @@ def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> 
 
 
 __all__ = ["atomic_output", "check_output_dir", "check_output_file", "json_text",
-           "write_atomic", "write_folder", "write_json_atomic", "write_new_file"]
+           "remove_stale_stages", "write_atomic", "write_folder", "write_json_atomic",
+           "write_new_file"]
