@@ -223,3 +223,27 @@ def test_cluster_config_validates_strings() -> None:
     c = ClusterConfig((pool, PoolConfig("n", hardware="h200", model="qwen2.5-3b",
                                         instances=3)))
     assert not c.disaggregated and c.with_instances(8).num_instances == 8
+
+
+def test_routers_and_queues_register_once() -> None:
+    """Issue 12: a router or queue is named only by its registration (``register_class``
+    sets ``name``); the config-string errors are the policies' (one line, allowed values)."""
+    from ppas.cluster.queue import QUEUES
+    from ppas.cluster.router import ROUTERS
+
+    for reg, make in ((ROUTERS, make_router), (QUEUES, make_queue)):
+        for name in reg.names():
+            cls = reg.get(name)
+            assert "name" in vars(cls) and cls.name == name
+            obj = make(f" {name} ")
+            assert type(obj) is cls and obj.spec == name
+        allowed = ", ".join(reg.names())
+        for bad, msg in (("", f"empty {reg.kind} config; allowed: {allowed}"),
+                         ("nosuch:x=1", f"unknown {reg.kind} 'nosuch'; allowed: {allowed}")):
+            with pytest.raises(PpasError) as e:
+                make(bad)
+            assert str(e.value) == msg
+    with pytest.raises(PpasError, match=r"^laps: unknown parameter 'x'; allowed: short_tokens$"):
+        make_queue("laps:x=1")
+    with pytest.raises(PpasError, match=r"^empty policy config; allowed: .*mbt"):
+        make_policy(" ")

@@ -1,13 +1,22 @@
-"""One registry pattern for policies, cost models, hardware and models (mini-sglang style)."""
+"""One registry pattern for policies, routers, queues, cost models, hardware and models
+(mini-sglang style).
+
+Configurable classes (policies, cluster routers and prefill queues) are registered with
+``@REGISTRY.register_class(NAME)``, which also sets their ``name`` (the one place a class is
+named), and built from a config string ``NAME[:k=v,...]`` by ``REGISTRY.make``: the class's
+frozen ``Config`` dataclass parsed from the arguments, then ``cls(config, spec)``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from ppas.config import parse_dataclass, split_spec
 from ppas.errors import PpasError
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 
 class Registry(Generic[T]):
@@ -24,6 +33,26 @@ class Registry(Generic[T]):
             return obj
 
         return deco
+
+    def register_class(self, name: str) -> Callable[[C], C]:
+        """Class decorator: register the class under ``name``, which also becomes its
+        ``name``."""
+
+        def deco(cls: C) -> C:
+            cls.name = name  # type: ignore[attr-defined]
+            self.add(name, cls)  # type: ignore[arg-type]
+            return cls
+
+        return deco
+
+    def make(self, spec: str) -> Any:
+        """An instance of the registered class a config string ``NAME[:k=v,...]`` names;
+        an empty or unknown name, or a bad argument, is a one-line ``PpasError``."""
+        if not isinstance(spec, str) or not spec.strip():
+            raise PpasError(f"empty {self.kind} config; allowed: {', '.join(self.names())}")
+        name, args = split_spec(spec)
+        cls: Any = self.get(name)
+        return cls(parse_dataclass(cls.Config, name, args), spec.strip())
 
     def add(self, name: str, obj: T) -> None:
         if name in self._items:

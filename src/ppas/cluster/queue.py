@@ -18,15 +18,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ppas.config import parse_dataclass, require, split_spec
-from ppas.errors import PpasError
+from ppas.config import require
 from ppas.registry import Registry
 
 QUEUES: Registry[Any] = Registry("queue discipline")
 
 
 class PrefillQueue(ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # set by @QUEUES.register_class(NAME)
     Config: ClassVar[type]
 
     def __init__(self, config: Any, spec: str | None = None) -> None:
@@ -62,9 +61,8 @@ class FcfsConfig:
     pass
 
 
-@QUEUES.register("fcfs")
+@QUEUES.register_class("fcfs")
 class Fcfs(PrefillQueue):
-    name = "fcfs"
     Config = FcfsConfig
 
     def __init__(self, config: Any, spec: str | None = None) -> None:
@@ -93,11 +91,10 @@ class LapsConfig:
                 f"{self.short_tokens}")
 
 
-@QUEUES.register("laps")
+@QUEUES.register_class("laps")
 class Laps(PrefillQueue):
     """Short prompts first, batched; long ones only when no short one waits."""
 
-    name = "laps"
     Config = LapsConfig
 
     def __init__(self, config: LapsConfig, spec: str | None = None) -> None:
@@ -120,8 +117,5 @@ class Laps(PrefillQueue):
 
 
 def make_queue(spec: str) -> PrefillQueue:
-    if not isinstance(spec, str) or not spec.strip():
-        raise PpasError(f"empty queue config; allowed: {', '.join(QUEUES.names())}")
-    name, args = split_spec(spec)
-    cls = QUEUES.get(name)
-    return cls(parse_dataclass(cls.Config, name, args), spec.strip())  # type: ignore[no-any-return]
+    made: PrefillQueue = QUEUES.make(spec)
+    return made

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ppas.config import parse_dataclass, split_spec
-from ppas.errors import PpasError
 from ppas.registry import Registry
 
 
@@ -37,7 +35,7 @@ class InstanceView(Protocol):
 
 
 class Router(ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # set by @ROUTERS.register_class(NAME)
     Config: ClassVar[type]
     #: Whether ``route`` reads instance state beyond ``outstanding_tokens`` (the cluster
     #: then keeps those instances exactly at the routing time).
@@ -61,9 +59,8 @@ class NoConfig:
     pass
 
 
-@ROUTERS.register("pass-through")
+@ROUTERS.register_class("pass-through")
 class PassThrough(Router):
-    name = "pass-through"
     Config = NoConfig
 
     def route(self, prompt_tokens: int, output_tokens: int,
@@ -71,9 +68,8 @@ class PassThrough(Router):
         return 0
 
 
-@ROUTERS.register("round-robin")
+@ROUTERS.register_class("round-robin")
 class RoundRobin(Router):
-    name = "round-robin"
     Config = NoConfig
 
     def __init__(self, config: Any, spec: str | None = None) -> None:
@@ -87,9 +83,8 @@ class RoundRobin(Router):
         return i
 
 
-@ROUTERS.register("least-outstanding-tokens")
+@ROUTERS.register_class("least-outstanding-tokens")
 class LeastOutstandingTokens(Router):
-    name = "least-outstanding-tokens"
     Config = NoConfig
 
     def route(self, prompt_tokens: int, output_tokens: int,
@@ -102,11 +97,10 @@ class LeastOutstandingTokens(Router):
         return best
 
 
-@ROUTERS.register("earliest-completion")
+@ROUTERS.register_class("earliest-completion")
 class EarliestCompletion(Router):
     """Ours: argmin over instances of the predicted completion time (ties: first)."""
 
-    name = "earliest-completion"
     Config = NoConfig
     reads_state = True
 
@@ -125,8 +119,5 @@ def router_names() -> list[str]:
 
 
 def make_router(spec: str) -> Router:
-    if not isinstance(spec, str) or not spec.strip():
-        raise PpasError(f"empty router config; allowed: {', '.join(ROUTERS.names())}")
-    name, args = split_spec(spec)
-    cls = ROUTERS.get(name)
-    return cls(parse_dataclass(cls.Config, name, args), spec.strip())  # type: ignore[no-any-return]
+    made: Router = ROUTERS.make(spec)
+    return made

@@ -7,8 +7,6 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ppas.config import parse_dataclass, split_spec
-from ppas.errors import PpasError
 from ppas.registry import Registry
 
 if TYPE_CHECKING:
@@ -22,11 +20,7 @@ def register(name: str) -> Callable[[Any], Any]:
     """Class decorator: register a policy under ``name``, which also becomes its ``name``
     (the one place a policy is named)."""
 
-    def deco(cls: Any) -> Any:
-        cls.name = name
-        return POLICIES.register(name)(cls)
-
-    return deco
+    return POLICIES.register_class(name)
 
 
 def _load() -> None:
@@ -49,9 +43,5 @@ def policy_names() -> list[str]:
 def make_policy(spec: str) -> Policy:
     """Parse a config string (``NAME[:k=v,...]``) into a policy instance."""
     _load()
-    if not isinstance(spec, str) or not spec.strip():
-        raise PpasError(f"empty policy config; allowed: {', '.join(POLICIES.names())}")
-    name, args = split_spec(spec)
-    cls = POLICIES.get(name)
-    config = parse_dataclass(cls.Config, name, args)
-    return cls(config, spec.strip())
+    policy: Policy = POLICIES.make(spec)
+    return policy
