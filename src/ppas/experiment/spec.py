@@ -45,6 +45,11 @@ WORKLOAD_KINDS = ("phases", "gamma", "trace")
 #: Stock vLLM scheduler arguments an arm may set (no plugin); each becomes --kebab-case N.
 STOCK_ARGS = ("max_num_batched_tokens", "long_prefill_token_threshold",
               "max_num_partial_prefills", "max_long_partial_prefills")
+#: The stock arguments the simulator models, as parameters of the ``vllm:`` policy (stock
+#: vLLM's own knobs, ``ppas.policies.vllm_stock``); an arm setting any other STOCK_ARGS
+#: key gets no prediction.
+STOCK_POLICY_PARAMS = {"max_num_batched_tokens": "mbt",
+                       "long_prefill_token_threshold": "long_prefill_token_threshold"}
 SECTIONS = ("name", "description", "out_dir", "model", "engine", "workload", "arms", "run",
             "report")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -393,15 +398,21 @@ class ArmSpec:
     def stock_dict(self) -> dict[str, int]:
         return dict(self.stock)
 
-    def sim_policy(self) -> tuple[str | None, str]:
-        """(policy string the simulator runs for this arm, or None; why not)."""
+    def sim_policy(self, vllm_version: str | None = None) -> tuple[str | None, str]:
+        """(policy string the simulator runs for this arm, or None; why not). A stock arm
+        runs as the ``vllm:`` policy of the release line of ``vllm_version`` (the vLLM
+        the runs used; ``ppas.vllm_versions.simulated_line``)."""
+        from ppas.vllm_versions import simulated_line
+
         if self.policy is not None:
             return self.policy, ""
         s = self.stock_dict()
-        other = sorted(k for k in s if k != "max_num_batched_tokens")
+        other = [k for k in s if k not in STOCK_POLICY_PARAMS]
         if other:
-            return None, f"stock vLLM {', '.join(other)} is not modelled by the simulator"
-        return f"mbt:{s['max_num_batched_tokens']}", ""
+            return None, (f"stock vLLM {', '.join(other)} is not modelled by the simulator, "
+                          f"which models {', '.join(STOCK_POLICY_PARAMS)}")
+        args = [f"{STOCK_POLICY_PARAMS[k]}={v}" for k, v in s.items()]
+        return f"vllm:{','.join(args)},version={simulated_line(vllm_version)}", ""
 
     @staticmethod
     def parse(obj: Any, i: int) -> ArmSpec:
