@@ -61,5 +61,7 @@ long_prefill_token_threshold = 64
     prompts = runs["mbt_128"]["summary"]["completed"] * 300
     assert sum(s["num_prefill_tokens"] for s in steps) == prompts
     assert runs["stock-lptt"]["steps"] == []
+    assert not list((tmp_path / "out" / "logs").glob("*.pid"))  # every server stopped
     text_report, _ = write_report(exp)
-    assert "stock vLLM long_prefill_token_threshold is not modelled" in text_report
+    assert ("stock-lptt (simulated as vllm:mbt=512,long_prefill_token_threshold=64,version="
+            in text_report)
