@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppas.stats import (
+    best_arm,
     geomean_ratio,
     paired_bootstrap_ratio,
     paired_t_ratio,
@@ -67,6 +68,34 @@ def test_paired_t_ratio_coverage() -> None:
         unpaired_width += (ua.hi - ua.lo) / ub.estimate
     assert 0.93 <= hits / reps <= 0.97
     assert paired_width < unpaired_width / 5  # pairing removes the trace-to-trace spread
+
+
+def test_best_arm_marks_a_winner_among_tied_arms_at_most_five_percent_of_the_time() -> None:
+    """Six tied arms, 4 paired traces, a large shared trace effect: ``best_arm`` marks a
+    winner in <= 5% of experiments; with one arm 10% better it marks that one in > 90%,
+    with one 30% better always. The others are tested at 99% each (5 arms)."""
+    rng = np.random.default_rng(7)
+
+    def rate(factor: float, reps: int = 1000) -> tuple[float, float]:
+        marked = right = 0
+        for _ in range(reps):
+            trace = rng.lognormal(1.0, 0.6, size=4)
+            arms = {f"a{i}": (trace * rng.lognormal(0.0, 0.01, size=4)).tolist()
+                    for i in range(5)}
+            arms["x"] = (trace * factor * rng.lognormal(0.0, 0.01, size=4)).tolist()
+            best = best_arm(arms)
+            marked += best.marked
+            right += best.marked and best.winner == "x"
+        return marked / reps, right / reps
+
+    assert rate(1.0)[0] <= 0.05
+    assert rate(0.9)[1] > 0.9
+    assert rate(0.7)[1] == 1.0
+    best = best_arm({"a": [2.0, 3.0, 4.0], "b": [1.0, 1.5, 2.1], "c": [3.0, 2.0, 5.0]})
+    assert best.winner == "b" and best.runner_up == "a"
+    assert best.level_each == pytest.approx(0.975)
+    with pytest.raises(ValueError, match="paired"):
+        best_arm({"a": [1.0, 2.0], "b": [1.0]})
 
 
 def test_paired_bootstrap_coverage_and_determinism() -> None:

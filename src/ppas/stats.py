@@ -14,6 +14,11 @@ Pure functions (numpy only). Conventions:
 * ``paired_t_ratio(a, b)``: the same ratio with a t-interval on the log ratios; used to mark
   winners because it stays honest with 2-5 pairs, where a bootstrap has too few distinct
   resamples and its interval is too narrow.
+* ``best_arm(arms)``: the arm with the lowest geometric mean over paired traces, and whether
+  it is *marked* a winner. "The winner" claims k - 1 things (it beats each other arm), so
+  every other arm / it must exclude 1 with the family-wise ``level`` (Bonferroni:
+  ``1 - (1 - level) / (k - 1)`` per comparison). Among k tied arms it marks one at most
+  ``1 - level`` of the time (tested on synthetic data).
 """
 
 from __future__ import annotations
@@ -158,3 +163,30 @@ def paired_t_ratio(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
     """Geometric-mean ratio a/b with a t-interval on the per-pair log ratios."""
     iv = t_interval(_log_ratios(a, b).tolist(), level)
     return Interval(math.exp(iv.estimate), math.exp(iv.lo), math.exp(iv.hi), iv.n, level)
+
+
+@dataclass(frozen=True)
+class Best:
+    """``best_arm``'s answer: the winner, the runner-up, the runner-up/winner interval at the
+    per-comparison level, and whether every comparison excludes 1."""
+
+    winner: str
+    runner_up: str
+    ratio: Interval
+    level_each: float
+    marked: bool
+
+
+def best_arm(arms: dict[str, Sequence[float]], level: float = 0.95) -> Best:
+    """The arm with the lowest geometric mean; ``arms[name][i]`` are paired by trace ``i``
+    (all the same length, >= 2 arms)."""
+    if len(arms) < 2:
+        raise ValueError("best_arm needs at least two arms")
+    lens = {len(v) for v in arms.values()}
+    if len(lens) != 1:
+        raise ValueError(f"arms must be paired (same number of traces), got lengths {lens}")
+    ranked = sorted(arms, key=lambda a: float(np.mean(np.log(np.asarray(arms[a], float)))))
+    best = ranked[0]
+    each = 1.0 - (1.0 - level) / (len(ranked) - 1)
+    ivs = [paired_t_ratio(arms[o], arms[best], each) for o in ranked[1:]]
+    return Best(best, ranked[1], ivs[0], each, all(iv.lo > 1.0 for iv in ivs))

@@ -11,7 +11,8 @@ From the run files only (so it can be rebuilt at any time, also from a partial e
   paired t-interval per load, and the geometric-mean ratio over every trace with a paired
   bootstrap CI (issue #7: "beat the best stock setting per burst");
 * per load: the winner (lowest geometric-mean E2E over seeds) is marked only when the paired
-  t-interval of runner-up / winner excludes 1, else "within noise"; the same test for every
+  t-interval of every other arm / winner excludes 1 at the family-wise level (Bonferroni over
+  the k - 1 comparisons), else "within noise"; the paired t-test at ``level`` for every
   pair of baseline arms (the fixed-budget crossover);
 * the simulator's prediction of every run: a cost model fitted to every plugin arm's step
   slices (``cost-report.json``), the run's trace, the arm's policy; the error beside the
@@ -28,7 +29,8 @@ from typing import Any
 
 from ppas.experiment.runner import RUNS_DIR, run_path, slug
 from ppas.experiment.spec import Experiment
-from ppas.stats import Interval, paired_bootstrap_ratio, paired_t_ratio, t_interval
+from ppas.stats import (Interval, best_arm, paired_bootstrap_ratio, paired_t_ratio,
+                         t_interval)
 
 METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
@@ -181,20 +183,15 @@ def build_report(exp: Experiment) -> dict[str, Any]:
                            "ratio": iv.to_dict(), "verdict": _verdict(iv)})
     winners = []
     for load in w.loads:
-        ranked = []
-        for arm in exp.arms:
-            vals = e2e(arm.name, load)
-            if len(vals) == len(w.seeds):
-                ranked.append((math.exp(sum(math.log(v) for v in vals.values()) / len(vals)),
-                               arm.name))
-        ranked.sort()
-        if len(ranked) < 2:
+        complete = {arm.name: e2e(arm.name, load) for arm in exp.arms}
+        complete = {a: v for a, v in complete.items() if len(v) == len(w.seeds)}
+        if len(complete) < 2:
             continue
-        best, second = ranked[0][1], ranked[1][1]
-        xs, xb = paired(second, best, load)
-        iv = paired_t_ratio(xs, xb, level)
-        winners.append({"load": load, "winner": best, "runner_up": second,
-                        "ratio": iv.to_dict(), "marked": iv.lo > 1.0})
+        keys = sorted(next(iter(complete.values())))
+        best = best_arm({a: [v[k] for k in keys] for a, v in complete.items()}, level)
+        winners.append({"load": load, "winner": best.winner, "runner_up": best.runner_up,
+                        "ratio": best.ratio.to_dict(), "level_each": best.level_each,
+                        "marked": best.marked})
     pairs = []
     bases = [a.name for a in exp.arms if a.baseline]
     for i, a in enumerate(bases):
@@ -314,8 +311,9 @@ def format_report(rep: dict[str, Any]) -> str:
                    f"{_pm(c['avg_tpot'], 4):>13} {_pm(c['makespan'], 1):>11} "
                    f"{_pm(c['failed'], 1):>9} | {sim:>7} {_pct(c['sim_error']):>7}")
     out.append("")
-    out.append(f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if the "
-               f"paired {lvl} t-interval of runner-up/winner excludes 1):")
+    out.append(f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if, at a "
+               f"family-wise {lvl}, the paired t-interval of every other arm/winner excludes "
+               "1: Bonferroni; shown: the runner-up's):")
     for wnr in rep["winners"]:
         r = wnr["ratio"]
         tag = "WINNER" if wnr["marked"] else "within noise"
