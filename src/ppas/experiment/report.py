@@ -29,8 +29,7 @@ from typing import Any
 
 from ppas.experiment.runner import RUNS_DIR, run_path, slug
 from ppas.experiment.spec import Experiment
-from ppas.stats import (Interval, best_arm, paired_bootstrap_ratio, paired_t_ratio,
-                         t_interval)
+from ppas.stats import Interval, best_arm, paired_bootstrap_ratio, paired_t_ratio, t_interval
 
 METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
