@@ -10,12 +10,13 @@
    SLOs scaled to the served model: attainment and goodput per policy.
 4. Whether each seed policy reproduces the direction of its paper's claim, measured here.
 5. The best stock-vLLM setting per burst (oracle over ``stock_grid()``: MBT x
-   ``long_prefill_token_threshold`` x ``adaptive`` x ``prefill_schedule_interval``, vLLM
-   0.33 semantics, ``vllm:`` policy) beside the best fixed MBT, and whether our best policy
-   beats it by >= 10% geometric mean without being worse at any burst.
+   ``long_prefill_token_threshold`` x ``adaptive`` x ``prefill_schedule_interval`` x
+   ``max_num_active_seqs``, vLLM 0.33 semantics, ``vllm:`` policy) beside the best fixed
+   MBT, and whether our best policy beats it by >= 10% geometric mean without being worse
+   at any burst.
 
     .venv/bin/python benchmarks/policy_comparison.py [--hardware H --model M]
-        [--prompt-tokens N] [--seeds 5] [--plot FILE.png]
+        [--prompt-tokens N] [--output-tokens N] [--seeds 5] [--no-slo] [--plot FILE.png]
 
 Everything is simulated with the roofline cost model of the chosen hardware and model.
 """
@@ -39,7 +40,10 @@ from ppas.sweep import Grid, cell_means, improvement, run_grid, run_one
 from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
 
 FIXED = ("mbt:512", "mbt:1024", "mbt:2048", "mbt:4096", "mbt:8192", "mbt:16384")
-ADAPTIVE = ("ppas", "ppas-auto", "predictive", "sarathi:tbt_slo=0.1", "dlfp", "dlfp-completion",
+# predictive:max_active=0 is predictive without its admission-limit candidates (before
+# they existed), c_max=32768 with a chunk up to a whole 25k prompt.
+ADAPTIVE = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0",
+            "predictive:c_max=32768", "sarathi:tbt_slo=0.1", "dlfp", "dlfp-completion",
             "sloweave", "flowprefill", "lprs-apc")
 Record = dict[str, float | int | str]
 
@@ -51,8 +55,9 @@ def cost_model_for(hw: str, model: str) -> Callable[[str], CostModel]:
     return make
 
 
-def paper_grid(hw: str, model: str, prompt: int, seeds: int) -> list[Record]:
-    grid = Grid(FIXED + ADAPTIVE, PAPER_BURSTS, seeds=tuple(range(seeds)), prompt_tokens=prompt)
+def paper_grid(hw: str, model: str, prompt: int, seeds: int, output: int = 32) -> list[Record]:
+    grid = Grid(FIXED + ADAPTIVE, PAPER_BURSTS, seeds=tuple(range(seeds)), prompt_tokens=prompt,
+                output_tokens=output)
     return run_grid(grid, cost_model_for(hw, model))
 
 
@@ -81,12 +86,16 @@ def print_grid(recs: list[Record]) -> dict[str, float]:
     return worst_gap
 
 
-STOCK_MBT = (512, 1024, 2048, 4096, 8192, 16384)
+STOCK_MBT = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 STOCK_LPT = (0, 256, 512, 1024, 2048, 4096)  # long_prefill_token_threshold (0: off)
 # prefill_schedule_interval; the paper trace has 32 outputs per request, and a hold ends
 # when no decode runs, so 64 already measures the same as 32 (the oracle is saturated).
 STOCK_PSI = (1, 2, 4, 8, 16, 32, 64)
-OURS = ("ppas", "ppas-auto", "predictive")
+# max_num_active_seqs (None: max_num_seqs, 256). Its one effect on the schedule is the
+# waiting loop's admission limit, which max_num_seqs sets too when no active limit is given
+# (step_rules.admission_limit), so the oracle varies this one.
+STOCK_ACTIVE: tuple[int | None, ...] = (None, 1, 2, 4, 8)
+OURS = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0", "predictive:c_max=32768")
 
 
 def stock_grid(version: str = "0.33") -> list[str]:
@@ -98,9 +107,11 @@ def stock_grid(version: str = "0.33") -> list[str]:
                 continue
             for adaptive in ((False,) if lpt == 0 else (False, True)):
                 for psi in STOCK_PSI:
-                    out.append(f"vllm:mbt={mbt},long_prefill_token_threshold={lpt},"
-                               f"adaptive={str(adaptive).lower()},prefill_schedule_interval={psi},"
-                               f"version={version}")
+                    for active in STOCK_ACTIVE:
+                        out.append(f"vllm:mbt={mbt},long_prefill_token_threshold={lpt},"
+                                   f"adaptive={str(adaptive).lower()},"
+                                   f"prefill_schedule_interval={psi},"
+                                   f"max_num_active_seqs={active},version={version}")
     return out
 
 
@@ -113,7 +124,8 @@ def print_stock_oracle(recs: list[Record], stock: list[Record]) -> None:
     oracle = [ms[(best_cfg[b], b)] for b in PAPER_BURSTS]
     fixed = [min(m[(c, b)] for c in FIXED) for b in PAPER_BURSTS]
     print(f"\nbest stock vLLM per burst (oracle over {len(grid)} settings of mbt x "
-          "long_prefill_token_threshold x adaptive x prefill_schedule_interval, vLLM 0.33)")
+          "long_prefill_token_threshold x adaptive x prefill_schedule_interval x "
+          "max_num_active_seqs, vLLM 0.33)")
     print(f"{'':>20} " + " ".join(f"{b:>7g}" for b in PAPER_BURSTS))
     print(f"{'best fixed MBT':>20} " + " ".join(f"{v:7.3f}" for v in fixed))
     print(f"{'best stock vLLM':>20} " + " ".join(f"{v:7.3f}" for v in oracle)
@@ -239,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hardware", default="rtx5090")
     p.add_argument("--model", default="qwen2.5-3b")
     p.add_argument("--prompt-tokens", type=int, default=25000)
+    p.add_argument("--output-tokens", type=int, default=32, help="paper grid and oracle")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--no-slo", action="store_true", help="paper grid only")
     p.add_argument("--plot", metavar="FILE.png")
@@ -246,12 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     print("$ .venv/bin/python benchmarks/policy_comparison.py "
           + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])))
     print(f"hardware {a.hardware}, model {a.model}, prompt {a.prompt_tokens}, "
+          f"output {a.output_tokens}, "
           f"seeds 0-{a.seeds - 1}\n")
     t0 = time.perf_counter()
-    recs = paper_grid(a.hardware, a.model, a.prompt_tokens, a.seeds)
+    recs = paper_grid(a.hardware, a.model, a.prompt_tokens, a.seeds, a.output_tokens)
     print_grid(recs)
     stock = run_grid(Grid(tuple(stock_grid()), PAPER_BURSTS, seeds=tuple(range(a.seeds)),
-                          prompt_tokens=a.prompt_tokens), cost_model_for(a.hardware, a.model))
+                          prompt_tokens=a.prompt_tokens, output_tokens=a.output_tokens),
+                     cost_model_for(a.hardware, a.model))
     print_stock_oracle(recs, stock)
     if a.plot:
         plot(recs, a.plot)

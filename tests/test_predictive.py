@@ -10,7 +10,7 @@ from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.policies import make_policy
 from ppas.policies.costs import StepCosts, chunk_shape
-from ppas.policies.predictive import Predictive, kv_admission_cap, project
+from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget, project
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -40,7 +40,41 @@ def test_predictive_choice_is_the_projection_argmin() -> None:
     rate = 4 / 10.0  # 5 requests in the view, the oldest arrived at 0, now = 10
     scores = {a: project(p.costs, a, 16384, queue, decs, arrival_rate=rate)
               for a in p.candidates}
+    for m in p.limits:  # admission limits, each as the budget that enforces it
+        j = project(p.costs, 16384, 16384, queue, decs, arrival_rate=rate, limit=m)
+        b = limit_budget(m, 16384, queue, len(decs))
+        scores[b] = min(j, scores.get(b, j))
     assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
+    # Without limit candidates the choice is among the constant budgets only.
+    q = make_policy("predictive:max_active=0")
+    q.bind_cost_model(CM)
+    assert q.decide(v).prefill_budget in p.candidates
+
+
+def test_limit_budget_admits_only_the_first_free_slots() -> None:
+    queue = [(4096, 25000, 32), (0, 25000, 32), (0, 3000, 32)]
+    assert limit_budget(1, 16384, queue, 1) == 0  # the decode fills the only slot
+    assert limit_budget(2, 16384, queue, 1) == 16384  # the head alone, c_max at most
+    assert limit_budget(2, 32768, queue, 1) == 25000 - 4096  # ... and no spill past it
+    assert limit_budget(4, 65536, queue, 1) == 20904 + 25000 + 3000
+    assert limit_budget(3, 65536, [], 0) == 0
+
+
+def test_projection_under_an_admission_limit() -> None:
+    costs = StepCosts(CM, (2048, 16384))
+    queue = [(0, 25000, 32), (0, 25000, 32)]
+    decs = [(20, 25000)]
+    # No limit is the plain projection; a limit of 1 beside a decode holds every prompt
+    # until the decode is done, as budget 0 does.
+    assert project(costs, 16384, 16384, queue, decs, limit=1 << 30) == project(
+        costs, 16384, 16384, queue, decs)
+    assert project(costs, 16384, 16384, queue, decs, limit=1) == pytest.approx(
+        project(costs, 0, 16384, queue, decs, limit=1), rel=1e-12)
+    # Limit 1 without decodes serialises: each prompt prefills and decodes alone, so the
+    # second request completes one whole request later than the first.
+    one = project(costs, 16384, 16384, queue[:1], [])
+    both = project(costs, 16384, 16384, queue, [], limit=1)
+    assert both == pytest.approx(one + 2 * one, rel=1e-9)
 
 
 def test_projection_charges_future_arrivals_for_the_busy_period() -> None:

@@ -10,7 +10,7 @@ from ppas.errors import PpasError
 from ppas.policies import make_policy
 from ppas.policies.base import EngineKnobs
 from ppas.simulator import simulate
-from ppas.step_rules import PrefillCadence, long_prefill_limit, prefill_cadence
+from ppas.step_rules import PrefillCadence, admission_limit, long_prefill_limit, prefill_cadence
 from ppas.workload import phase_trace
 
 
@@ -32,9 +32,37 @@ def test_cadence_only_on_033() -> None:
     assert c.last_prefill == -3 and not c.capacity_bound  # the first step is never held
 
 
+@pytest.mark.parametrize(
+    ("seqs", "active", "engine", "limit"),
+    [(None, None, 256, 256), (8, None, 256, 8), (None, 2, 256, 2), (8, 2, 256, 2),
+     (None, 300, 256, 256), (4, None, 2, 4)],
+)
+def test_admission_limit(seqs: int | None, active: int | None, engine: int, limit: int) -> None:
+    knobs = EngineKnobs(max_num_seqs=seqs, max_num_active_seqs=active)
+    assert admission_limit(knobs, engine) == limit
+
+
+def test_active_limit_holds_in_the_simulator() -> None:
+    trace = phase_trace("10:0.2,10:1.0,10:0.2", 0, 8000, 16, 1.0)
+    cm = RooflineCostModel("rtx5090", "qwen2.5-3b", max_num_batched_tokens=8192)
+
+    def run(spec: str) -> tuple[int, float]:
+        res = simulate(trace, make_policy(spec), cm, record_steps=True)
+        assert all(r.finish_time is not None for r in res.requests)
+        return (max(len(s.scheduled) for s in res.steps),
+                float(res.summary()["avg_latency"]))
+
+    plain, one = run("vllm:mbt=8192"), run("vllm:mbt=8192,max_num_active_seqs=1")
+    assert plain[0] > 1 and one[0] == 1 and one[1] != plain[1]
+    assert run("vllm:mbt=8192,max_num_seqs=1") == one  # the same admission limit
+
+
 @pytest.mark.parametrize("bad", ["vllm:version=0.31", "vllm:mbt=0",
                                  "vllm:long_prefill_token_threshold=-1",
-                                 "vllm:prefill_schedule_interval=0", "vllm:adaptive=maybe"])
+                                 "vllm:prefill_schedule_interval=0", "vllm:adaptive=maybe",
+                                 "vllm:mbt=512,max_num_seqs=1024", "vllm:max_num_seqs=0",
+                                 "vllm:max_num_seqs=4,max_num_active_seqs=8",
+                                 "vllm:max_num_active_seqs=0"])
 def test_bad_config(bad: str) -> None:
     with pytest.raises(PpasError, match="vllm"):
         make_policy(bad)

@@ -49,18 +49,21 @@ def _line() -> str:
 
 
 def real_steps(model_dir: str, mbt: int, threshold: int, adaptive: bool, interval: int,
-               arrivals: dict[int, list[tuple[int, int, int]]]) -> list[dict[str, int]]:
+               arrivals: dict[int, list[tuple[int, int, int]]], max_num_seqs: int = 256,
+               max_num_active_seqs: int | None = None) -> list[dict[str, int]]:
     """Per-step {request id: tokens} of vLLM's stock Scheduler with these knobs."""
-    cfg = make_vllm_config(model_dir, json.dumps({}), mbt, 256, NUM_BLOCKS, False, False)
+    cfg = make_vllm_config(model_dir, json.dumps({}), mbt, max_num_seqs, NUM_BLOCKS, False,
+                           False)
     sc = cfg.scheduler_config
     saved = (sc.long_prefill_token_threshold, sc.long_prefill_token_threshold_adaptive,
-             sc.prefill_schedule_interval)
+             sc.prefill_schedule_interval, sc.max_num_active_seqs)
     sc.long_prefill_token_threshold = threshold
     sc.long_prefill_token_threshold_adaptive = adaptive
     sc.prefill_schedule_interval = interval
+    sc.max_num_active_seqs = max_num_active_seqs
     try:
         sched = make_scheduler(model_dir, policy=None, max_num_batched_tokens=mbt,
-                               num_blocks=NUM_BLOCKS)
+                               max_num_seqs=max_num_seqs, num_blocks=NUM_BLOCKS)
         steps: list[dict[str, int]] = []
         pending = dict(arrivals)
         k = 0
@@ -78,7 +81,7 @@ def real_steps(model_dir: str, mbt: int, threshold: int, adaptive: bool, interva
         return steps
     finally:
         (sc.long_prefill_token_threshold, sc.long_prefill_token_threshold_adaptive,
-         sc.prefill_schedule_interval) = saved
+         sc.prefill_schedule_interval, sc.max_num_active_seqs) = saved
 
 
 def sim_steps(spec: str, arrivals: dict[int, list[tuple[int, int, int]]]) -> list[dict[str, int]]:
@@ -104,29 +107,35 @@ def sim_steps(spec: str, arrivals: dict[int, list[tuple[int, int, int]]]) -> lis
 
 ARRIVALS = st.lists(st.tuples(st.integers(0, 12), st.integers(1, 3000), st.integers(1, 12)),
                     min_size=1, max_size=10)
-KNOBS = [  # (mbt, long_prefill_token_threshold, adaptive, prefill_schedule_interval)
-    (2048, 0, False, 1),
-    (1024, 256, False, 1),
-    (2048, 256, True, 1),
-    (512, 100, True, 1),
-    (2048, 0, False, 4),
-    (1024, 300, True, 3),
+Knobs = tuple[int, int, bool, int, int, int | None]
+KNOBS: list[Knobs] = [  # (mbt, long_prefill_token_threshold, adaptive,
+    # prefill_schedule_interval, max_num_seqs, max_num_active_seqs)
+    (2048, 0, False, 1, 256, None),
+    (1024, 256, False, 1, 256, None),
+    (2048, 256, True, 1, 256, None),
+    (512, 100, True, 1, 256, None),
+    (2048, 0, False, 4, 256, None),
+    (1024, 300, True, 3, 256, None),
+    (2048, 0, False, 1, 2, None),
+    (1024, 256, True, 1, 256, 1),
+    (2048, 0, False, 4, 8, 2),
 ]
 
 
-@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: "mbt{}-lpt{}-ad{}-psi{}".format(*k))
+@pytest.mark.parametrize("knobs", KNOBS,
+                         ids=lambda k: "mbt{}-lpt{}-ad{}-psi{}-seqs{}-active{}".format(*k))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mix=ARRIVALS)
-def test_same_steps_as_vllm(model_dir: str, knobs: tuple[int, int, bool, int],
+def test_same_steps_as_vllm(model_dir: str, knobs: Knobs,
                             mix: list[tuple[int, int, int]]) -> None:
-    mbt, threshold, adaptive, interval = knobs
+    mbt, threshold, adaptive, interval, seqs, active = knobs
     arrivals: dict[int, list[tuple[int, int, int]]] = {}
     for i, (at, prompt, out) in enumerate(sorted(mix, key=lambda m: m[0])):
         arrivals.setdefault(at, []).append((i, prompt, out))
     spec = (f"vllm:mbt={mbt},long_prefill_token_threshold={threshold},"
             f"adaptive={str(adaptive).lower()},prefill_schedule_interval={interval},"
-            f"version={_line()}")
-    real = real_steps(model_dir, mbt, threshold, adaptive, interval, arrivals)
+            f"max_num_seqs={seqs},max_num_active_seqs={active},version={_line()}")
+    real = real_steps(model_dir, mbt, threshold, adaptive, interval, arrivals, seqs, active)
     sim = sim_steps(spec, arrivals)
     assert sim == real
 
@@ -145,3 +154,7 @@ def test_the_knobs_matter(model_dir: str) -> None:
     psi = sim_steps(f"vllm:mbt=2048,prefill_schedule_interval=4,version={_line()}", arrivals)
     assert psi == real_steps(model_dir, 2048, 0, False, 4, arrivals)
     assert (psi != plain) is (_line() == "0.33")
+    # One request at a time: the two late prompts wait for the first request to finish.
+    one = sim_steps(f"vllm:mbt=2048,max_num_active_seqs=1,version={_line()}", arrivals)
+    assert one == real_steps(model_dir, 2048, 0, False, 1, arrivals, 256, 1)
+    assert one != plain and max(len(s) for s in one) == 1

@@ -331,7 +331,9 @@ class EngineSim:
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
         self.block_size = engine.block_size
         self.max_model_len = engine.max_model_len
-        self.max_num_seqs = engine.max_num_seqs
+        # vLLM's admission limit (step_rules.admission_limit: a vllm: baseline's
+        # max_num_seqs / max_num_active_seqs, else the engine's max_num_seqs).
+        self.max_num_seqs = step_rules.admission_limit(policy.engine_knobs, engine.max_num_seqs)
         if engine.num_kv_blocks is not None:
             self.total_blocks: int | None = engine.num_kv_blocks
         elif cost_model.kv_capacity_tokens is not None:

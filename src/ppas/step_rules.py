@@ -39,8 +39,10 @@ Rules, in the order a step applies them:
    ``long_prefill_token_threshold`` limits every chunk before the global budget
    (``long_prefill_limit``, applied in ``EngineSim._schedule``, recompute tails included);
    ``prefill_schedule_interval`` holds every chunk of a request still short of its last
-   token on most steps (``PrefillCadence``, vLLM 0.33's local cadence; 0.32 ignores it).
-   In the plugin vLLM applies both itself.
+   token on most steps (``PrefillCadence``, vLLM 0.33's local cadence; 0.32 ignores it);
+   ``max_num_active_seqs`` (else ``max_num_seqs``) stops admission from the waiting queue
+   once that many requests run (``admission_limit``, 0.32 and 0.33 alike).
+   In the plugin vLLM applies them itself.
 5. **Recompute accounting** (``StepTally``): after a preemption a request recomputes its
    prompt (prefill chunks, capped) and then its earlier outputs, a *recompute tail* that
    starts past the prompt (not capped, its request counts in N_d). For cost, a chunk is
@@ -191,6 +193,19 @@ def long_prefill_limit(knobs: EngineKnobs, num_requests: int, input_budget: int)
     if t > 0 and knobs.long_prefill_token_threshold_adaptive:
         t = max(t, input_budget // num_requests)
     return t
+
+
+def admission_limit(knobs: EngineKnobs, engine_max_num_seqs: int) -> int:
+    """vLLM's ``Scheduler.max_num_active_reqs`` (0.32 and 0.33): the waiting loop admits
+    while fewer requests run; ``max_num_active_seqs`` when set, else ``max_num_seqs`` (the
+    knob's, else the engine's). ``max_num_seqs`` also sizes the model runner and its CUDA
+    graphs (captured up to ``min(2 * max_num_seqs, 512)`` tokens, so every decode-only step
+    stays captured): admission is its only effect on the schedule. vLLM refuses an active
+    limit above ``max_num_seqs``; the ``min`` keeps the engine's slots a bound anyway."""
+    slots = knobs.max_num_seqs if knobs.max_num_seqs is not None else engine_max_num_seqs
+    if knobs.max_num_active_seqs is not None:
+        return min(knobs.max_num_active_seqs, slots)
+    return slots
 
 
 def mid_chunk(num_computed_tokens: int, num_prompt_tokens: int, num_tokens: int) -> bool:

@@ -317,6 +317,13 @@ class PolicyScheduler(Scheduler):
                 + (" --long-prefill-token-threshold-adaptive"
                    if knobs.long_prefill_token_threshold_adaptive else "")
             )
+        for flag, want, have in (
+                ("--max-num-seqs", knobs.max_num_seqs, sc.max_num_seqs),
+                ("--max-num-active-seqs", knobs.max_num_active_seqs,
+                 getattr(sc, "max_num_active_seqs", None))):
+            if want is not None and want != have:
+                raise PpasError(f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flag: "
+                                f"start vLLM with {flag} {want}")
         super().__init__(vllm_config, *args, **kwargs)
         if self.max_num_encoder_input_tokens > 0 or self.is_encoder_decoder:
             raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")

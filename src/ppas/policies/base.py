@@ -51,12 +51,17 @@ class EngineKnobs:
     vLLM's ``SchedulerConfig``); their per-step rules are ``ppas.step_rules`` (rule 4b).
     Every policy but ``vllm:`` (stock vLLM's knobs as a baseline) runs with the defaults.
     ``local_prefill_interval``: whether the release line applies ``prefill_schedule_interval``
-    without data parallelism (0.33: yes; 0.32: no, the knob does nothing there)."""
+    without data parallelism (0.33: yes; 0.32: no, the knob does nothing there).
+    ``max_num_seqs`` / ``max_num_active_seqs``: None keeps the engine's own
+    (``EngineConfig.max_num_seqs``; no separate active limit); their one scheduling effect is
+    the admission limit (``step_rules.admission_limit``)."""
 
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False
     prefill_schedule_interval: int = 1
     local_prefill_interval: bool = True
+    max_num_seqs: int | None = None
+    max_num_active_seqs: int | None = None
 
 
 class Policy(ABC):

@@ -3,12 +3,20 @@
 Ours (not from a paper; P-PAS's future work asks for budgets that adapt to the model and
 the load). The objective is P-PAS's: mean end-to-end latency. Rule, every step:
 
-* no decode running -> budget ``c_max`` (nothing to stall; the biggest chunk is the most
-  efficient prefill, P-PAS's B_max);
-* otherwise, for each candidate ``a`` in {0} + powers of two in [c_min, c_max], project
-  the requests now in the system forward under "budget ``a`` while any decode runs,
-  ``c_max`` when none does", and take the ``a`` with the smallest predicted sum of
-  completion times. ``a = 0`` is a decode-only step.
+* for each candidate ``a`` in {0} + powers of two in [c_min, c_max], project the
+  requests now in the system forward under "budget ``a`` while any decode runs, ``c_max``
+  when none does", and for each admission limit ``m`` in 1..``max_active`` under "at most
+  ``m`` requests at once, budget ``c_max``" (vLLM's ``max_num_active_seqs`` as a policy:
+  a prompt starts only when a slot is free, a finished prompt keeps its slot while it
+  decodes); take the candidate with the smallest predicted sum of completion times.
+  ``a = 0`` is a decode-only step. A limit is applied through the cap alone
+  (``limit_budget``: the prompt tokens left of the prompts that fit in the free slots,
+  in engine order), so the plugin needs nothing more than a budget;
+* no decode running: every constant budget projects as ``c_max`` (nothing to stall; the
+  biggest chunk is the most efficient prefill, P-PAS's B_max), so only ``c_max`` and the
+  limits compete: a limit stops a prompt's last chunk from spilling into the next prompt
+  (which delays the first one's first token). With ``max_active=0`` it takes ``c_max``
+  without projecting, as before the limits existed.
 
 The projection is event-driven (one iteration per prompt completion or decode
 completion, a heap of decode finish steps: O(N log N) per candidate, no per-step loop):
@@ -37,6 +45,10 @@ decodes in short weight-bound steps and pays for it with a pause of the prefill 
 In practice, with short answers (32 tokens) it alternates decode-only steps and B_max
 chunks: the decode phase of a request costs ~31 weight-bound steps (a few ms each), far
 less than riding 31 prefill steps; with long answers (256+) it rides mid-size chunks.
+Limits add a middle way no constant budget expresses: under load, prefill the next prompt
+whole while the current decodes ride, then run the decodes of both together in
+decode-only steps (a decode-only step of two requests costs about as much as one of one),
+which is what stock vLLM with ``--max-num-active-seqs 2`` does at every step.
 The simulator's gains therefore rest on the cost of decode-only steps relative to mixed
 ones; the policy's own model may be off (halving or doubling any calibrated parameter
 moved the paper-grid improvement by < 1 point), but the simulator's must be right.
@@ -76,12 +88,16 @@ from ppas.step_rules import is_pending_prefill
 @dataclass(frozen=True)
 class PredictiveConfig:
     """Candidate budgets under decode pressure: 0 and powers of two in [c_min, c_max];
-    ``c_max`` is also the budget without decodes and the global MBT (P-PAS's B_max)."""
+    ``c_max`` is also the budget without decodes and the global MBT (P-PAS's B_max).
+    Candidate admission limits: 1..``max_active`` requests at once (0: none)."""
 
     c_min: int = 512
     c_max: int = 16384
+    max_active: int = 8
 
     def __post_init__(self) -> None:
+        require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
+                f"got {self.max_active}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
                 f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
@@ -104,6 +120,7 @@ class Predictive(Policy):
         super().__init__(config, spec)
         self.chunks = candidate_chunks(config.c_min, config.c_max)
         self.candidates = (0, *self.chunks)
+        self.limits = tuple(range(1, config.max_active + 1))
         self.costs: StepCosts | None = None
         self.kv_capacity: int | None = None
 
@@ -128,7 +145,8 @@ class Predictive(Policy):
             if view.num_pending_prefills >= 2 and view.num_running_decodes > 0:
                 return Decision(min(2048, c_max))
             return Decision(c_max)
-        if view.num_pending_prefills == 0 or view.num_running_decodes == 0:
+        limits = self.limits
+        if view.num_pending_prefills == 0 or (view.num_running_decodes == 0 and not limits):
             # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
             return Decision(c_max)
         queue: list[tuple[int, int, int]] = []  # (computed, prompt, outputs left)
@@ -146,7 +164,8 @@ class Predictive(Policy):
             elif left > 0:
                 decs.append((left, r.num_computed_tokens))
         # Try last step's budget first: decisions are sticky, so the bound prunes early.
-        cands = self.candidates
+        # (Without decodes every constant budget projects as c_max: one candidate.)
+        cands = self.candidates if decs else (c_max,)
         last = view.recent_steps[-1].prefill_budget if view.recent_steps else -1
         if last in cands:
             cands = (last, *(a for a in cands if a != last))
@@ -160,7 +179,24 @@ class Predictive(Policy):
             j = project(costs, a, c_max, queue, decs, best_j, rate)
             if j < best_j:
                 best_a, best_j = a, j
+        for m in limits:
+            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m)
+            if j < best_j:
+                best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
         return Decision(best_a)
+
+
+def limit_budget(limit: int, c_max: int, queue: list[tuple[int, int, int]],
+                 num_decodes: int) -> int:
+    """The budget that runs at most ``limit`` requests at once (vLLM's
+    ``max_num_active_seqs``, expressed through the cap): the prompt tokens left of the
+    first ``limit - num_decodes`` pending prompts in engine order (running ones first, then
+    FCFS), at most ``c_max``; 0 when the decodes fill every slot. The engine shares the cap
+    in that order, so no later prompt gets a token and the waiting loop stops there."""
+    slots = limit - num_decodes
+    if slots <= 0:
+        return 0
+    return min(c_max, sum(end - pos for pos, end, _ in queue[:slots]))
 
 
 def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int = 16) -> int:
@@ -196,9 +232,12 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
 
 def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
             decs: list[tuple[int, int]], stop_above: float = float("inf"),
-            arrival_rate: float = 0.0) -> float:
+            arrival_rate: float = 0.0, limit: int = 1 << 30) -> float:
     """Sum of predicted completion times (seconds from now) of every request when the
-    prefill budget is ``a`` while any decode runs and ``b`` otherwise. Event-driven: one
+    prefill budget is ``a`` while any decode runs and ``b`` otherwise, and at most
+    ``limit`` requests run at once (decodes plus prompts; a prompt gets tokens only in a
+    free slot, the head first, and a step's leftover budget spills only into prompts
+    that have a slot). Event-driven: one
     iteration per prompt completion or decode completion, O(N log N) in all. Returns
     ``inf`` as soon as a lower bound of the sum (finished requests' times plus ``t`` for
     every request still in the system) exceeds ``stop_above``."""
@@ -211,7 +250,8 @@ def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
     nq = len(queue)
     while qi < nq or heap:
         c = a if heap else b
-        if qi < nq and c > 0:
+        slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
+        if qi < nq and c > 0 and slots > 0:
             end = queue[qi][1]
             k1 = -(-(end - pos) // c)
         else:
@@ -226,7 +266,7 @@ def project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
             done_heads = [qi]
             qi += 1
             pos = queue[qi][0] if qi < nq else 0
-            while spill > 0 and qi < nq:
+            while spill > 0 and qi < nq and len(done_heads) < slots:
                 nxt_end = queue[qi][1]
                 take = min(spill, nxt_end - pos)
                 pre += costs.prefill_time(c, pos, pos + take)

@@ -2,7 +2,7 @@
 of the chosen release line's ``Scheduler.schedule`` (rules in ``ppas.step_rules``, 4b).
 
     vllm:mbt=2048,long_prefill_token_threshold=256,adaptive=true,
-         prefill_schedule_interval=4,version=0.33
+         prefill_schedule_interval=4,max_num_seqs=256,max_num_active_seqs=8,version=0.33
 
 ``mbt`` is ``--max-num-batched-tokens`` (the global budget, vLLM's default 2048);
 ``long_prefill_token_threshold`` (default 0: off) limits every request's chunk per step
@@ -10,7 +10,11 @@ when more than one request is running or waiting; ``adaptive``
 (``--long-prefill-token-threshold-adaptive``, default false) raises that limit to
 MBT // requests; ``prefill_schedule_interval`` (default 1) holds prefill on the steps in
 between (vLLM 0.33 applies it locally; 0.32 only under data-parallel MoE, so there it does
-nothing); ``version`` 0.32 or 0.33 (default 0.33, what ``pip install vllm`` gives).
+nothing); ``max_num_seqs`` (default: the engine's, ``EngineConfig.max_num_seqs``) and
+``max_num_active_seqs`` (default none: ``max_num_seqs``; at most ``max_num_seqs``) set the
+waiting loop's admission limit, ``Scheduler.max_num_active_reqs``, the same in both lines
+(``step_rules.admission_limit``); vLLM refuses ``max_num_seqs`` above ``mbt``.
+``version`` 0.32 or 0.33 (default 0.33, what ``pip install vllm`` gives).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class VllmStockConfig:
     long_prefill_token_threshold: int = 0
     adaptive: bool = False
     prefill_schedule_interval: int = 1
+    max_num_seqs: int | None = None
+    max_num_active_seqs: int | None = None
     version: str = "0.33"
 
     def __post_init__(self) -> None:
@@ -41,6 +47,13 @@ class VllmStockConfig:
         require(self.prefill_schedule_interval >= 1,
                 f"vllm: prefill_schedule_interval must be >= 1, got "
                 f"{self.prefill_schedule_interval}")
+        require(self.max_num_seqs is None or 1 <= self.max_num_seqs <= self.mbt,
+                f"vllm: max_num_seqs must be in [1, mbt={self.mbt}] (vLLM's check), got "
+                f"{self.max_num_seqs}")
+        require(self.max_num_active_seqs is None or 1 <= self.max_num_active_seqs <= (
+            self.max_num_seqs if self.max_num_seqs is not None else self.mbt),
+                "vllm: max_num_active_seqs must be in [1, max_num_seqs] (vLLM's check), got "
+                f"{self.max_num_active_seqs}")
         require(self.version in VERSIONS,
                 f"vllm: version must be one of {', '.join(VERSIONS)}, got {self.version!r}")
 
@@ -60,7 +73,9 @@ class VllmStock(Policy):
     def engine_knobs(self) -> EngineKnobs:
         c = self.config
         return EngineKnobs(c.long_prefill_token_threshold, c.adaptive,
-                           c.prefill_schedule_interval, local_prefill_interval=c.version != "0.32")
+                           c.prefill_schedule_interval, local_prefill_interval=c.version != "0.32",
+                           max_num_seqs=c.max_num_seqs,
+                           max_num_active_seqs=c.max_num_active_seqs)
 
     def decide(self, view: SchedulerView) -> Decision:
         return Decision(self.config.mbt)
