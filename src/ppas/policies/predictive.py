@@ -180,6 +180,8 @@ class Predictive(Policy):
             if j < best_j:
                 best_a, best_j = a, j
         for m in limits:
+            if m >= len(decs) + len(queue):
+                break  # never binds: the same projection as the constant budget c_max
             j = project(costs, c_max, c_max, queue, decs, best_j, rate, m)
             if j < best_j:
                 best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
