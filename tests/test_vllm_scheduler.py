@@ -249,6 +249,8 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
         ({"policy": PPAS, "step_log_flush": 0}, "step_log_flush"),
         ({"policy": "vllm:mbt=4096,long_prefill_token_threshold=256"},
          "--long-prefill-token-threshold 256$"),
+        ({"policy": "vllm:mbt=4096,max_num_seqs=8"}, "--max-num-seqs 8$"),
+        ({"policy": "vllm:mbt=4096,max_num_active_seqs=2"}, "--max-num-active-seqs 2$"),
     ],
 )
 def test_config_errors(model_dir: str, section: object, match: str) -> None:
