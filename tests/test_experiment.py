@@ -271,7 +271,7 @@ def test_demo_file_is_valid(tmp_path: Path, model: Path,
         a.name for a in exp.arms if not a.plugin or (a.policy or "").startswith("mbt:")}
     assert sum(1 for a in exp.arms if (a.policy or "").startswith("mbt:")) == 2
     assert any(not p for p, _ in kinds.values())  # a stock vLLM arm
-    assert sum(1 for _, c in kinds.values() if c == "fitted:auto") == 2
+    assert sum(1 for _, c in kinds.values() if c == "fitted:auto") == 3  # ppas-auto, 2 predictive
 
 
 # ---------------------------------------------------------------- running (fake servers)
