@@ -7,7 +7,8 @@
                 gpu_memory_utilization, enable_prefix_caching, enforce_eager,
                 startup_timeout_s, extra_args = [...], [engine.env] NAME = "value"
     [workload]  kind = "phases" (phases = "10:0.1,20:{burst}", burst_rates = [...])
-                     | "gamma"  (request_rates = [...], burstiness, num_prompts)
+                     | "gamma"  (request_rates = [...], burstiness, num_prompts = N or
+                                 [N per request rate])
                      | "trace"  (file = "trace.jsonl")
                 prompt_tokens, output_tokens, seeds = [...], warmup_requests (sent before
                 the first run on each server start), request_timeout_s
