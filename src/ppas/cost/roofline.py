@@ -174,6 +174,10 @@ class RooflineCostModel(CostModel):
         t_kv = self._kv_read_per_tok * step.prefill_kv_tokens
         return t_flop if t_flop > t_kv else t_kv
 
+    def decode_attention_time(self, decode_ctx_tokens: int) -> float:
+        """One layer's attention over the decodes' contexts: their KV read."""
+        return self._kv_read_per_tok * decode_ctx_tokens
+
     def device_time(self, step: StepShape) -> float:
         """Seconds the GPU computes for ``step`` (no host, launch or per-request costs)."""
         n = step.num_prefill_tokens + step.num_decodes
