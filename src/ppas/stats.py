@@ -140,6 +140,14 @@ def _log_ratios(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     return np.log(x) - np.log(y)
 
 
+def geomean(xs: Sequence[float]) -> float:
+    """``exp(mean(log(x_i)))`` of values > 0: how arms are ranked per load."""
+    x = np.asarray(xs, dtype=float)
+    if x.size == 0 or not np.all(x > 0):
+        raise ValueError("a geometric mean needs values > 0")
+    return float(np.exp(np.log(x).mean()))
+
+
 def geomean_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     """``exp(mean(log(a_i / b_i)))``."""
     return float(np.exp(_log_ratios(a, b).mean()))
@@ -185,7 +193,7 @@ def best_arm(arms: dict[str, Sequence[float]], level: float = 0.95) -> Best:
     lens = {len(v) for v in arms.values()}
     if len(lens) != 1:
         raise ValueError(f"arms must be paired (same number of traces), got lengths {lens}")
-    ranked = sorted(arms, key=lambda a: float(np.mean(np.log(np.asarray(arms[a], float)))))
+    ranked = sorted(arms, key=lambda a: geomean(arms[a]))
     best = ranked[0]
     each = 1.0 - (1.0 - level) / (len(ranked) - 1)
     ivs = [paired_t_ratio(arms[o], arms[best], each) for o in ranked[1:]]

@@ -29,7 +29,14 @@ from typing import Any
 
 from ppas.experiment.runner import RUNS_DIR, run_path, slug
 from ppas.experiment.spec import Experiment
-from ppas.stats import Interval, best_arm, paired_bootstrap_ratio, paired_t_ratio, t_interval
+from ppas.stats import (
+    Interval,
+    best_arm,
+    geomean,
+    paired_bootstrap_ratio,
+    paired_t_ratio,
+    t_interval,
+)
 
 METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
@@ -155,7 +162,7 @@ def build_report(exp: Experiment) -> dict[str, Any]:
         vals = e2e(arm, load)
         if len(vals) != len(w.seeds):
             return None  # only complete arms are ranked
-        return math.exp(sum(math.log(v) for v in vals.values()) / len(vals))
+        return geomean(list(vals.values()))
 
     oracle = []  # every non-baseline arm against the best baseline of each load
     best_base: dict[float, str] = {}
