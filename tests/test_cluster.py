@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -227,3 +228,21 @@ def test_cli_cluster_errors(args: list[str], needle: str,
                             capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = cli(["simulate", *args], capsys)
     assert rc == 2 and needle in err and err.count("\n") == 1 and out == ""
+
+
+def test_prefill_instance_holds_kv_until_the_transfer_ends() -> None:
+    """The prompt's KV stays on the prefill instance while it crosses the link; with room
+    for one prompt, the next waits for the transfer (backpressure), then runs."""
+    pools = (PoolConfig("p", role="prefill", policy="mbt:1024", num_kv_blocks=60, **HW),
+             PoolConfig("d", role="decode", policy="mbt:1024", **HW))
+    cfg = ClusterConfig(pools, router="round-robin", link=LinkConfig(0.01, 0.0))
+    trace = [RequestSpec(0.0, 600, 4), RequestSpec(0.001, 600, 4)]
+    first, second = simulate_cluster(trace, cfg, const).requests
+    assert first.transfer_end is not None and first.transfer_end > 1.0  # 22 MB at 10 MB/s
+    assert second.prefill is not None and second.prefill.first_scheduled_time is not None
+    assert second.prefill.first_scheduled_time == first.transfer_end
+    # With room for both, the second prompt does not wait for the link.
+    roomy = ClusterConfig((dataclasses.replace(pools[0], num_kv_blocks=200), pools[1]),
+                          router="round-robin", link=LinkConfig(0.01, 0.0))
+    _, second = simulate_cluster(trace, roomy, const).requests
+    assert second.prefill is not None and second.prefill.first_scheduled_time < 0.01

@@ -64,7 +64,11 @@ from ppas.workload import RequestSpec, Trace
 class EngineConfig:
     """vLLM engine settings. ``max_num_batched_tokens`` None = the policy's own;
     ``num_kv_blocks`` None = the cost model's KV capacity (unbounded if it has none);
-    ``max_model_len`` None = no context limit."""
+    ``max_model_len`` None = no context limit. ``hold_finished_kv``: finished requests keep
+    their KV blocks until ``EngineSim.release_kv`` (a disaggregated prefill instance holds a
+    prompt's KV until its transfer to the decode instance ends, as vLLM's KV connectors do);
+    while the held blocks leave no room for the next admission the engine stalls
+    (``EngineSim.stalled``) instead of stepping."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
@@ -72,6 +76,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.prefix_cache)
     max_model_len: int | None = None
+    hold_finished_kv: bool = False
 
     def __post_init__(self) -> None:
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -341,6 +346,9 @@ class EngineSim:
         else:
             self.total_blocks = None
         self.pool = _KvPool(self.total_blocks, engine.block_size, engine.prefix_caching)
+        self.hold_kv = engine.hold_finished_kv
+        self.num_held = 0  # finished requests whose KV is held (hold_finished_kv)
+        self.stalled = False  # the last advance found nothing to run for the held KV
         self.record_steps = record_steps
         self.now = 0.0
         self.requests: list[SimRequest] = []
@@ -392,6 +400,15 @@ class EngineSim:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def release_kv(self, r: SimRequest, now: float) -> None:
+        """Free a finished request's held KV (``hold_finished_kv``) at ``now``; a stalled
+        engine resumes then."""
+        assert self.hold_kv and r.finish_time is not None and self.num_held > 0
+        self.pool.release(r)
+        self.num_held -= 1
+        if self.stalled and now > self.now:
+            self.now = now
+
     def idle_until(self, t: float) -> None:
         """Move an idle engine's clock to ``t`` (the next arrival)."""
         if not self.has_work() and t > self.now:
@@ -413,6 +430,9 @@ class EngineSim:
         if cadence is not None:
             cadence.after_step(held, bool(sched), self._carried, not preempted,
                                len(self.waiting))
+        if not sched and not preempted and self.num_held:
+            self.stalled = True  # waits for release_kv: held KV leaves no room to admit
+            return
         if not sched:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
@@ -428,6 +448,7 @@ class EngineSim:
     def advance(self, limit: float = math.inf) -> None:
         """One ``step()``, or a run of decode-only steps taken in one go
         (``_decode_run``, when it applies and steps are not recorded)."""
+        self.stalled = False
         self._run = None
         self._run_steps = -1
         if (self.waiting or self.record_steps or self.cadence is not None
@@ -644,7 +665,10 @@ class EngineSim:
                     r.finish_time = now
                     self.finished.append(r)
                     r.is_running = False
-                    self.pool.release(r)
+                    if self.hold_kv:
+                        self.num_held += 1
+                    else:
+                        self.pool.release(r)
                     any_finished = True
         if any_finished:
             self.running[:] = [r for r in self.running if r.is_running]

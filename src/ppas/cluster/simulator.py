@@ -22,7 +22,9 @@ starting at ``t`` sees every request that arrived at or before ``t``, as in ``si
 * a prefill finished on a prefill instance (the prompt computed, one token sampled) -> the
   router picks a decode instance; the KV of the prompt crosses that instance's link
   (FIFO, ``ppas.cluster.transfer.Link``), never starting before the prefill's end.
-* transfer landed -> the request joins the decode instance with ``prompt - 1`` tokens
+* transfer landed -> the prefill instance frees the prompt's KV (it held it until now, and
+  stalls, taking no new prompt, while held KV leaves no room for one); the request joins
+  the decode instance with ``prompt - 1`` tokens
   computed (as vLLM's KV connectors do: the last prompt token is recomputed there and
   samples the first output token, which is the client's first token).
 
@@ -183,8 +185,10 @@ def build_instances(config: ClusterConfig,
             mbt = policy.max_num_batched_tokens
             cm = (cost_model_for(pool, mbt) if cost_model_for is not None else
                   make_cost_model(pool.cost_model, pool.hardware, pool.model, pool.tp, mbt))
+            # A prefill instance holds a prompt's KV until its transfer ends.
             eng = EngineSim(policy, cm, EngineConfig(max_num_seqs=pool.max_num_seqs,
-                                                     num_kv_blocks=pool.num_kv_blocks),
+                                                     num_kv_blocks=pool.num_kv_blocks,
+                                                     hold_finished_kv=pool.role == "prefill"),
                             record_steps=record_steps)
             link = None
             if pool.role == "decode":
@@ -305,6 +309,8 @@ def simulate_cluster(
         s = cr.spec
         inst.outstanding_tokens -= (r.max_output_tokens + r.prompt_tokens
                                     - (r.prompt_tokens - 1 if r is cr.decode else 0))
+        if inst.role == "prefill" and s.output_tokens == 1:
+            inst.engine.release_kv(r, r.finish_time or 0.0)  # nothing to transfer
         if inst.role == "prefill" and s.output_tokens > 1:
             t = r.finish_time
             assert t is not None
@@ -339,6 +345,9 @@ def simulate_cluster(
                 dispatch(inst, now)
             if eng.has_work():
                 eng.advance(reqs[nxt].spec.arrival_s if a in bounded and nxt < n else inf)
+                if eng.stalled:  # held KV (transfers in flight): resumes at a release
+                    inst.busy = False
+                    continue
                 push(eng.now, _STEP, a, b)
                 used = eng.total_blocks - eng.free_blocks if eng.total_blocks else 0
                 if used > inst.max_kv_blocks_used:
@@ -365,13 +374,20 @@ def simulate_cluster(
                 continue
             queue.push(a, s.prompt_tokens)
             for x in pre:
-                if not x.busy:
+                if not x.busy and not x.engine.has_work():
                     dispatch(x, now)
                     if not len(queue):
                         break
         else:  # _XFER: the KV landed on decode instance dec[b]
             cr = reqs[a]
             s = cr.spec
+            src = insts[cr.instance]  # the prefill instance frees the prompt's KV now
+            assert cr.prefill is not None
+            src.engine.release_kv(cr.prefill, now)
+            if not src.busy and src.engine.has_work():
+                src.busy = True
+                src.version += 1
+                push(src.engine.now, _STEP, src.index, src.version)
             cr.decode = place(cr, dec[b], dataclasses.replace(s, arrival_s=now), now,
                               computed=s.prompt_tokens - 1)
     return ClusterResult(reqs, insts, events)
