@@ -41,9 +41,9 @@ from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
 
 FIXED = ("mbt:512", "mbt:1024", "mbt:2048", "mbt:4096", "mbt:8192", "mbt:16384")
 # predictive:max_active=0 is predictive without its admission-limit candidates (before
-# they existed), c_max=32768 with a chunk up to a whole 25k prompt.
+# they existed), c_max=16384 with chunks up to 16k (its default before, below a 25k prompt).
 ADAPTIVE = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0",
-            "predictive:c_max=32768", "sarathi:tbt_slo=0.1", "dlfp", "dlfp-completion",
+            "predictive:c_max=16384", "sarathi:tbt_slo=0.1", "dlfp", "dlfp-completion",
             "sloweave", "flowprefill", "lprs-apc")
 Record = dict[str, float | int | str]
 
@@ -95,7 +95,7 @@ STOCK_PSI = (1, 2, 4, 8, 16, 32, 64)
 # waiting loop's admission limit, which max_num_seqs sets too when no active limit is given
 # (step_rules.admission_limit), so the oracle varies this one.
 STOCK_ACTIVE: tuple[int | None, ...] = (None, 1, 2, 4, 8)
-OURS = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0", "predictive:c_max=32768")
+OURS = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0", "predictive:c_max=16384")
 
 
 def stock_grid(version: str = "0.33") -> list[str]:

@@ -3,14 +3,26 @@ makes from it, KV admission control, and the cost tables it precomputes."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
 from ppas.cost.base import StepShape
+from ppas.cost.fitted import FittedCostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.policies import make_policy
 from ppas.policies.costs import StepCosts, chunk_shape
-from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget, project
+from ppas.policies.predictive import (
+    Predictive,
+    arrival_rate,
+    kv_admission_cap,
+    limit_budget,
+    project,
+)
+from ppas.state import RequestSnapshot, SchedulerView
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -18,15 +30,22 @@ CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 def test_predictive_no_decodes_and_empty_view_take_c_max() -> None:
     p = make_policy("predictive")
     p.bind_cost_model(CM)
-    assert p.decide(view([])).prefill_budget == 16384
-    assert p.decide(view([pre(0), wait(1), wait(2)])).prefill_budget == 16384
+    assert p.config.c_max == 32768 == p.max_num_batched_tokens
+    assert p.decide(view([])).prefill_budget == 32768
+    v = view([pre(0), wait(1), wait(2)])
+    q = make_policy("predictive:max_active=0")
+    q.bind_cost_model(CM)
+    assert q.decide(v).prefill_budget == 32768
+    # With limit candidates: the running prompt's rest alone (no spill into the next,
+    # which would delay its first token), as limit_budget(1) gives.
+    assert p.decide(v).prefill_budget == 25000 - 4096
 
 
 def test_predictive_without_cost_model_falls_back_to_ppas() -> None:
     p = make_policy("predictive")
     p.bind_cost_model(None)
     assert p.decide(view([dec(0), pre(0), wait(1)])).prefill_budget == 2048
-    assert p.decide(view([dec(0), pre(0)])).prefill_budget == 16384
+    assert p.decide(view([dec(0), pre(0)])).prefill_budget == 32768  # B_max = c_max
 
 
 def test_predictive_choice_is_the_projection_argmin() -> None:
@@ -37,12 +56,14 @@ def test_predictive_choice_is_the_projection_argmin() -> None:
     v = view([dec(0, out=3), dec(1, out=20), pre(0), wait(1), wait(2)])
     queue = [(4096, 25000, 32), (0, 25000, 32), (0, 25000, 32)]
     decs = [(29, 25000), (12, 25000)]
-    rate = 4 / 10.0  # 5 requests in the view, the oldest arrived at 0, now = 10
-    scores = {a: project(p.costs, a, 16384, queue, decs, arrival_rate=rate)
+    rate = 3 / 10.0  # 5 requests in the view, the oldest arrived at 0, now = 10
+    assert arrival_rate(v) == pytest.approx(rate)
+    cm = p.config.c_max
+    scores = {a: project(p.costs, a, cm, queue, decs, arrival_rate=rate)
               for a in p.candidates}
     for m in p.limits:  # admission limits, each as the budget that enforces it
-        j = project(p.costs, 16384, 16384, queue, decs, arrival_rate=rate, limit=m)
-        b = limit_budget(m, 16384, queue, len(decs))
+        j = project(p.costs, cm, cm, queue, decs, arrival_rate=rate, limit=m)
+        b = limit_budget(m, cm, queue, len(decs))
         scores[b] = min(j, scores.get(b, j))
     assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
     # Without limit candidates the choice is among the constant budgets only.
@@ -85,12 +106,15 @@ def test_projection_charges_future_arrivals_for_the_busy_period() -> None:
 
 
 def test_projection_of_a_lone_prompt_is_its_prefill_time() -> None:
-    # Exact on chunk-aligned prompts (a partial last chunk is interpolated in the table).
+    # A partial last chunk is priced at its own size by the cost model (StepCosts.step_time).
     costs = StepCosts(CM, (2048, 16384))
     got = project(costs, 2048, 16384, [(0, 32768, 1)], [])
     assert got == pytest.approx(CM.prefill_time(32768, 16384), rel=1e-9)
     got = project(costs, 2048, 16384, [(0, 25000, 1)], [])
-    assert got == pytest.approx(CM.prefill_time(25000, 16384), rel=0.05)
+    assert got == pytest.approx(CM.prefill_time(25000, 16384), rel=1e-6)
+    got = project(costs, 2048, 16384, [(4096, 25000, 1)], [])  # a running prefill's rest
+    exact = CM.step_time(chunk_shape(16384, 4096)) + CM.step_time(chunk_shape(4520, 20480))
+    assert got == pytest.approx(exact, rel=1e-6)
 
 
 def test_projection_decode_only_sum() -> None:
@@ -133,7 +157,7 @@ def test_predictive_kv_guard_needs_a_capacity() -> None:
     assert p.kv_capacity is not None
     # Nothing running, three waiting prompts, capacity for about one and a half of them.
     v = view([wait(i, prompt=p.kv_capacity * 2 // 3) for i in range(3)])
-    assert p.decide(v).prefill_budget == 16384  # the first prompt alone exceeds the budget
+    assert p.decide(v).prefill_budget == p.config.c_max  # the first prompt alone exceeds it
     small = view([dec(0, ctx=p.kv_capacity * 2 // 3), wait(1, prompt=p.kv_capacity // 2)])
     assert p.decide(small).prefill_budget == 0  # the waiting one cannot finish: hold it
 
@@ -146,3 +170,58 @@ def test_step_costs_table_matches_cost_model() -> None:
         sum(CM.step_time(chunk_shape(2048, p)) for p in (4096, 6144)), rel=1e-12)
     one = CM.step_time(StepShape(0, 0, 0.0, 0, 1, 0))
     assert costs.dec_base + costs.dec_alone == pytest.approx(one, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 32768), st.integers(0, 40000))
+def test_partial_chunk_costs_the_cost_models_step_time(r: int, p: int) -> None:
+    """A prefill step of any size r at any context p is priced within 1% of the cost
+    model's own step time (exact for the fitted model, affine in tokens and pairs); small
+    pieces keep their whole fixed per-step cost (linear interpolation undercounted it 3x)."""
+    costs = StepCosts(CM, (512, 32768))
+    exact = CM.step_time(chunk_shape(r, p))
+    assert costs.step_time(r, r * (p + (r + 1) / 2)) == pytest.approx(exact, rel=0.01)
+    k = 3  # a run of whole chunks is their sum
+    assert costs.run_time(r, p, k) == pytest.approx(
+        sum(costs.step_time(r, r * (p + j * r + (r + 1) / 2)) for j in range(k)), rel=1e-9)
+
+
+def test_spill_step_costs_the_cost_models_step_time() -> None:
+    """A step that finishes one prompt (8616 tokens at 16384) and starts the next (7768
+    at 0) is one step: within 1% of the cost model's time for that step, where two
+    separate chunks would pay the fixed per-step cost twice."""
+    costs = StepCosts(CM, (16384,))
+    shape = StepShape.of([(8616, 16384), (7768, 0)], [])
+    got = costs.step_time(16384, shape.prefill_attn_work)
+    assert got == pytest.approx(CM.step_time(shape), rel=0.01)
+    fitted = FittedCostModel(0.01, 2e-5, 3e-11, 1e-4, 1e-8)
+    fc = StepCosts(fitted, (16384,))
+    assert fc.step_time(16384, shape.prefill_attn_work) == pytest.approx(
+        fitted.step_time(shape), rel=1e-9)
+
+
+def _poisson_view(rate: float, seed: int, n: int, wait_after: float) -> SchedulerView:
+    """``n`` Poisson arrivals; the view is taken ``wait_after`` s after the last one, all
+    of them still in the system (the oldest decoding, the others waiting)."""
+    rng = random.Random(seed)
+    t, times = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        times.append(t)
+    reqs = [dec(0, out=3)] + [wait(i, arrival=a) for i, a in enumerate(times[1:], 1)]
+    reqs[0] = RequestSnapshot("d0", times[0], 25000, 25000, 3, 32, True, None)
+    return view(reqs, now=times[-1] + wait_after)
+
+
+@pytest.mark.parametrize("n", [4, 6, 10])
+def test_arrival_rate_is_unbiased_on_poisson_arrivals(n: int) -> None:
+    """Over Poisson traces seen just after an arrival (when a prompt waits), the estimate
+    averages to the true rate within 5%; (N - 1) / span, the estimate before, is high by
+    (N - 1) / (N - 2)."""
+    rate = 0.8
+    views = [_poisson_view(rate, s, n, 0.0) for s in range(4000)]
+    est = sum(arrival_rate(v) for v in views) / len(views)
+    assert est == pytest.approx(rate, rel=0.05)
+    old = sum((n - 1) / (v.now - v.requests[0].arrival_time) for v in views) / len(views)
+    assert old == pytest.approx(rate * (n - 1) / (n - 2), rel=0.05)
+    assert arrival_rate(view([dec(0), wait(1)])) == 0.0  # two requests: no unbiased estimate

@@ -14,6 +14,20 @@ model (roofline, fitted) works.
 ``pre[c]`` is tabulated per chunk ``c`` as a cumulative table ``F_c(x)`` = time to
 prefill prompt tokens ``[0, x)`` alone in chunks of ``c``, on a grid of ``c`` tokens,
 so the time to prefill ``[p, P)`` is ``F_c(P) - F_c(p)`` (interpolated).
+
+``step_time`` / ``run_time`` price prefill steps from the cost model's own step time
+instead (no interpolation along the prompt): a step of ``n`` prefill tokens whose chunks
+make ``W`` causal query-key pairs (``sum r_i (p_i + (r_i + 1) / 2)``) costs
+
+    S(n, W) = A(n) + beta(n) * (W - n (n + 1) / 2)
+
+with ``A(n)`` = the step time of one ``n``-token chunk on an empty cache and ``beta(n)`` the
+cost model's secant cost per pair at that token count (one ``n``-token chunk at context 0
+and at ``ref_ctx``), both tabulated on a grid of ``n`` (every token up to 1024, at most
+~2048 points). A partial chunk is priced at its own token count, so its fixed per-step
+cost (weights, launch) is counted in full; a step that finishes one prompt and starts the
+next pays that cost once. Exact at the grid points for one chunk at context 0 or
+``ref_ctx``; for a cost model affine in (tokens, pairs), such as ``fitted``, exact everywhere.
 """
 
 from __future__ import annotations
@@ -65,6 +79,18 @@ class StepCosts:
         many = st(StepShape(0, 0, 0.0, 0, 64, 0))
         self.dec_alone = max(0.0, (many - one) / 63)
         self.dec_base = max(0.0, one - self.dec_alone)
+        # Prefill steps by token count (module docstring): A(n) and beta(n) at every n up
+        # to 1024 (small steps are the least linear: CUDA-graph sizes, waves) and then
+        # every ``grid`` tokens up to the largest chunk (one point past it).
+        top = self.chunks[-1] if self.chunks else 1
+        fine = min(top, 1024)
+        self._fine = fine
+        self._grid = g = max(1, -(-(top - fine) // 1024))
+        ns = [*range(1, fine + 1), *range(fine + g, top + g + 1, g)]
+        self._ns = ns
+        self._a = [st(chunk_shape(n, 0)) for n in ns]
+        self._beta = [max(0.0, (st(chunk_shape(n, ref_ctx)) - a) / (n * ref_ctx))
+                      for n, a in zip(ns, self._a, strict=True)]
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -75,6 +101,35 @@ class StepCosts:
         i, r = divmod(end, c)
         j, q = divmod(start, c)
         return cum[i] + slope[i] * r - cum[j] - slope[j] * q
+
+    def _point(self, n: int) -> tuple[float, float]:
+        """(A(n), beta(n)), linear between grid points (the last segment extended)."""
+        ns, fine = self._ns, self._fine
+        if n <= fine:
+            i = n - 1 if n > 1 else 0
+            if i >= len(ns) - 1:
+                i = len(ns) - 2
+        else:
+            i = min(fine - 1 + (n - fine) // self._grid, len(ns) - 2)
+        lo, hi = ns[i], ns[i + 1]
+        f = (n - lo) / (hi - lo)
+        a, b = self._a, self._beta
+        return a[i] + f * (a[i + 1] - a[i]), b[i] + f * (b[i + 1] - b[i])
+
+    def step_time(self, n: int, pairs: float) -> float:
+        """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``
+        causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``."""
+        a, beta = self._point(n)
+        return a + beta * (pairs - n * (n + 1) / 2)
+
+    def run_time(self, c: int, start: int, k: int) -> float:
+        """``k`` consecutive steps each prefilling ``c`` tokens of one prompt, the first at
+        context ``start``: step j has ``c (start + j c)`` pairs beyond ``c (c + 1) / 2``, so
+        the sum is ``k A(c) + beta(c) c (k start + c k (k - 1) / 2)`` (closed form)."""
+        if k <= 0:
+            return 0.0
+        a, beta = self._point(c)
+        return k * a + beta * c * (k * start + c * k * (k - 1) / 2)
 
     def _at(self, c: int, x: int) -> float:
         cum, slope = self._cum[c], self._slope[c]
