@@ -24,10 +24,12 @@ make ``W`` causal query-key pairs (``sum r_i (p_i + (r_i + 1) / 2)``) costs
 with ``A(n)`` = the step time of one ``n``-token chunk on an empty cache and ``beta(n)`` the
 cost model's secant cost per pair at that token count (one ``n``-token chunk at context 0
 and at ``ref_ctx``), both tabulated on a grid of ``n`` (every token up to 1024, then about
-1024 points up to the largest chunk). A partial chunk is priced at its own token count, so its fixed per-step
-cost (weights, launch) is counted in full; a step that finishes one prompt and starts the
-next pays that cost once. Exact at the grid points for one chunk at context 0 or
-``ref_ctx``; for a cost model affine in (tokens, pairs), such as ``fitted``, exact everywhere.
+1024 points up to the largest chunk). A partial chunk is priced at its own token count,
+so its fixed per-step cost (weights, launch) is counted in full; a step that finishes
+one prompt and starts the next pays that cost once. Exact at the grid points for one
+chunk at context 0 or ``ref_ctx``; for a cost model affine in (tokens, pairs), such as
+``fitted``, exact everywhere (``predictive`` uses these; ``prefill_time`` is kept for the
+other users).
 """
 
 from __future__ import annotations
