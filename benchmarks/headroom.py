@@ -85,6 +85,8 @@ ORACLE_SETTINGS: dict[float, str] = {
 BUDGETS = (0, 64, 2048, 8192, 16384)
 LIMITS = (1, 2, 3, 4)
 PROMPTS_AHEAD = 4
+#: Admission limits whose policies (``LimitAsCap``) continue the cap track's trials.
+CAP_HEURISTICS = (1, 2)
 
 
 class LimitAsCap(Policy):
@@ -98,10 +100,14 @@ class LimitAsCap(Policy):
     name = "limit-as-cap"
     Config = object
 
-    def __init__(self, stock: Policy) -> None:
-        super().__init__(None, f"limit-as-cap({stock.spec})")
-        self.mbt = stock.max_num_batched_tokens
-        self.limit = stock.engine_knobs.max_num_active_seqs
+    def __init__(self, limit: int | None, mbt: int) -> None:
+        super().__init__(None, f"limit-as-cap:limit={limit},mbt={mbt}")
+        self.limit, self.mbt = limit, mbt
+
+    @classmethod
+    def of(cls, stock: Policy) -> LimitAsCap:
+        """The limit and MBT of a stock setting."""
+        return cls(stock.engine_knobs.max_num_active_seqs, stock.max_num_batched_tokens)
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -249,13 +255,19 @@ class Run:
                       for r in sim.running), tuple(r.index for r in sim.waiting),
                 None if cad is None else (cad.executed, cad.last_prefill, cad.capacity_bound))
 
-    def copy(self, script: Sequence[Decision]) -> Run:
+    def copy(self, script: Sequence[Decision], base: Policy | None = None,
+             record: bool = False) -> Run:
         """A copy of the run at this point whose policy follows ``script`` (the decisions
-        of every decision step from the first, including those already taken)."""
+        of every decision step from the first, including those already taken), then
+        ``base`` (default: this run's), recording its decisions with ``record``."""
         new = Run.__new__(Run)
         new.specs, new.i, new.limit = self.specs, self.i, self.limit
         new.alone, new.d_min = self.alone, self.d_min
-        new.policy = Scripted(self.policy.base, script, self.policy.seen)
+        pol = self.policy
+        new.policy = Scripted(pol.base if base is None else base, script, pol.seen, record)
+        if record:
+            assert new.policy.taken is not None
+            new.policy.taken.extend(script[:pol.seen])
         new.sim = clone_engine(self.sim, new.policy)
         return new
 
@@ -343,18 +355,25 @@ def actions(view: SchedulerView, base: Decision) -> list[Decision]:
 
 @dataclass
 class Rollout:
-    base_value: float  # mean E2E of the base (the previous schedule)
-    value: float  # mean E2E of the improved schedule
-    script: list[Decision]
+    base_value: float  # mean E2E of the first incumbent (the base's own run)
+    value: float  # mean E2E of the schedule found
+    script: list[Decision]  # its decisions, one per decision step
     decision_steps: int
     simulations: int
 
 
-def rollout(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
-            prev: list[Decision]) -> Rollout:
-    """One rollout iteration on one trace: base = ``prev`` (by decision-step index), then
-    ``base``. Returns the improved schedule; asserts it never gets worse at any step."""
-    value = Run(specs, Scripted(base, list(prev)), cm).finish()
+def rollout(specs: Sequence[RequestSpec], base: Policy, cm: CostModel, script: list[Decision],
+            value: float, heuristics: Sequence[Policy]) -> Rollout:
+    """One fortified rollout pass over one trace (Bertsekas): the incumbent is the best
+    whole schedule found so far (first ``script``, of mean E2E ``value``); at each decision
+    step every action is followed by every continuation, the incumbent's own decisions by
+    decision-step index (open loop) and each of ``heuristics`` (closed loop), and the
+    incumbent is replaced by any strictly better schedule; then the step takes the
+    incumbent's decision. So the value never rises, and the schedule followed is always
+    the incumbent: the result is never worse than the first ``script`` (asserted)."""
+    for h in heuristics:  # one engine: the same global budget and vLLM knobs
+        assert (h.max_num_batched_tokens, h.engine_knobs) == \
+            (base.max_num_batched_tokens, base.engine_knobs), (h, base)
     base_value = value
     committed: list[Decision] = []
     main = Run(specs, Scripted(base, committed), cm)
@@ -362,25 +381,27 @@ def rollout(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
     j = 0
     while main.to_decision():
         view = main.sim._view()
-        own = prev[j] if j < len(prev) else base.decide(view)
-        best_d, best_v = own, math.inf
+        own = script[j]  # main follows the incumbent, whose run records every step
         states: set[tuple[object, ...]] = set()
         for d in actions(view, own):
-            run = main.copy([*committed, d, *prev[j + 1:]])
-            run.step()
-            key = run.state()
+            trial = [*committed, d]
+            first = main.copy(trial)
+            first.step()
+            key = first.state()
             if key in states:
-                continue  # another action led to the same state: the same rest of the run
+                continue  # another action led to the same state
             states.add(key)
-            v = run.finish(best_v)  # the base's own action first: never pruned
-            sims += 1
-            if v < best_v:
-                best_d, best_v = d, v
-        # The base's own decision reproduces the previous step's best trajectory, so the
-        # committed value never rises (exact, deterministic simulator).
-        assert best_v <= value + 1e-12, (best_v, value, j)
-        value = best_v
-        committed.append(best_d)
+            conts: list[tuple[list[Decision], Policy | None]] = [(trial, h) for h in heuristics]
+            if d is not own:  # (own then the incumbent's tail: the incumbent itself)
+                conts.insert(0, ([*trial, *script[j + 1:]], None))
+            for cont, h in conts:
+                run = main.copy(cont, h, record=True)
+                v = run.finish(value)
+                sims += 1
+                if v < value:
+                    assert run.policy.taken is not None
+                    script, value = run.policy.taken, v
+        committed.append(script[j])  # the incumbent passes through main's state
         main.step()
         j += 1
     final = mean_e2e(main.sim)
@@ -389,26 +410,26 @@ def rollout(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
     return Rollout(base_value, final, committed, j, sims)
 
 
-def improve(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
-            iterations: int) -> tuple[float, float, int, int]:
-    """(base mean E2E, improved mean E2E, decision steps, simulations) after up to
-    ``iterations`` rollout iterations. The first base is ``base``'s own run replayed as a
-    script (its decisions by decision-step index, then ``base``): the same run, and each
-    rollout's continuations then cost a simulation, not a policy's projections."""
+def improve(specs: Sequence[RequestSpec], base: Policy, cm: CostModel, iterations: int,
+            heuristics: Sequence[Policy] = ()) -> tuple[float, float, int, int]:
+    """(base mean E2E, mean E2E of the schedule found, decision steps, simulations) after
+    up to ``iterations`` fortified rollout passes, the first from ``base``'s own run; each
+    further pass starts from the last one's schedule (its open-loop continuations are
+    new) and stops early at a fixed point."""
     rec = Scripted(base, record=True)
     first = Run(specs, rec, cm).finish()
     assert rec.taken is not None
-    script = rec.taken
+    script, value = rec.taken, first
     steps = sims = 0
     for _ in range(iterations):
-        r = rollout(specs, base, cm, script)
+        r = rollout(specs, base, cm, script, value, heuristics)
         steps, sims = r.decision_steps, sims + r.simulations
-        done = r.value >= r.base_value  # a fixed point: the next iteration finds the same
-        script = r.script
+        done = r.value >= value
+        script, value = r.script, r.value
         if done:
             break
-    value = Run(specs, Scripted(base, script), cm).finish()
-    assert value <= first + 1e-12, (value, first)
+    check = Run(specs, Scripted(base, script), cm).finish()
+    assert abs(check - value) <= 1e-9 * max(1.0, value) and value <= first + 1e-12
     return first, value, steps, sims
 
 
@@ -548,22 +569,28 @@ def main(argv: list[str] | None = None) -> int:
     stock_track, cap_track = "stock setting (its knobs)", "its limit as a cap (default knobs)"
     tracks = [stock_track, cap_track, *policies]
 
-    def policy_for(track: str, b: float) -> Policy:
+    def policy_for(track: str, b: float) -> tuple[Policy, list[Policy]]:
+        """A track's base and its closed-loop continuation heuristics (besides the
+        incumbent's own decisions, which every track follows open loop)."""
         if track == stock_track:
-            return make_policy(stock[b])
+            pol = make_policy(stock[b])
+            return pol, [pol]
         if track == cap_track:
-            return LimitAsCap(make_policy(stock[b]))
-        return bases[track]
+            pol = LimitAsCap.of(make_policy(stock[b]))
+            limits = dict.fromkeys([*CAP_HEURISTICS, pol.limit])
+            return pol, [LimitAsCap(m, pol.mbt) for m in limits]
+        return bases[track], []  # predictive's projections cost too much per step
 
     cells: dict[tuple[str, float], Cell] = {}
     spent = dict.fromkeys(tracks, 0.0)
     for b in bursts:
         for track in tracks:
             t1 = time.perf_counter()
-            pol = policy_for(track, b)
+            pol, heuristics = policy_for(track, b)
             cell = cells[(track, b)] = Cell([], [])
             for specs in traces[b]:
-                first, value, steps, sims = improve(specs, pol, cm_for(pol), a.iterations)
+                first, value, steps, sims = improve(specs, pol, cm_for(pol), a.iterations,
+                                                    heuristics)
                 cell.base.append(first)
                 cell.improved.append(value)
                 cell.decision_steps += steps

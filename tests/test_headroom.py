@@ -127,7 +127,7 @@ def test_actions_base_first_and_distinct() -> None:
 def test_rollout_never_worse_than_its_base(config: str) -> None:
     base = make_policy(config)
     cm = _cm(base)
-    first, value, steps, sims = headroom.improve(TINY, base, cm, 2)
+    first, value, steps, sims = headroom.improve(TINY, base, cm, 2, [base])
     assert first == headroom.Run(TINY, headroom.Scripted(base), cm).finish()
     assert value <= first
     assert steps > 0 and sims >= steps
@@ -150,11 +150,19 @@ class SmallChunks(Policy):
         return Decision(256)
 
 
-def test_rollout_improves_a_poor_base() -> None:
+def _rollout(trace, base, cm, heuristics=()):  # type: ignore[no-untyped-def]
+    rec = headroom.Scripted(base, record=True)
+    value = headroom.Run(trace, rec, cm).finish()
+    return headroom.rollout(trace, base, cm, rec.taken, value, list(heuristics))
+
+
+@pytest.mark.parametrize("heuristics", ((), ("limit",)))
+def test_rollout_improves_a_poor_base(heuristics: tuple[str, ...]) -> None:
     """Small chunks are far from the best schedule on a burst of long prompts."""
     base = SmallChunks()
     cm = _cm(base)
-    r = headroom.rollout(TINY, base, cm, [])
+    h = [headroom.LimitAsCap(m, 16384) for m in (1, 2)] if heuristics else []
+    r = _rollout(TINY, base, cm, h)
     assert r.value < 0.95 * r.base_value
     assert headroom.Run(TINY, headroom.Scripted(base, r.script), cm).finish() == \
         pytest.approx(r.value, rel=1e-12)
@@ -167,7 +175,7 @@ def test_rollout_property(gaps: list[float], config: str) -> None:
     base = make_policy(config)
     cm = _cm(base)
     trace = _trace(gaps, prompt=3000, output=4)
-    r = headroom.rollout(trace, base, cm, [])  # asserts monotonicity at every step
+    r = _rollout(trace, base, cm, [base])  # asserts monotonicity at every step
     assert r.value <= r.base_value
     assert headroom.Run(trace, headroom.Scripted(base, r.script), cm).finish() == \
         pytest.approx(r.value, rel=1e-12)
@@ -195,5 +203,5 @@ def test_limit_as_cap_is_the_stock_limit(active: int) -> None:
     cm = _cm(stock)
     trace = phase_trace(PAPER_PHASES, 0, 25000, 32, 1.4)
     want = [r.finish_time for r in simulate(trace, make_policy(cfg), cm).requests]
-    got = [r.finish_time for r in simulate(trace, headroom.LimitAsCap(stock), cm).requests]
+    got = [r.finish_time for r in simulate(trace, headroom.LimitAsCap.of(stock), cm).requests]
     assert got == want
