@@ -411,26 +411,29 @@ def rollout(specs: Sequence[RequestSpec], base: Policy, cm: CostModel, script: l
 
 
 def improve(specs: Sequence[RequestSpec], base: Policy, cm: CostModel, iterations: int,
-            heuristics: Sequence[Policy] = ()) -> tuple[float, float, int, int]:
-    """(base mean E2E, mean E2E of the schedule found, decision steps, simulations) after
-    up to ``iterations`` fortified rollout passes, the first from ``base``'s own run; each
-    further pass starts from the last one's schedule (its open-loop continuations are
-    new) and stops early at a fixed point."""
+            heuristics: Sequence[Policy] = ()) -> tuple[float, list[float], int, int]:
+    """(base mean E2E, mean E2E of the schedule found after each of ``iterations``
+    fortified rollout passes, decision steps, simulations); the first pass starts from
+    ``base``'s own run, each further one from the last one's schedule (its open-loop
+    continuations are new). A pass that finds nothing is a fixed point: the next ones
+    would find nothing either, and repeat its value without running."""
     rec = Scripted(base, record=True)
     first = Run(specs, rec, cm).finish()
     assert rec.taken is not None
     script, value = rec.taken, first
     steps = sims = 0
-    for _ in range(iterations):
+    values: list[float] = []
+    while len(values) < iterations:
         r = rollout(specs, base, cm, script, value, heuristics)
         steps, sims = r.decision_steps, sims + r.simulations
         done = r.value >= value
         script, value = r.script, r.value
+        values.append(value)
         if done:
-            break
+            values += [value] * (iterations - len(values))
     check = Run(specs, Scripted(base, script), cm).finish()
     assert abs(check - value) <= 1e-9 * max(1.0, value) and value <= first + 1e-12
-    return first, value, steps, sims
+    return first, values, steps, sims
 
 
 class _Parser(argparse.ArgumentParser):
@@ -472,7 +475,7 @@ class Cell:
     """One (track, burst) over the seeds: base and improved mean E2E per seed."""
 
     base: list[float]
-    improved: list[float]
+    improved: list[list[float]]  # per seed, after each pass
     decision_steps: int = 0
     simulations: int = 0
 
@@ -589,17 +592,21 @@ def main(argv: list[str] | None = None) -> int:
             pol, heuristics = policy_for(track, b)
             cell = cells[(track, b)] = Cell([], [])
             for specs in traces[b]:
-                first, value, steps, sims = improve(specs, pol, cm_for(pol), a.iterations,
-                                                    heuristics)
+                first, values, steps, sims = improve(specs, pol, cm_for(pol), a.iterations,
+                                                     heuristics)
                 cell.base.append(first)
-                cell.improved.append(value)
+                cell.improved.append(values)
                 cell.decision_steps += steps
                 cell.simulations += sims
             spent[track] += time.perf_counter() - t1
         print(f"  burst {b:g} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     oracle = [_mean(cells[(stock_track, b)].base) for b in bursts]
-    best = [_mean([min(cells[(t, b)].improved[s] for t in tracks) for s in range(a.seeds)])
-            for b in bursts]
+    def best_after(k: int) -> list[float]:
+        """Per burst, the mean over seeds of the best schedule of any base after pass k."""
+        return [_mean([min(cells[(t, b)].improved[s][k] for t in tracks)
+                       for s in range(a.seeds)]) for b in bursts]
+
+    best = best_after(a.iterations - 1)
 
     def row(label: str, vals: Sequence[float]) -> None:
         gaps = [100 * (1 - v / o) for v, o in zip(vals, oracle, strict=True)]
@@ -614,8 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     for track in tracks:
         if track != stock_track:
             row(track, [_mean(cells[(track, b)].base) for b in bursts])
-        row(f"rollout on {track}", [_mean(cells[(track, b)].improved) for b in bursts])
-    row("best schedule found (per trace)", best)
+        row(f"rollout on {track}", [_mean([v[-1] for v in cells[(track, b)].improved])
+                                    for b in bursts])
+    for k in range(a.iterations - 1):
+        row(f"best schedule found, pass {k + 1} (per trace)", best_after(k))
+    row(f"best schedule found, pass {a.iterations} (per trace)", best)
     imp = geomean_improvement(best, oracle)
     least = min(1 - v / o for v, o in zip(best, oracle, strict=True))
     print(f"\nbest schedule found vs the stock oracle: {imp:.1f}% lower mean E2E in geometric "

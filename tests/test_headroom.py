@@ -127,9 +127,9 @@ def test_actions_base_first_and_distinct() -> None:
 def test_rollout_never_worse_than_its_base(config: str) -> None:
     base = make_policy(config)
     cm = _cm(base)
-    first, value, steps, sims = headroom.improve(TINY, base, cm, 2, [base])
+    first, values, steps, sims = headroom.improve(TINY, base, cm, 2, [base])
     assert first == headroom.Run(TINY, headroom.Scripted(base), cm).finish()
-    assert value <= first
+    assert len(values) == 2 and values[1] <= values[0] <= first
     assert steps > 0 and sims >= steps
 
 
