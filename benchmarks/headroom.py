@@ -4,36 +4,46 @@ How much could ANY per-step policy gain over the stock-vLLM oracle of the paper 
 best of 1,995 ``vllm:`` knob settings per burst, picked with hindsight,
 ``benchmarks/policy_comparison.py``)? Every request of the paper trace is alike (25k-token
 prompt, 32 outputs), so a tuned static setting is already close to what per-step choices
-can do; this benchmark measures how close, per trace, by **rollout policy improvement**
-(Bertsekas): start from a base policy and, at each *decision step* (a step with a prompt
-waiting or mid-prefill: the only steps at which a cap changes anything), try every action
-of a small set, simulate the rest of the trace under the base policy, and commit to the
-action with the lowest mean E2E; then move one step on and repeat. Iteration ``i + 1``
-takes the schedule found by iteration ``i`` (its decisions by decision-step index, then
-the base policy) as its base.
+can do; this benchmark measures how close, per trace, by **fortified rollout** (Bertsekas'
+rollout policy improvement, keeping the best schedule found so far). The incumbent is
+first a base policy's own run. At each *decision step* (a step with a prompt waiting or
+mid-prefill: the only steps at which a cap changes anything) the search tries every
+action of a small set, follows each by every continuation, the incumbent's own later
+decisions by decision-step index (open loop) and each of a few cheap closed-loop
+heuristic policies, simulates to the end of the trace, and keeps any schedule with a
+lower mean E2E as the new incumbent; then it takes the incumbent's decision and moves one
+step on. A further pass (``--iterations``) starts from the last pass's schedule.
 
-The simulator is exact and deterministic, and the base's own decision is always among
-the actions, so the committed value never rises from one decision step to the next and
-the result is never worse than the base's (asserted at every step). The search knows the
-future arrivals of the trace (clairvoyant), so its gain is an upper bound of what an
-online per-step policy with the same actions could gain, and the schedule it finds is not
-a policy. Actions are what a policy can return, a ``Decision`` whose prefill cap is one
-of: a budget in {0 (decode-only), 64 (what rides on a decode step), 2048, 8192, 16384,
-the global MBT, the tokens left of the first 1-4 pending prompts}, each alone and each
-under an admission limit of 1-4 requests at once applied through the cap alone, as
-``predictive`` applies its limits (``ppas.policies.predictive.limit_budget``); actions
-that the engine would enforce as the same cap (``step_rules.enforced_budget``) are tried
-once. The engine keeps the base policy's vLLM knobs and MBT (the stock setting's
-``max_num_active_seqs``, threshold and interval, or ``predictive``'s defaults), so a
-stock base improves within its knobs: a cap on top of them, what the plugin adds.
+The simulator is exact and deterministic and the incumbent is only ever replaced by a
+strictly better schedule, so the value never rises from one decision step to the next
+and the result is never worse than the base's (asserted at every step and at the end).
+The search knows the future arrivals of the trace (clairvoyant) and the schedules it
+finds are not a policy: an online per-step policy with the same actions should not
+expect to gain more than it finds; it is not exhaustive, so what it finds is headroom
+that exists, not a bound on what could. Actions are what a policy can return, a
+``Decision`` whose prefill cap is one of: a budget in {0 (decode-only), 64 (what rides on
+a decode step), 2048, 8192, 16384, the global MBT, the tokens left of the first 1-4
+pending prompts}, each alone and each under an admission limit of 1-4 requests at once
+applied through the cap alone, as ``predictive`` applies its limits
+(``ppas.policies.predictive.limit_budget``); actions the engine would enforce as the
+same cap (``step_rules.enforced_budget``) are tried once, and so are actions that lead
+to the same state.
 
-Bases: the best stock setting of each burst (``--stock``; defaults: the oracle's picks
-on RTX 5090 / Qwen2.5-3B, 25k/32, seeds 0-4, from one run of ``policy_comparison.py``'s
-grid; ``--recompute-oracle`` re-picks them over ``policy_comparison.stock_grid()`` on the
-traces of this run) and ``--policy`` (``predictive``).
+Bases, each its own engine (global budget and vLLM knobs fixed for the run):
+* the best stock setting of each burst, with its knobs (``--stock``; defaults: the
+  oracle's picks on RTX 5090 / Qwen2.5-3B, 25k/32, seeds 0-4, from one run of
+  ``policy_comparison.py``'s grid; ``--recompute-oracle`` re-picks them over
+  ``policy_comparison.stock_grid()`` on this run's traces). The knobs bind every action
+  (a cap on top of them is what the plugin adds); continuation: the setting itself;
+* the same setting's MBT and ``max_num_active_seqs`` applied as a cap on an engine with
+  vLLM's default knobs (``LimitAsCap``: the oracle's own schedule where it has no
+  threshold or interval), so the search may leave the limit; continuations: one and two
+  requests at a time (``LimitAsCap``);
+* ``--policy`` (default ``predictive``); open-loop continuations only (its projections
+  cost too much to run at every step of every trial).
 
     .venv/bin/python benchmarks/headroom.py [--seeds 5] [--bursts 0.4,0.6,...]
-        [--hardware rtx5090 --model qwen2.5-3b] [--iterations 1] [--policy predictive]
+        [--hardware rtx5090 --model qwen2.5-3b] [--iterations 2] [--policy predictive]
         [--stock BURST=vllm:...] [--recompute-oracle]
 """
 
@@ -90,12 +100,13 @@ CAP_HEURISTICS = (1, 2)
 
 
 class LimitAsCap(Policy):
-    """A stock setting's admission limit (``max_num_active_seqs``) and MBT, applied as a
-    policy applies a limit, through the cap (``limit_budget``), on an engine with vLLM's
-    default knobs: the same schedule as the stock setting when it has no threshold and no
-    interval (checked by ``tests/test_headroom.py``), and a base whose rollout may leave
-    the limit (the stock engine's knob binds every action). A search base, not a policy
-    of the registry."""
+    """An admission limit (at most ``limit`` requests at once; None: none) and a global
+    budget ``mbt``, the limit applied as a policy applies one, through the cap
+    (``limit_budget``), on an engine with vLLM's default knobs. ``of(stock)`` takes a
+    stock setting's ``max_num_active_seqs`` and MBT: the same schedule as that setting
+    when it has no threshold and no interval (checked by ``tests/test_headroom.py``), on
+    an engine whose search may leave the limit (the stock engine's knob binds every
+    action). A search base and continuation, not a policy of the registry."""
 
     name = "limit-as-cap"
     Config = object
