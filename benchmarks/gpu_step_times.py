@@ -95,10 +95,6 @@ def smoke_steps() -> list[Step]:
 SMOKE_MODEL = ModelArch("smoke-tiny", 2, 128, 4, 2, 32, 256, 512, True)
 
 
-def percentile_median(xs: Sequence[float]) -> float:
-    return statistics.median(xs)
-
-
 class Harness:
     """Builds the model's layers on the device and times steps (needs torch)."""
 
@@ -122,8 +118,9 @@ class Harness:
              "n2": torch.ones(m.hidden, device=dev, dtype=dt)}
             for _ in range(m.layers)]
         self.lm = w(m.hidden, m.vocab)
-        self.expand_kv = False
-        self.decode_matmul = False
+        self.expand_kv = False  # KV heads expanded for a backend without native GQA
+        self.decode_matmul = False  # decode attention as batched GEMMs (see attention)
+        self.eager = False  # the last timing fell back to eager launches
 
     # -- one step -------------------------------------------------------------------
     def build(self, step: Step) -> dict[str, Any]:
@@ -253,7 +250,7 @@ class Harness:
                 t0 = time.perf_counter()
                 fn()
                 xs.append(time.perf_counter() - t0)
-            return percentile_median(xs), reps
+            return statistics.median(xs), reps
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -288,7 +285,7 @@ class Harness:
             b.synchronize()
             xs.append(a.elapsed_time(b) / 1e3)
         del graph
-        return percentile_median(xs), reps
+        return statistics.median(xs), reps
 
     def pick_backend(self, step: Step, st: dict[str, Any]) -> str:
         """The fastest way this step's attention runs here (eager probe): each SDPA
