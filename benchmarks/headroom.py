@@ -50,12 +50,10 @@ Bases, each its own engine (global budget and vLLM knobs fixed for the run):
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import shlex
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +65,7 @@ from ppas.metrics import geomean_improvement
 from ppas.policies import Decision, Policy, make_policy
 from ppas.policies.predictive import limit_budget
 from ppas.reference import PAPER_BURSTS
-from ppas.simulator import EngineConfig, EngineSim, SimRequest, lower_bound_latency
+from ppas.simulator import EngineConfig, EngineSim, lower_bound_latency
 from ppas.state import SchedulerView
 from ppas.step_rules import enforced_budget, is_pending_prefill
 from ppas.workload import PAPER_PHASES, RequestSpec, phase_trace
@@ -279,43 +277,8 @@ class Run:
         if record:
             assert new.policy.taken is not None
             new.policy.taken.extend(script[:pol.seen])
-        new.sim = clone_engine(self.sim, new.policy)
+        new.sim = self.sim.fork(new.policy)
         return new
-
-
-_REQUEST_FIELDS = SimRequest.__slots__
-
-
-def clone_engine(sim: EngineSim, policy: Policy) -> EngineSim:
-    """A copy of ``sim`` that steps on independently under ``policy`` (a ``Scripted`` at
-    the same decision step). Faster than ``deepcopy`` (the search's inner loop): finished
-    requests, step records, the cost model and the trace are shared, being no longer
-    mutated; unfinished requests, the queues, the KV pool's count and the cadence are
-    copied. Checked against uninterrupted runs by ``tests/test_headroom.py``. Prefix
-    caching and step recording off (the paper grid's engine)."""
-    assert sim.pool.cache is None and not sim.record_steps and not sim.steps
-    new = copy.copy(sim)
-    fresh: dict[int, SimRequest] = {}
-    reqs = []
-    for r in sim.requests:
-        if r.finish_time is None and not r.failed:
-            c = SimRequest.__new__(SimRequest)
-            for f in _REQUEST_FIELDS:
-                setattr(c, f, getattr(r, f))
-            fresh[id(r)] = c
-            r = c
-        reqs.append(r)
-    new.requests = reqs
-    new.running = [fresh[id(r)] for r in sim.running]
-    new.waiting = deque(fresh[id(r)] for r in sim.waiting)
-    new.finished = list(sim.finished)
-    new.recent = deque(sim.recent, maxlen=sim.recent.maxlen)
-    new.pool = copy.copy(sim.pool)
-    new.cadence = copy.copy(sim.cadence)
-    new._chain = type(sim._chain)(new.running, new.waiting)
-    new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
-    new.policy = policy
-    return new
 
 
 def lower_bound(sim: EngineSim, specs: Sequence[RequestSpec], i: int, alone: float,

@@ -45,6 +45,7 @@ checks the per-step schedule against vLLM's own scheduler with the plugin.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -413,6 +414,36 @@ class EngineSim:
         """Move an idle engine's clock to ``t`` (the next arrival)."""
         if not self.has_work() and t > self.now:
             self.now = t
+
+    def fork(self, policy: Policy) -> EngineSim:
+        """A copy of this engine that steps on independently under ``policy`` (a search
+        trying other decisions from here: ``benchmarks/headroom.py``). Cheaper than
+        ``deepcopy``: finished requests, step records, the cost model and the trace are
+        shared, being no longer mutated; unfinished requests, the queues, the KV pool's
+        count and the cadence are copied. Prefix caching and step recording off."""
+        assert self.pool.cache is None and not self.record_steps and not self.steps
+        new = copy.copy(self)
+        fresh: dict[int, SimRequest] = {}
+        reqs = []
+        for r in self.requests:
+            if r.finish_time is None and not r.failed:
+                c = SimRequest.__new__(SimRequest)
+                for f in SimRequest.__slots__:
+                    setattr(c, f, getattr(r, f))
+                fresh[id(r)] = c
+                r = c
+            reqs.append(r)
+        new.requests = reqs
+        new.running = [fresh[id(r)] for r in self.running]
+        new.waiting = deque(fresh[id(r)] for r in self.waiting)
+        new.finished = list(self.finished)
+        new.recent = deque(self.recent, maxlen=self.recent.maxlen)
+        new.pool = copy.copy(self.pool)
+        new.cadence = copy.copy(self.cadence)
+        new._chain = _Chain(new.running, new.waiting)
+        new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
+        new.policy = policy
+        return new
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> None:
