@@ -372,8 +372,8 @@ def comparison(records: list[dict[str, Any]]) -> list[str]:
     for r in records:
         by_model.setdefault((r["hardware"], r["model"]), []).append(r)
     for (hw, model), recs in by_model.items():
-        if model not in MODELS:
-            lines.append(f"{hw} / {model}: not a catalog model; measured only")
+        if model not in MODELS or hw not in HARDWARE:
+            lines.append(f"{hw} / {model}: not in the catalog; measured only")
             continue
         cm = RooflineCostModel(hw, model)
         lines.append(f"\n{hw} / {model} ({recs[0].get('device_name', '?')}, "
@@ -431,6 +431,10 @@ def ratio_lines(named: dict[str, tuple[float, float, float, float]]) -> list[str
     return out
 
 
+RECORD_KEYS = ("hardware", "model", "step", "chunks", "decodes", "decode_ctx",
+               "measured_all_s", "measured_gemm_s", "measured_attention_s")
+
+
 def fail(msg: str) -> None:
     print(f"gpu_step_times: {msg}", file=sys.stderr)
     raise SystemExit(2)
@@ -439,7 +443,13 @@ def fail(msg: str) -> None:
 def load(path: str) -> list[dict[str, Any]]:
     try:
         with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            recs = [json.loads(line) for line in f if line.strip()]
+        for i, r in enumerate(recs, 1):
+            missing = [k for k in RECORD_KEYS if not isinstance(r, dict) or k not in r]
+            if missing:
+                fail(f"{path} line {i} is not a step record (as --out writes): it lacks "
+                     f"{', '.join(missing)}")
+        return recs
     except OSError as e:
         fail(f"cannot read {path}: {e.strerror}")
     except json.JSONDecodeError as e:

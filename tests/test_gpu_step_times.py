@@ -101,7 +101,9 @@ def test_smoke_run_writes_one_line_per_step_and_compares(tmp_path, capsys):
 def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path, capsys):
     out = tmp_path / "steps.jsonl"
     out.write_text("keep\n")
-    for argv in (["--smoke", "--out", str(out)], ["--hardware", "tpu"],
+    not_steps = tmp_path / "not-steps.jsonl"
+    not_steps.write_text('{"model": "qwen2.5-3b"}\n')
+    for argv in (["--compare", str(not_steps)], ["--smoke", "--out", str(out)], ["--hardware", "tpu"],
                  ["--models", "gpt-9"], ["--compare", str(tmp_path / "missing.jsonl")]):
         with pytest.raises(SystemExit) as e:
             g.main(argv)
