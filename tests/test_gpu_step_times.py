@@ -103,8 +103,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path, capsy
     out.write_text("keep\n")
     not_steps = tmp_path / "not-steps.jsonl"
     not_steps.write_text('{"model": "qwen2.5-3b"}\n')
-    for argv in (["--compare", str(not_steps)], ["--smoke", "--out", str(out)], ["--hardware", "tpu"],
-                 ["--models", "gpt-9"], ["--compare", str(tmp_path / "missing.jsonl")]):
+    for argv in (["--compare", str(not_steps)], ["--smoke", "--out", str(out)],
+                 ["--hardware", "tpu"], ["--models", "gpt-9"],
+                 ["--compare", str(tmp_path / "missing.jsonl")]):
         with pytest.raises(SystemExit) as e:
             g.main(argv)
         assert e.value.code == 2
