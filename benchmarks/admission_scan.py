@@ -2,7 +2,7 @@
 and 0.33 side by side (each in its own venv, on its real V1 scheduler, CPU, no model).
 
 vLLM 0.33's waiting loop skips a request cut to 0 tokens and scans on where 0.32 stops
-(``ppas.vllm_versions``): without the plugin's admission stop every waiting prompt costs a
+(``ppas.live.versions``): without the plugin's admission stop every waiting prompt costs a
 hook call and a prefix-cache lookup on every step. Mix (identical in both venvs): 32 running
 decodes, long prompts being prefilled under ``ppas:n_th=2,b_max=16384,b_cap=2048`` (the cap
 of 2048 is spent by the running prefills on most steps), 1,000 waiting 2,000-token prompts

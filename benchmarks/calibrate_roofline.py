@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
+from ppas.analysis.sweep import Grid, improvement, run_grid
 from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel, RooflineParams
 from ppas.policies import make_policy
-from ppas.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
-from ppas.sweep import Grid, improvement, run_grid
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "ppas" / "data" / "roofline_calibration.json"
 FREE = ("gemm_tail_waves", "attn_tail_waves", "step_overhead_s", "eager_layer_overhead_s",

@@ -35,7 +35,7 @@ import numpy as np
 
 from ppas.cluster.config import ClusterConfig, LinkConfig, PoolConfig, SloConfig
 from ppas.cluster.simulator import ClusterResult, simulate_cluster
-from ppas.metrics import percentiles
+from ppas.core.metrics import percentiles
 from ppas.workload import mixed_trace
 
 HW, MODEL = "h200", "llama3.2-3b"

@@ -25,7 +25,7 @@ import time
 
 from ppas.cluster.config import ClusterConfig, PoolConfig
 from ppas.cluster.simulator import simulate_cluster
-from ppas.metrics import percentiles
+from ppas.core.metrics import percentiles
 from ppas.workload import mixed_trace
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from ppas.cluster.config import load_cluster
 from ppas.cluster.simulator import simulate_cluster
 from ppas.commands.cluster import configs
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 from ppas.workload import mixed_trace
 
 PARTS = ("queue", "prefill", "transfer", "decode-node wait")

@@ -31,12 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy
+from ppas.analysis.sweep import Grid, run_grid
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
 from ppas.policies import make_policy
-from ppas.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy
-from ppas.sweep import Grid, run_grid
 
 SECTION2 = {"qwen2.5-0.5b": -10.5, "qwen2.5-3b": -11.6, "qwen2.5-7b": -0.6}  # P-PAS §2, %
 # Published achieved throughputs, TFLOP/s (catalog-facts.md): (GEMM low, high), (attention
@@ -114,12 +114,12 @@ def sanity() -> None:
 
 
 def live() -> None:
-    from ppas.bench import run_trace
-    from ppas.calibrate import read_step_log
+    from ppas.calibrate.fit import read_step_log
+    from ppas.calibrate.profile import ProbeDesign, count_steps, profile, wait_for_log
     from ppas.cost.fitted import fit
-    from ppas.probe import ProbeDesign, count_steps, profile, wait_for_log
-    from ppas.server import VllmServer
-    from ppas.simulator import EngineConfig, simulate
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.live.bench import run_trace
+    from ppas.live.server import VllmServer
     from ppas.workload import phase_trace
 
     model_dir = os.environ.get("PPAS_TINY_MODEL", ".cache/tiny-qwen2")

@@ -19,10 +19,10 @@ import statistics
 import sys
 import time
 
+from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import simulate
 from ppas.policies import Decision, Policy, make_policy, policy_names
-from ppas.simulator import simulate
-from ppas.state import RequestSnapshot, SchedulerView
 from ppas.workload import PAPER_PHASES, phase_trace
 
 CONFIGS = ("mbt:2048", "sarathi:tbt_slo=0.1", "ppas", "ppas-auto", "predictive", "dlfp",

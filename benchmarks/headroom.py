@@ -58,16 +58,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppas.analysis.reference import PAPER_BURSTS
+from ppas.core.errors import PpasError
+from ppas.core.metrics import geomean_improvement
+from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.roofline import RooflineCostModel
-from ppas.errors import PpasError
-from ppas.metrics import geomean_improvement
+from ppas.engine.simulator import EngineConfig, EngineSim, lower_bound_latency
+from ppas.engine.step_rules import enforced_budget
 from ppas.policies import Decision, Policy, make_policy
 from ppas.policies.predictive import limit_budget
-from ppas.reference import PAPER_BURSTS
-from ppas.simulator import EngineConfig, EngineSim, lower_bound_latency
-from ppas.state import SchedulerView
-from ppas.step_rules import enforced_budget, is_pending_prefill
 from ppas.workload import PAPER_PHASES, RequestSpec, phase_trace
 
 #: The stock oracle's pick per burst: the lowest mean E2E over seeds 0-4 among
@@ -197,7 +197,7 @@ def is_decision_step(sim: EngineSim) -> bool:
 
 
 class Run:
-    """``ppas.simulator.simulate`` as a resumable loop: the same calls in the same order,
+    """``ppas.engine.simulator.simulate`` as a resumable loop: the same calls in the same order,
     able to stop before each decision step, to be copied there and to go on."""
 
     def __init__(self, specs: Sequence[RequestSpec], policy: Scripted, cm: CostModel,
@@ -287,7 +287,7 @@ def lower_bound(sim: EngineSim, specs: Sequence[RequestSpec], i: int, alone: flo
     E2E; for the others in the system, the time so far plus one step of at least ``d_min``
     (a decode-only step of one request) per output token left after the next; for the
     requests still to arrive (``specs[i:]``), ``alone`` each (the E2E of one with the
-    machine to itself, ``ppas.simulator.lower_bound_latency``)."""
+    machine to itself, ``ppas.engine.simulator.lower_bound_latency``)."""
     now, total = sim.now, 0.0
     for r in sim.requests:
         if r.finish_time is not None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 
+from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
+from ppas.analysis.sweep import Grid, improvement, run_grid
 from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.policies import make_policy
-from ppas.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
-from ppas.sweep import Grid, improvement, run_grid
 
 
 def main() -> None:

@@ -30,13 +30,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from ppas.analysis.plot import plot_e2e_vs_burst
+from ppas.analysis.reference import PAPER_BURSTS
+from ppas.analysis.sweep import Grid, cell_means, improvement, run_grid, run_one
+from ppas.core.metrics import geomean_improvement
 from ppas.cost.base import CostModel
 from ppas.cost.roofline import RooflineCostModel
-from ppas.metrics import geomean_improvement
-from ppas.plot import plot_e2e_vs_burst
 from ppas.policies import make_policy
-from ppas.reference import PAPER_BURSTS
-from ppas.sweep import Grid, cell_means, improvement, run_grid, run_one
 from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
 
 FIXED = ("mbt:512", "mbt:1024", "mbt:2048", "mbt:4096", "mbt:8192", "mbt:16384")

@@ -27,13 +27,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ppas.bench import run_trace, write_json_atomic
-from ppas.calibrate import read_step_log
+from ppas.calibrate.fit import read_step_log
+from ppas.core.errors import PpasError
 from ppas.cost.fitted import fit
-from ppas.errors import PpasError
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.live.bench import run_trace, write_json_atomic
+from ppas.live.server import VllmServer
 from ppas.policies import make_policy
-from ppas.server import VllmServer
-from ppas.simulator import EngineConfig, simulate
 from ppas.workload import Trace, prefix_group_trace
 
 

@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, SimResult, simulate
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, SimResult, simulate
 from ppas.workload import (
     RequestSpec,
     Trace,

@@ -8,7 +8,7 @@ streamed ``OVERHEAD_S`` apart; every step is logged (``time``, ``duration_s``,
 ``FAKE_DIE_MARKER=FILE`` in the environment, the first server process that completes N
 requests while FILE does not exist creates FILE and exits at once (a crash mid-run).
 Like vLLM it does not watch its parent: ``FakeLauncher`` starts it the way ``VllmServer``
-starts vLLM (``ppas.server.spawn_group``: own process group, dies with its parent on Linux,
+starts vLLM (``ppas.live.server.spawn_group``: own process group, dies with its parent on Linux,
 recorded in the launch's pid file), so the tests see what a real server would do.
 
 ``FakeLauncher`` is ``ppas.experiment.runner``'s launcher interface around it.
@@ -116,7 +116,7 @@ class FakeLauncher:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> FakeLauncher:
-        from ppas.server import spawn_group  # not in the server process
+        from ppas.live.server import spawn_group  # not in the server process
 
         FakeLauncher.started.append(self.launch)
         cmd = [sys.executable, __file__, "--port", str(self.port),

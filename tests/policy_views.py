@@ -1,11 +1,10 @@
 """Hand-made scheduler views for policy tests: a running decode, a running prefill, a
 waiting request, a guarded step record, and the view over them (counts by
-``ppas.step_rules``, as engines compute them)."""
+``ppas.engine.step_rules``, as engines compute them)."""
 
 from __future__ import annotations
 
-from ppas.state import RequestSnapshot, SchedulerView, StepRecord
-from ppas.step_rules import view_counts
+from ppas.core.view import RequestSnapshot, SchedulerView, StepRecord, view_counts
 
 
 def view(reqs: list[RequestSnapshot], now: float = 10.0, mbt: int = 16384,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
+from ppas.analysis.sweep import Grid, cell_means, improvement, run_grid
+from ppas.core.metrics import geomean_improvement
 from ppas.cost.roofline import RooflineCostModel, RooflineParams
-from ppas.metrics import geomean_improvement
 from ppas.policies import make_policy
-from ppas.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
-from ppas.sweep import Grid, cell_means, improvement, run_grid
 
 
 @pytest.fixture(scope="module")

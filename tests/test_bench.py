@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from ppas.bench import (
+from ppas.cli import build_parser, main
+from ppas.commands.bench import trace_from_args
+from ppas.core.errors import PpasError
+from ppas.live.bench import (
     PREFIX_TOKENS,
     BenchResult,
     RequestOutcome,
@@ -28,9 +31,6 @@ from ppas.bench import (
     text_prompt,
     token_prompt,
 )
-from ppas.cli import build_parser, main
-from ppas.commands.bench import trace_from_args
-from ppas.errors import PpasError
 from ppas.workload import PAPER_PHASES, constant_trace, gamma_trace, phase_trace, save_trace
 
 SEED, PROMPT, VOCAB, FILLER = 7, 140, 5000, 11
@@ -372,8 +372,8 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
     import os
 
     from ppas.cost.fitted import FittedCostModel
-    from ppas.server import VllmServer
-    from ppas.tiny_model import make_tiny_model
+    from ppas.live.server import VllmServer
+    from ppas.live.tiny_model import make_tiny_model
 
     model_dir = os.environ.get("PPAS_TINY_MODEL") or str(
         make_tiny_model(Path(".cache") / "tiny-qwen2"))
@@ -406,7 +406,7 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
 
 
 def test_prefix_prompts_share_exactly_the_trace_prefix() -> None:
-    from ppas.bench import _prompt
+    from ppas.live.bench import _prompt
     from ppas.workload import RequestSpec
 
     a = _prompt(RequestSpec(0, 300, 1, prefix=(("g", 200),)), 0, SEED, "tokens", VOCAB, FILLER)
@@ -422,8 +422,8 @@ def test_prefix_prompts_share_exactly_the_trace_prefix() -> None:
 def test_prefix_trace_needs_token_prompts() -> None:
     import asyncio
 
-    from ppas.bench import run_trace
-    from ppas.errors import PpasError
+    from ppas.core.errors import PpasError
+    from ppas.live.bench import run_trace
     from ppas.workload import prefix_group_trace
 
     tr = prefix_group_trace(1.0, 3, 0, 1, 64, 16, 1)

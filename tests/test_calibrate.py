@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppas.calibrate import read_step_log
+from ppas.calibrate.fit import read_step_log
 from ppas.cli import main
+from ppas.core.errors import PpasError
 from ppas.cost import make_cost_model
 from ppas.cost.base import StepShape, largest_chunk_within
 from ppas.cost.fitted import COEFFICIENTS, FittedCostModel, fit, nnls
-from ppas.errors import PpasError
 
 TRUE = FittedCostModel(overhead_s=0.004, per_prefill_token_s=2.5e-5, per_attn_pair_s=3e-10,
                        per_decode_s=1.2e-4, per_decode_ctx_token_s=4e-8)

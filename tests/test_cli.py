@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ppas.analysis.sweep import RECORD_KEYS
 from ppas.cli import main
-from ppas.sweep import RECORD_KEYS
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

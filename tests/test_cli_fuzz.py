@@ -29,7 +29,7 @@ from test_bench import FILLER, PROMPT, SEED, VOCAB, FakeServer
 from test_calibrate import TRUE, synthetic_log
 
 from ppas.cli import main
-from ppas.errors import NO_SUCCESS
+from ppas.core.errors import NO_SUCCESS
 
 INTS = ["0", "1", "2", "-1", "1e9", "99999999999999999999", "x", "", "nan", "1.5"]
 FLOATS = ["0", "0.5", "1", "-1", "1e9", "inf", "nan", "x", "1e-9", ""]
@@ -264,7 +264,7 @@ def test_fuzz_bench(fake_server: str, closed_port: int, data: st.DataObject) -> 
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_make_tiny_model(monkeypatch: pytest.MonkeyPatch, data: st.DataObject) -> None:
-    import ppas.tiny_model as tm
+    import ppas.live.tiny_model as tm
 
     def fake_weights(folder: Path, cfg: tm.TinyModelConfig) -> None:  # no torch: seconds each
         (folder / "config.json").write_text(json.dumps({"vocab_size": cfg.vocab_size}))

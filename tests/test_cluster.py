@@ -16,8 +16,8 @@ from ppas.cluster.config import ClusterConfig, LinkConfig, PoolConfig, SloConfig
 from ppas.cluster.simulator import simulate_cluster
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, simulate
 from ppas.workload import RequestSpec, mixed_trace, phase_trace
 
 HW = {"hardware": "h200", "model": "qwen2.5-3b"}

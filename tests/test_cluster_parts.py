@@ -14,13 +14,13 @@ from ppas.cluster.deflection import make_deflection
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router, router_names
 from ppas.cluster.transfer import Link, kv_bytes_per_token
+from ppas.core.errors import PpasError
+from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import MODELS
 from ppas.cost.roofline import RooflineCostModel
-from ppas.errors import PpasError
 from ppas.policies import make_policy
 from ppas.policies.deflection import ladder_chunk, parse_ladder
-from ppas.state import RequestSnapshot, SchedulerView
 
 DISAGG = """
 router = {name = "round-robin"}

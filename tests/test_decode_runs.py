@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, EngineSim, SimResult, simulate
 from ppas.policies import make_policy, policy_names
-from ppas.simulator import EngineConfig, EngineSim, SimResult, simulate
 from ppas.workload import RequestSpec, mixed_trace
 
 CM = RooflineCostModel("h200", "qwen2.5-3b")

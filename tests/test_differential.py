@@ -1,6 +1,6 @@
 """Differential test: the simulator against vLLM's real V1 scheduler with the plugin.
 
-The same arrivals, policy, cost model and KV capacity go to ``ppas.simulator.simulate``
+The same arrivals, policy, cost model and KV capacity go to ``ppas.engine.simulator.simulate``
 and to ``ppas.vllm.PolicyScheduler`` (vLLM's own ``Scheduler`` on CPU, no model: the model
 runner's output is faked as vLLM's tests do, ``tests/vllm_fakes.py``). Both must produce
 the same schedule step by step: which requests get how many tokens, in which order, and
@@ -51,13 +51,16 @@ from vllm_fakes import (  # noqa: E402
     tiny_model_dir,
 )
 
+from ppas.core.steplog import read_step_log_runs  # noqa: E402
+from ppas.core.view import (
+    SchedulerView,  # noqa: E402
+    pending_prefills,  # noqa: E402
+)
 from ppas.cost.fitted import FittedCostModel  # noqa: E402
+from ppas.engine.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
+from ppas.engine.step_rules import StepTally  # noqa: E402
+from ppas.live.plugin import PolicyScheduler  # noqa: E402
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
-from ppas.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
-from ppas.state import SchedulerView  # noqa: E402
-from ppas.step_rules import StepTally, pending_prefills  # noqa: E402
-from ppas.steplog import read_step_log_runs  # noqa: E402
-from ppas.vllm import PolicyScheduler  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -18,14 +18,14 @@ import pytest
 from fake_vllm import FakeLauncher
 
 from ppas.cli import main
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
+from ppas.core.processes import alive, start_time
 from ppas.experiment.plan import _sim_policy, estimate, plan_text
 from ppas.experiment.report import write_report
 from ppas.experiment.runner import Interrupted, Runner
 from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.live.versions import FALLBACK_LINE, installed_vllm_version, simulated_line
 from ppas.policies import make_policy
-from ppas.processes import alive, start_time
-from ppas.vllm_versions import FALLBACK_LINE, installed_vllm_version, simulated_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -377,7 +377,7 @@ def test_stock_arms_are_simulated_as_stock_vllm(tmp_path: Path, model: Path) -> 
     assert _sim_policy(stock, "0.32.0") == stock.sim_policy("0.32.0")[0]
     assert _sim_policy(partial, "0.32.0") == "mbt:512"
     from ppas.cost.fitted import FittedCostModel
-    from ppas.simulator import EngineConfig, simulate
+    from ppas.engine.simulator import EngineConfig, simulate
 
     cm = FittedCostModel(0.002, 2e-5)
     first = exp.workload.trace(12.0, 0).requests[0]
@@ -553,7 +553,7 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
 def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
     """The real launcher's command line: plugin arm with a fitted cost model, stock arm."""
     from ppas.experiment.runner import vllm_launcher
-    from ppas.server import VllmServer
+    from ppas.live.server import VllmServer
 
     text = _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = 16\n"
                                      "dtype = \"bfloat16\"\nmax_model_len = 4096"})
@@ -567,7 +567,7 @@ def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
     assert extra["ppas"]["policy"] == "mbt:64"
     assert extra["ppas"]["step_log"].endswith("steps/small.jsonl")
     assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "64"
-    # the file's engine flags come after ppas.server's CPU defaults: vLLM takes the last
+    # the file's engine flags come after ppas.live.server's CPU defaults: vLLM takes the last
     assert cmd[len(cmd) - 1 - cmd[::-1].index("--dtype") + 1] == "bfloat16"
     assert "--max-model-len" in cmd and plugin.env["CUDA_VISIBLE_DEVICES"] == "2"
     stock = vllm_launcher(runner.launch_for(exp.arm("stock"), None)).command()
@@ -585,7 +585,7 @@ def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
 def test_vllm_server_records_its_pid_while_running(tmp_path: Path, model: Path) -> None:
     """``VllmServer`` (the real launcher's class) around the fake server's command: the pid
     file names the serving process while it runs and is gone once it is stopped."""
-    from ppas.server import VllmServer
+    from ppas.live.server import VllmServer
 
     class Fake(VllmServer):
         def command(self) -> list[str]:

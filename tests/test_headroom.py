@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppas.core.view import SchedulerView
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import Decision, Policy, make_policy
-from ppas.simulator import EngineConfig, simulate
-from ppas.state import SchedulerView
 from ppas.workload import PAPER_PHASES, RequestSpec, phase_trace
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "headroom.py"

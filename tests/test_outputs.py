@@ -1,5 +1,5 @@
 """Every output path is checked before work starts, every file is written atomically, and no
-input is overwritten (``ppas.outputs``; issue 11's data-loss cases for calibrate and sweep)."""
+input is overwritten (``ppas.core.outputs``; issue 11's data-loss cases for calibrate and sweep)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import pytest
 from test_calibrate import TRUE, synthetic_log
 
 from ppas.cli import main
-from ppas.cost import make_cost_model
-from ppas.errors import PpasError
-from ppas.outputs import (
+from ppas.core.errors import PpasError
+from ppas.core.outputs import (
     atomic_output,
     check_output_dir,
     check_output_file,
@@ -24,6 +23,7 @@ from ppas.outputs import (
     write_folder,
     write_new_file,
 )
+from ppas.cost import make_cost_model
 
 RTX = ["--hardware", "rtx5090", "--model", "qwen2.5-3b"]
 SMALL_SWEEP = ["sweep", *RTX, "--burst-rates", "0.4,1.0", "--seeds", "0", "--configs",
@@ -182,7 +182,7 @@ def test_sweep_removes_stages_of_killed_writers_only(tmp_path: Path,
     behind for good. The next write into the same place removes it once its writer is
     dead, and never a live writer's stage."""
     out = tmp_path / "out"
-    code = ("import sys, time\nfrom ppas.outputs import write_folder\n"
+    code = ("import sys, time\nfrom ppas.core.outputs import write_folder\n"
             "def slow(p):\n    p.write_text('half')\n    time.sleep(120)\n"
             f"write_folder({str(out)!r}, {{'a.txt': slow}})\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
@@ -212,7 +212,7 @@ def test_sweep_removes_stages_of_killed_writers_only(tmp_path: Path,
 def test_plot_failure_leaves_no_tmp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from matplotlib.figure import Figure
 
-    from ppas.plot import plot_e2e_vs_burst
+    from ppas.analysis.plot import plot_e2e_vs_burst
 
     def fail(self: Figure, *a: object, **k: object) -> None:
         Path(str(a[0])).write_bytes(b"half")

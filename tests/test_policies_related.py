@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from policy_views import dec, guarded, pre, view, wait
 
+from ppas.core.view import StepRecord
 from ppas.cost.roofline import RooflineCostModel
+from ppas.cost.steps import chunk_shape
 from ppas.policies import make_policy
-from ppas.policies.costs import chunk_shape
-from ppas.state import StepRecord
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 

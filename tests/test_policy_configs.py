@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from policy_views import dec, pre, view, wait
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 from ppas.policies import make_policy, policy_names
 
 

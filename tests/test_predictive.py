@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
+from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import StepShape
 from ppas.cost.fitted import FittedCostModel
 from ppas.cost.roofline import RooflineCostModel
+from ppas.cost.steps import StepCosts, chunk_shape
 from ppas.policies import make_policy
-from ppas.policies.costs import StepCosts, chunk_shape
 from ppas.policies.predictive import (
     Predictive,
     arrival_rate,
@@ -22,7 +23,6 @@ from ppas.policies.predictive import (
     limit_budget,
     project,
 )
-from ppas.state import RequestSnapshot, SchedulerView
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 

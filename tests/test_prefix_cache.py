@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppas.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
+from ppas.engine.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
 
 BS = 4
 

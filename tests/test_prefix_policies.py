@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ppas.core.errors import PpasError
+from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import CostModel, StepShape
-from ppas.errors import PpasError
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
 from ppas.policies.feather import ChunkedHashTree
 from ppas.policies.sortedf import f_metric
-from ppas.simulator import EngineConfig, simulate
-from ppas.state import RequestSnapshot, SchedulerView
 from ppas.workload import RequestSpec, prefix_group_trace
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ppas.calibrate import read_step_log
+from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.profile import ProbeDesign, probes
 from ppas.cli import main
+from ppas.core.errors import PpasError
 from ppas.cost.fitted import FittedCostModel
-from ppas.errors import PpasError
-from ppas.probe import ProbeDesign, probes
 
 SMALL = ProbeDesign(chunk_sizes=(64, 512), contexts=(0, 512), decode_batches=(1, 6),
                     decode_contexts=(256,), decode_tokens=8)
@@ -70,7 +70,7 @@ def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str
     pytest.importorskip("aiohttp")
     from vllm_fakes import tiny_model_dir
 
-    from ppas.server import VllmServer
+    from ppas.live.server import VllmServer
 
     model = tiny_model_dir(tmp_path / "model")
     log, out = tmp_path / "steps.jsonl", tmp_path / "cost.json"

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppas.core.errors import PpasError
 from ppas.cost.base import StepShape
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
-from ppas.errors import PpasError
 
 GATE_UP = 2  # index in ModelArch.gemms
 

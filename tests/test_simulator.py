@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, lower_bound_latency, simulate
 from ppas.policies import make_policy, policy_names
-from ppas.simulator import EngineConfig, lower_bound_latency, simulate
 from ppas.workload import RequestSpec, phase_trace
 
 
@@ -142,8 +142,8 @@ def test_invariants(w: tuple[list[RequestSpec], str, int]) -> None:
 def test_model_that_does_not_fit_is_a_clear_error() -> None:
     import pytest
 
+    from ppas.core.errors import PpasError
     from ppas.cost.catalog import Hardware
-    from ppas.errors import PpasError
 
     with pytest.raises(PpasError, match="leaves no KV cache .* raise --tp"):
         RooflineCostModel(Hardware("tiny-gpu", 100.0, 500.0, 8.0), "qwen3-8b")

@@ -1,4 +1,4 @@
-"""``ppas.stats``: quantiles against published values, CI coverage on synthetic data."""
+"""``ppas.analysis.stats``: quantiles against published values, CI coverage on synthetic data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppas.stats import (
+from ppas.analysis.stats import (
     best_arm,
     geomean_ratio,
     paired_bootstrap_ratio,

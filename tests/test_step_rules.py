@@ -1,4 +1,4 @@
-"""The step rules (``ppas.step_rules``) one by one; the simulator and the plugin apply them
+"""The step rules (``ppas.engine.step_rules``) one by one; the simulator and the plugin apply them
 together (``tests/test_simulator.py``, ``tests/test_differential.py``)."""
 
 from __future__ import annotations
@@ -10,24 +10,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
+from ppas.core.view import RequestSnapshot, is_prefill_chunk, view_counts
 from ppas.cost.base import StepShape
-from ppas.policies import Decision, make_policy
-from ppas.state import RequestSnapshot
-from ppas.step_rules import (
+from ppas.engine.step_rules import (
     RECENT_STEPS,
     PrefillCap,
     StepTally,
     counts,
     enforced_budget,
-    is_prefill_chunk,
     order_running,
     order_waiting,
     priced_as_prefill,
     recent_steps_kept,
     samples_token,
     step_interval,
-    view_counts,
 )
+from ppas.policies import Decision, make_policy
 
 
 def test_enforced_budget_liveness() -> None:

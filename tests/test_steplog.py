@@ -1,4 +1,4 @@
-"""The step log (``ppas.steplog``): versioned run headers, per-step durability under SIGKILL,
+"""The step log (``ppas.core.steplog``): versioned run headers, per-step durability under SIGKILL,
 tolerant reading of a truncated last line (issue 11). No vLLM needed: the writer is ours."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ppas.calibrate import read_step_log
-from ppas.errors import PpasError
-from ppas.steplog import (
+from ppas.calibrate.fit import read_step_log
+from ppas.core.errors import PpasError
+from ppas.core.steplog import (
     FORMAT_VERSION,
     StepLogHeader,
     StepLogRecord,
@@ -43,7 +43,7 @@ def test_sigkill_loses_at_most_the_current_step(tmp_path: Path) -> None:
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_steplog import HEADER, record
-        from ppas.steplog import StepLogWriter
+        from ppas.core.steplog import StepLogWriter
         w = StepLogWriter({str(log)!r}, HEADER)
         for i in range(1, 101):
             w.write(record(i))
@@ -101,7 +101,7 @@ def test_format_0_logs_still_read_and_unknown_versions_are_named(tmp_path: Path)
 
 def test_record_type_is_the_writer_and_reader_contract() -> None:
     """Every key the reader (calibrate) needs is a field of StepLogRecord."""
-    from ppas.calibrate import REQUIRED
+    from ppas.calibrate.fit import REQUIRED
 
     assert set(REQUIRED) <= set(StepLogRecord.__annotations__)
     assert set(record(1)) == set(StepLogRecord.__annotations__)

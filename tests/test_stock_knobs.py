@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from ppas.core.decision import EngineKnobs, admission_limit
+from ppas.core.errors import PpasError
 from ppas.cost.roofline import RooflineCostModel
-from ppas.errors import PpasError
+from ppas.engine.simulator import simulate
+from ppas.engine.step_rules import PrefillCadence, long_prefill_limit, prefill_cadence
 from ppas.policies import make_policy
-from ppas.policies.base import EngineKnobs
-from ppas.simulator import simulate
-from ppas.step_rules import PrefillCadence, admission_limit, long_prefill_limit, prefill_cadence
 from ppas.workload import phase_trace
 
 

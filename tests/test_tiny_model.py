@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from ppas.cli import main
-from ppas.errors import PpasError
-from ppas.server import VllmServer
-from ppas.tiny_model import STAMP, TinyModelConfig, make_tiny_model
+from ppas.core.errors import PpasError
+from ppas.live.server import VllmServer
+from ppas.live.tiny_model import STAMP, TinyModelConfig, make_tiny_model
 
 SMALL = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
              intermediate_size=128, vocab_size=512, max_position_embeddings=1024)

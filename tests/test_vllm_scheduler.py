@@ -17,22 +17,25 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # noqa: E402
 
-from ppas.calibrate import read_step_log  # noqa: E402
-from ppas.errors import PpasError  # noqa: E402
-from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
-from ppas.state import SchedulerView  # noqa: E402
-from ppas.step_rules import pending_prefills, view_counts  # noqa: E402
-from ppas.steplog import (  # noqa: E402
+from ppas.calibrate.fit import read_step_log  # noqa: E402
+from ppas.core.errors import PpasError  # noqa: E402
+from ppas.core.steplog import (  # noqa: E402
     FORMAT_VERSION,
     StepLogHeader,
     StepLogRecord,
     read_step_log_runs,
 )
-from ppas.vllm import (  # noqa: E402
+from ppas.core.view import (  # noqa: E402
+    SchedulerView,  # noqa: E402
+    pending_prefills,
+    view_counts,
+)
+from ppas.live.plugin import (  # noqa: E402
     AsyncPolicyScheduler,
     PolicyScheduler,
     check_vllm_version,
 )
+from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -268,7 +271,7 @@ def test_version_check() -> None:
     scheduler's source differs from what the plugin expects of it (not only the string)."""
     import vllm
 
-    from ppas.vllm_versions import RELEASE_LINES, SUPPORTED_VLLM, release_line
+    from ppas.live.versions import RELEASE_LINES, SUPPORTED_VLLM, release_line
 
     assert SUPPORTED_VLLM == ("0.32", "0.33")
     here = release_line(vllm.__version__)
@@ -361,7 +364,7 @@ def test_prefill_schedule_interval(model_dir: str) -> None:
     import vllm
     from vllm_fakes import make_vllm_config
 
-    from ppas.vllm_versions import release_line
+    from ppas.live.versions import release_line
 
     cfg = make_vllm_config(model_dir, json.dumps({"ppas": {"policy": PPAS}}), 4096, 256,
                            10_000, False, False)

@@ -22,8 +22,8 @@ from vllm_fakes import (  # noqa: E402
 )
 
 from ppas.cost.base import CostModel, StepShape  # noqa: E402
+from ppas.engine.simulator import EngineConfig, EngineSim  # noqa: E402
 from ppas.policies import make_policy  # noqa: E402
-from ppas.simulator import EngineConfig, EngineSim  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
 pytestmark = pytest.mark.vllm

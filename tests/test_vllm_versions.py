@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ppas.errors import PpasError
-from ppas.vllm_versions import (
+from ppas.core.errors import PpasError
+from ppas.live.versions import (
     RELEASE_LINES,
     CallSites,
     check_scheduler,

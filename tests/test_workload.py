@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ppas.errors import PpasError
-from ppas.reference import reference_runs
+from ppas.analysis.reference import reference_runs
+from ppas.core.errors import PpasError
 from ppas.workload import (
     RequestSpec,
     gamma_trace,

@@ -36,7 +36,7 @@ def tiny_model_dir(tmp_root: Path | None = None) -> str:
     env = os.environ.get("PPAS_TINY_MODEL")
     if env and Path(env, "config.json").is_file():
         return env
-    from ppas.tiny_model import make_tiny_model
+    from ppas.live.tiny_model import make_tiny_model
 
     root = tmp_root or Path(".cache")
     return str(make_tiny_model(root / "tiny-qwen2"))
@@ -84,7 +84,7 @@ def make_scheduler(
         if policy is None:
             cls = AsyncScheduler if async_scheduling else Scheduler
         else:
-            from ppas.vllm import PolicyScheduler
+            from ppas.live.plugin import PolicyScheduler
 
             cls = PolicyScheduler
     return cls(

@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 # subcommand -> (module, help)
 COMMANDS: dict[str, tuple[str, str]] = {

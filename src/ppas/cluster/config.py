@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppas.config import require
-from ppas.errors import PpasError
+from ppas.core.config import require
+from ppas.core.errors import PpasError
 
 ROLES = ("mixed", "prefill", "decode")
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ppas.config import parse_dataclass, require, split_spec
+from ppas.core.config import parse_dataclass, require, split_spec
+from ppas.core.errors import PpasError
+from ppas.core.registry import Registry
 from ppas.cost.base import CostModel, StepShape
-from ppas.errors import PpasError
 from ppas.policies.deflection import LADDER, ladder_chunk, parse_ladder
-from ppas.registry import Registry
 
 
 class DecodeNodeView(Protocol):

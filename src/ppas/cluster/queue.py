@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ppas.config import require
-from ppas.registry import Registry
+from ppas.core.config import require
+from ppas.core.registry import Registry
 
 QUEUES: Registry[Any] = Registry("queue discipline")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ppas.cluster.config import ClusterConfig
 from ppas.cluster.simulator import ClusterResult
-from ppas.metrics import percentiles, run_summary
+from ppas.core.metrics import percentiles, run_summary
 
 #: Columns of ``table`` (record keys), in order.
 COLUMNS = ("ttft_p50", "ttft_p95", "ttft_p99", "tpot_p50", "tpot_p95", "tpot_p99", "e2e_p50",

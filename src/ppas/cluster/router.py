@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ppas.registry import Registry
+from ppas.core.registry import Registry
 
 
 class InstanceView(Protocol):

@@ -1,6 +1,6 @@
 """The cluster simulator: N engine simulators under one event clock.
 
-Each instance is a ``ppas.simulator.EngineSim`` (vLLM V1 step semantics, its own policy,
+Each instance is a ``ppas.engine.simulator.EngineSim`` (vLLM V1 step semantics, its own policy,
 cost model and paged KV cache); this module only moves requests between them. Events, in
 time order (at equal times: transfers land, then arrivals, then steps start, so a step
 starting at ``t`` sees every request that arrived at or before ``t``, as in ``simulate``):
@@ -45,12 +45,12 @@ from ppas.cluster.deflection import make_deflection
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router
 from ppas.cluster.transfer import Link, kv_bytes_per_token
+from ppas.core.metrics import RequestMetrics, tpot_of
 from ppas.cost import CostModel, make_cost_model
 from ppas.cost.base import StepShape
-from ppas.metrics import RequestMetrics, tpot_of
+from ppas.cost.steps import StepCosts
+from ppas.engine.simulator import EngineConfig, EngineSim, SimRequest
 from ppas.policies import make_policy
-from ppas.policies.costs import StepCosts
-from ppas.simulator import EngineConfig, EngineSim, SimRequest
 from ppas.workload import RequestSpec, Trace
 
 # Event kinds; the order breaks ties at equal times.

@@ -1,4 +1,4 @@
-"""``ppas bench``: the command line of the live benchmark (``ppas.bench``). Trace options
+"""``ppas bench``: the command line of the live benchmark (``ppas.live.bench``). Trace options
 share the simulator's vocabulary (``ppas.workload``'s generators)."""
 
 from __future__ import annotations
@@ -14,20 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ppas.bench import (
-    DEFAULT_FILLER,
-    DEFAULT_VOCAB,
-    METRICS,
-    USAGE_MODES,
-    check_result_path,
-    format_table,
-    normalize_base_url,
-    result_record,
-    run_trace,
-    save_result,
-)
-from ppas.errors import NO_SUCCESS, PpasError
-from ppas.limits import (
+from ppas.core.errors import NO_SUCCESS, PpasError
+from ppas.core.limits import (
     MAX_BURSTINESS,
     MAX_CONCURRENCY,
     MAX_OUTPUT_TOKENS,
@@ -41,6 +29,18 @@ from ppas.limits import (
     MIN_BURSTINESS,
     float_arg,
     int_arg,
+)
+from ppas.live.bench import (
+    DEFAULT_FILLER,
+    DEFAULT_VOCAB,
+    METRICS,
+    USAGE_MODES,
+    check_result_path,
+    format_table,
+    normalize_base_url,
+    result_record,
+    run_trace,
+    save_result,
 )
 from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 

@@ -1,5 +1,5 @@
 """``ppas calibrate STEPLOG [STEPLOG...] -o COST.json``: fit ``ppas.cost.fitted``'s step-time
-model to the vLLM plugin's step logs (``ppas.calibrate`` reads them) and report the fit."""
+model to the vLLM plugin's step logs (``ppas.calibrate.fit`` reads them) and report the fit."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from ppas.calibrate import read_step_log
-from ppas.errors import PpasError
-from ppas.limits import MAX_KV_TOKENS, MAX_SKIP_STEPS, int_arg
-from ppas.outputs import check_output_file
+from ppas.calibrate.fit import read_step_log
+from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_KV_TOKENS, MAX_SKIP_STEPS, int_arg
+from ppas.core.outputs import check_output_file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         records += read_step_log(path, args.skip_steps)
     model = fit(records, kv_capacity_tokens=args.kv_capacity_tokens,
                 sources=[str(Path(p)) for p in args.steplogs])
-    model.to_file(args.output)  # atomically (ppas.outputs)
+    model.to_file(args.output)  # atomically (ppas.core.outputs)
     if args.json:
         print(json.dumps(model.to_dict(), allow_nan=False))
         return 0

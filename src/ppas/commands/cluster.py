@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 from ppas.cluster.config import ClusterConfig, load_cluster
-from ppas.errors import PpasError
-from ppas.limits import MAX_INSTANCES, MAX_TIME_S, float_arg
+from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_INSTANCES, MAX_TIME_S, float_arg
 from ppas.workload import Trace, mixed_trace
 
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise PpasError("--seed must be >= 0")
     if args.plot:
-        from ppas.plot import check_plot_path
+        from ppas.analysis.plot import check_plot_path
 
         check_plot_path(args.plot)
     base = load_cluster(args.cluster)
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for c in cfgs:
         records.append(cluster_record(simulate_cluster(trace, c), c))
     if args.plot:
-        from ppas.plot import plot_cluster_sweep
+        from ppas.analysis.plot import plot_cluster_sweep
 
         plot_cluster_sweep(records, args.plot)
     if args.json:

@@ -9,10 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ppas.cost import CostModel, make_cost_model
-from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
-from ppas.errors import NO_SUCCESS, PpasError
-from ppas.limits import (
+from ppas.analysis.sweep import RECORD_KEYS
+from ppas.core.errors import NO_SUCCESS, PpasError
+from ppas.core.limits import (
     MAX_KV_BLOCKS,
     MAX_LIST_ITEMS,
     MAX_NUM_SEQS,
@@ -23,8 +22,9 @@ from ppas.limits import (
     MAX_TP,
     int_arg,
 )
+from ppas.cost import CostModel, make_cost_model
+from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
 from ppas.policies import make_policy
-from ppas.sweep import RECORD_KEYS
 
 
 def split_configs(text: str) -> list[str]:

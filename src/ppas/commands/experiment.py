@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,12 +1,12 @@
 """``ppas make-tiny-model DIR``: a random-weight Qwen2 model and tokenizer, built offline
-(``ppas.tiny_model``)."""
+(``ppas.live.tiny_model``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ppas.limits import MAX_MODEL_DIM, MAX_PROMPT_TOKENS, MAX_SEED, int_arg
-from ppas.tiny_model import TinyModelConfig, make_tiny_model
+from ppas.core.limits import MAX_MODEL_DIM, MAX_PROMPT_TOKENS, MAX_SEED, int_arg
+from ppas.live.tiny_model import TinyModelConfig, make_tiny_model
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """``ppas profile --base-url URL --model M --step-log PATH -o COST.json``: send the designed
-probe workload (``ppas.probe``) to a live server running the ppas plugin with that step log,
-then fit a cost model to the steps it logged (use it as ``--cost-model fitted:COST.json``)."""
+probe workload (``ppas.calibrate.profile``) to a live server running the ppas plugin with
+that step log, then fit a cost model to the steps it logged (use it as
+``--cost-model fitted:COST.json``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import sys
 import time
 
 from ppas.commands.common import ints
-from ppas.errors import PpasError
-from ppas.outputs import check_output_file
+from ppas.core.errors import PpasError
+from ppas.core.outputs import check_output_file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppas.bench import normalize_base_url
-    from ppas.probe import Probe, ProbeDesign, probes, profile
+    from ppas.calibrate.profile import Probe, ProbeDesign, probes, profile
+    from ppas.live.bench import normalize_base_url
 
     normalize_base_url(args.base_url)  # fail fast on a malformed URL
     for name in ("vocab_size", "request_timeout", "kv_capacity_tokens"):

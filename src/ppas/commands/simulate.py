@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from ppas.analysis.sweep import mean_lower_bound
 from ppas.commands.common import (
     add_cost_args,
     add_shape_args,
@@ -16,8 +17,8 @@ from ppas.commands.common import (
     print_json,
     split_configs,
 )
-from ppas.errors import PpasError
-from ppas.limits import (
+from ppas.core.errors import PpasError
+from ppas.core.limits import (
     MAX_BURSTINESS,
     MAX_RATE,
     MAX_REQUESTS,
@@ -26,9 +27,8 @@ from ppas.limits import (
     float_arg,
     int_arg,
 )
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, simulate
-from ppas.sweep import mean_lower_bound
 from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 
 

@@ -6,6 +6,9 @@ import argparse
 import sys
 from typing import Any
 
+from ppas.analysis.plot import check_plot_path, plot_e2e_vs_burst
+from ppas.analysis.report import table_by_burst, table_improvements, table_lower_bound
+from ppas.analysis.sweep import Grid, run_grid
 from ppas.commands.common import (
     add_cost_args,
     add_shape_args,
@@ -18,12 +21,9 @@ from ppas.commands.common import (
     print_json,
     split_configs,
 )
-from ppas.errors import PpasError
-from ppas.limits import MAX_RATE
-from ppas.outputs import check_output_dir, json_text, write_folder
-from ppas.plot import check_plot_path, plot_e2e_vs_burst
-from ppas.report import table_by_burst, table_improvements, table_lower_bound
-from ppas.sweep import Grid, run_grid
+from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_RATE
+from ppas.core.outputs import check_output_dir, json_text, write_folder
 from ppas.workload import PAPER_PHASES
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 args.output_tokens, args.max_num_seqs, max_model_len(args))
     for b in bursts:  # bad phases or a too-large trace fail now, before any simulation
         grid.trace(b, seeds[0])
-    # Every destination is checked before the work starts (ppas.outputs).
+    # Every destination is checked before the work starts (ppas.core.outputs).
     plot = check_plot_path(args.plot) if args.plot else None
     out_dir = check_output_dir(args.out_dir, "--out-dir") if args.out_dir else None
     if out_dir is not None and plot is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ppas.core.errors import PpasError
+from ppas.core.registry import Registry
 from ppas.cost.base import CostModel, StepShape, largest_chunk_within
-from ppas.errors import PpasError
-from ppas.registry import Registry
 
 #: Factory signature: (ARG after the colon or "", hardware, model, tp, max_num_batched_tokens).
 CostModelFactory = Callable[[str, str | None, str | None, int, int], CostModel]

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.config import require
-from ppas.registry import Registry
+from ppas.core.config import require
+from ppas.core.registry import Registry
 
 #: Memory bandwidth reached by streaming kernels, as a fraction of the datasheet figure:
 #: an H200 in this workplace copies ~4.3 of its 4.8 TB/s (catalog-facts.md).

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.errors import PpasError
 from ppas.cost.base import CostModel, StepShape
-from ppas.errors import PpasError
 
 COEFFICIENTS = ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_s",
                 "per_decode_ctx_token_s")
@@ -119,8 +119,8 @@ class FittedCostModel(CostModel):
         }
 
     def to_file(self, path: str | Path) -> None:
-        """Write JSON atomically (``ppas.outputs``)."""
-        from ppas.outputs import write_json_atomic
+        """Write JSON atomically (``ppas.core.outputs``)."""
+        from ppas.core.outputs import write_json_atomic
 
         write_json_atomic(path, self.to_dict())
 

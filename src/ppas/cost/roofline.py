@@ -37,10 +37,10 @@ import json
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.errors import PpasError
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import CUDAGRAPH_MAX_TOKENS, HARDWARE, MODELS, Hardware, ModelArch
-from ppas.errors import PpasError
 
 # Kernel geometry (facts about the kernels, not fitted): cuBLAS's large BF16 tiles are
 # 128 x 256 outputs; vLLM's FlashAttention-2 paged-KV (split-KV) kernel takes 64 query rows

@@ -34,9 +34,9 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
 
 def estimate(exp: Experiment) -> dict[str, Any]:
     """``{"startup": s, "runs": {(arm, load, seed): s}, "model": str}``."""
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.live.versions import installed_vllm_version
     from ppas.policies import make_policy
-    from ppas.simulator import EngineConfig, simulate
-    from ppas.vllm_versions import installed_vllm_version
 
     cm = estimate_cost_model(exp)
     version = installed_vllm_version()  # the vLLM the runs will use

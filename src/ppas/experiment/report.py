@@ -3,7 +3,7 @@
 From the run files only (so it can be rebuilt at any time, also from a partial experiment):
 
 * per (arm, load): mean and t-interval over seeds of mean/P95 E2E, TTFT, TPOT, makespan
-  and failed requests (``ppas.stats.t_interval``);
+  and failed requests (``ppas.analysis.stats.t_interval``);
 * per arm and baseline arm: the geometric-mean ratio of mean E2E over the traces both ran,
   per load and overall, with a paired bootstrap CI (``improvement = 1 - ratio``);
 * per arm that is not a baseline: against the best baseline arm *of each load* (an oracle
@@ -27,9 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ppas.experiment.runner import RUNS_DIR, run_path, slug
-from ppas.experiment.spec import Experiment
-from ppas.stats import (
+from ppas.analysis.stats import (
     Interval,
     best_arm,
     geomean,
@@ -37,6 +35,8 @@ from ppas.stats import (
     paired_t_ratio,
     t_interval,
 )
+from ppas.experiment.runner import RUNS_DIR, run_path, slug
+from ppas.experiment.spec import Experiment
 
 METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
@@ -58,7 +58,7 @@ def load_runs(exp: Experiment) -> list[dict[str, Any]]:
 
 
 def _fit_report_model(exp: Experiment, runs: Sequence[dict[str, Any]]) -> Any:
-    from ppas.calibrate import step_record
+    from ppas.calibrate.fit import step_record
     from ppas.cost.fitted import fit
 
     steps = [step_record(s) for r in runs if r.get("policy") for s in r.get("steps", [])]
@@ -73,9 +73,9 @@ def _fit_report_model(exp: Experiment, runs: Sequence[dict[str, Any]]) -> Any:
 
 def _simulate(exp: Experiment, runs: list[dict[str, Any]], model: Any) -> None:
     """Add ``sim`` (predicted avg/p95 E2E) and ``sim_error`` to every run, or ``sim_note``."""
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.live.versions import installed_vllm_version
     from ppas.policies import make_policy
-    from ppas.simulator import EngineConfig, simulate
-    from ppas.vllm_versions import installed_vllm_version
 
     installed = installed_vllm_version()  # for runs that did not record theirs
     for r in runs:
@@ -256,7 +256,7 @@ def _verdict(iv: Interval) -> str:
 
 def _step_time_error(model: Any, runs: Sequence[dict[str, Any]]) -> float | None:
     """(predicted - measured) / measured total step time of the arm's own steps."""
-    from ppas.calibrate import step_record
+    from ppas.calibrate.fit import step_record
     from ppas.cost.fitted import fit_stats
 
     steps = [step_record(s) for r in runs for s in r.get("steps", [])]
@@ -407,7 +407,7 @@ def plot_report(rep: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ppas.plot import save_figure
+    from ppas.analysis.plot import save_figure
 
     fig, (ax, axr) = plt.subplots(1, 2, figsize=(12, 4.5))
     arms = list(dict.fromkeys(c["arm"] for c in rep["cells"]))
@@ -458,7 +458,7 @@ def write_report(exp: Experiment) -> tuple[str, dict[str, Any]]:
     """Build the report and write report.txt, report.json and report.png (atomically)."""
     import importlib.util
 
-    from ppas.bench import write_json_atomic
+    from ppas.live.bench import write_json_atomic
 
     out = Path(exp.out_dir)
     rep = build_report(exp)

@@ -12,7 +12,7 @@ Invariants:
 * a server found dead after a run (``/health`` does not answer) is restarted and the run
   retried once; both attempts are recorded in the run file;
 * SIGINT/SIGTERM: the run in flight is abandoned, servers are stopped, completed runs stay;
-* SIGKILL: the servers die with the process (Linux, ``ppas.server.spawn_group``); each
+* SIGKILL: the servers die with the process (Linux, ``ppas.live.server.spawn_group``); each
   running server is recorded in ``logs/ARM.pid``, and the next run into the folder first
   stops any server a dead run left there (``prepare``), so none holds the device or port;
 * ``fitted:auto`` arms start only after every calibration arm's runs are done; the model is
@@ -38,9 +38,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TextIO
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
+from ppas.core.steplog import HEADER_KEY
 from ppas.experiment.spec import FITTED_AUTO, ArmSpec, Experiment
-from ppas.steplog import HEADER_KEY
 
 RUNS_DIR = "runs"
 STEPS_DIR = "steps"
@@ -84,7 +84,7 @@ class Launch:
     cost_model: str | None  # ppas.cost spec bound to the policy in the plugin
     step_log: Path | None
     log_path: Path
-    pid_file: Path  # where the running server is recorded (``ppas.server.reap_stale``)
+    pid_file: Path  # where the running server is recorded (``ppas.live.server.reap_stale``)
     extra_args: tuple[str, ...]
     env: dict[str, str]
     startup_timeout_s: float
@@ -94,8 +94,8 @@ Launcher = Callable[[Launch], AbstractContextManager[Any]]
 
 
 def vllm_launcher(launch: Launch) -> AbstractContextManager[Any]:
-    """``vllm serve`` through ``ppas.server.VllmServer`` (plugin or stock)."""
-    from ppas.server import VllmServer
+    """``vllm serve`` through ``ppas.live.server.VllmServer`` (plugin or stock)."""
+    from ppas.live.server import VllmServer
 
     return VllmServer(launch.model, policy=launch.policy,
                       max_num_batched_tokens=launch.max_num_batched_tokens,
@@ -239,7 +239,7 @@ class Runner:
 
     def prepare(self, resume: bool) -> None:
         """Check the folder against ``resume`` and record the experiment in it."""
-        from ppas.bench import write_json_atomic
+        from ppas.live.bench import write_json_atomic
 
         if self.out.exists() and not self.out.is_dir():
             raise PpasError(f"out_dir {str(self.out)!r} exists and is not a folder")
@@ -257,7 +257,7 @@ class Runner:
 
     def reap_stale_servers(self) -> None:
         """Stop the servers a killed earlier run of this folder left running."""
-        from ppas.server import reap_stale
+        from ppas.live.server import reap_stale
 
         for f in sorted((self.out / LOGS_DIR).glob("*.pid")):
             pid = reap_stale(f)
@@ -298,7 +298,7 @@ class Runner:
 
     def auto_cost_model(self) -> Path:
         """Fit ``cost-auto.json`` from the calibration arms' run files (deterministic)."""
-        from ppas.calibrate import step_record
+        from ppas.calibrate.fit import step_record
         from ppas.cost.fitted import fit
 
         steps = self.calibration_steps()
@@ -349,7 +349,7 @@ class Runner:
     def _measure(self, srv: _ArmServer, load: float, seed: int) -> tuple[Any, list[Any], float]:
         """One replay of the (load, seed) trace; returns (BenchResult, steps, wall s). The
         warm-up requests go before the first run on each server start."""
-        from ppas.bench import run_trace
+        from ppas.live.bench import run_trace
 
         w = self.exp.workload
         trace = w.trace(load, seed)
@@ -391,7 +391,7 @@ class Runner:
         return 1000 * seed + self.exp.workload.loads.index(load) + 1
 
     def run_arm(self, arm: ArmSpec, device: str | None, estimates: dict[str, Any]) -> None:
-        from ppas.bench import write_json_atomic
+        from ppas.live.bench import write_json_atomic
 
         w = self.exp.workload
         done = self.completed()
@@ -399,7 +399,7 @@ class Runner:
                    if (arm.name, load, seed) not in done]
         if not pending or self.stop.is_set():
             return
-        from ppas.vllm_versions import installed_vllm_version
+        from ppas.live.versions import installed_vllm_version
 
         launch = self.launch_for(arm, device)
         vllm_version = installed_vllm_version()  # what the server runs (sys.executable's)

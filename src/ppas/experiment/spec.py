@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 from ppas.workload import Trace, gamma_trace, load_trace, parse_phases, phase_trace
 
 FITTED_AUTO = "fitted:auto"
@@ -187,7 +187,7 @@ class ModelSpec:
 class EngineSpec:
     """Engine arguments shared by every arm (``vllm serve`` flags)."""
 
-    dtype: str | None = None  # None: ppas.server's default (float32 on CPU)
+    dtype: str | None = None  # None: ppas.live.server's default (float32 on CPU)
     max_model_len: int | None = None
     max_num_seqs: int = 256
     tensor_parallel_size: int = 1
@@ -234,7 +234,7 @@ class EngineSpec:
         )
 
     def args(self) -> list[str]:
-        """The shared ``vllm serve`` flags (after ``ppas.server``'s CPU defaults: later
+        """The shared ``vllm serve`` flags (after ``ppas.live.server``'s CPU defaults: later
         flags win in vLLM's argument parser)."""
         a = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
         if self.dtype is not None:
@@ -402,8 +402,8 @@ class ArmSpec:
     def sim_policy(self, vllm_version: str | None = None) -> tuple[str | None, str]:
         """(policy string the simulator runs for this arm, or None; why not). A stock arm
         runs as the ``vllm:`` policy of the release line of ``vllm_version`` (the vLLM
-        the runs used; ``ppas.vllm_versions.simulated_line``)."""
-        from ppas.vllm_versions import simulated_line
+        the runs used; ``ppas.live.versions.simulated_line``)."""
+        from ppas.live.versions import simulated_line
 
         if self.policy is not None:
             return self.policy, ""

@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, StepShape
-from ppas.policies.base import Decision, Policy
+from ppas.policies.base import Policy
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
-from ppas.state import SchedulerView
-from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)

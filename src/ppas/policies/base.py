@@ -16,52 +16,10 @@ chunk, say) is recomputed from ``SchedulerView.recent_steps``. No torch, vllm or
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ppas.state import RequestView, SchedulerView
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One step's decision.
-
-    prefill_budget: cap on the sum of prefill tokens this step (>= 0).
-    prefill_order: request ids in the order prefills should be served; ``None`` keeps the
-        engine's own order (running in order, then waiting FCFS). Ids not listed keep their
-        engine order after the listed ones.
-    decodes_first: schedule every running decode before any running prefill chunk
-        (Sarathi-Serve's stall-free batching); vLLM's default is plain running order.
-    """
-
-    prefill_budget: int
-    prefill_order: tuple[str, ...] | None = None
-    decodes_first: bool = False
-
-
-def uncached_prompt_tokens(r: RequestView) -> int:
-    """Prompt tokens a request still has to compute, net of the prefix-cache hit it would
-    get if admitted now (at least 1: vLLM always computes the last token)."""
-    return max(1, r.prompt_tokens - r.num_computed_tokens - r.num_cached_tokens)
-
-
-@dataclass(frozen=True)
-class EngineKnobs:
-    """vLLM's own prefill knobs an engine runs with beside the policy (names and defaults as
-    vLLM's ``SchedulerConfig``); their per-step rules are ``ppas.step_rules`` (rule 4b).
-    Every policy but ``vllm:`` (stock vLLM's knobs as a baseline) runs with the defaults.
-    ``local_prefill_interval``: whether the release line applies ``prefill_schedule_interval``
-    without data parallelism (0.33: yes; 0.32: no, the knob does nothing there).
-    ``max_num_seqs`` / ``max_num_active_seqs``: None keeps the engine's own
-    (``EngineConfig.max_num_seqs``; no separate active limit); their one scheduling effect is
-    the admission limit (``step_rules.admission_limit``)."""
-
-    long_prefill_token_threshold: int = 0
-    long_prefill_token_threshold_adaptive: bool = False
-    prefill_schedule_interval: int = 1
-    local_prefill_interval: bool = True
-    max_num_seqs: int | None = None
-    max_num_active_seqs: int | None = None
+from ppas.core.decision import Decision, EngineKnobs
+from ppas.core.view import SchedulerView
 
 
 class Policy(ABC):

@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ppas.config import require
-from ppas.policies.base import Decision, Policy
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import SchedulerView
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import SchedulerView
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from ppas.config import require
-from ppas.policies.base import Decision, Policy, uncached_prompt_tokens
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import BLOCK_SIZE, RequestView, SchedulerView
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import RequestView, SchedulerView, pending_prefills
 from ppas.cost.base import CostModel
-from ppas.policies.base import Decision, Policy
-from ppas.policies.costs import StepCosts
+from ppas.cost.steps import StepCosts
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import RequestView, SchedulerView
-from ppas.step_rules import pending_prefills
 
 
 @dataclass(frozen=True)

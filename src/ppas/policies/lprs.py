@@ -25,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
 from ppas.cost.base import CostModel
-from ppas.policies.base import Decision, Policy
-from ppas.policies.costs import chunk_shape
+from ppas.cost.steps import chunk_shape
+from ppas.policies.base import Policy
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
-from ppas.state import RequestView, SchedulerView
-from ppas.step_rules import is_pending_prefill, pending_prefills
 
 
 @dataclass(frozen=True)

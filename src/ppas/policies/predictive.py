@@ -28,7 +28,7 @@ completion, a heap of decode finish steps: O(N log N) per candidate, no per-step
   prompts count *tokens*;
 * a step lasts ``S(prefill tokens, their query-key pairs) + sum_decodes (d_ride + d_kv *
   context)`` when it carries prefill, ``base + sum_decodes (d_alone + d_kv * context)``
-  when it does not (``ppas.policies.costs.StepCosts``: tables precomputed from the bound
+  when it does not (``ppas.cost.steps.StepCosts``: tables precomputed from the bound
   cost model). ``S`` is the cost model's own step time at that token count, so a prompt's
   short last chunk pays the whole fixed per-step cost, and a step that finishes one prompt
   and spills into the next pays it once (before: the prompt's range priced by linear
@@ -81,13 +81,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import SchedulerView, is_pending_prefill, uncached_prompt_tokens
 from ppas.cost.base import CostModel
-from ppas.policies.base import Decision, Policy, uncached_prompt_tokens
-from ppas.policies.costs import StepCosts
+from ppas.cost.steps import StepCosts
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import SchedulerView
-from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)

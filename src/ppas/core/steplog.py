@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 FORMAT_VERSION = 1
 HEADER_KEY = "ppas_step_log"  # its value is the format version

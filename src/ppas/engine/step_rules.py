@@ -1,6 +1,6 @@
 """The step rules: how one engine step turns a policy's ``Decision`` into a token schedule.
 
-The simulator (``ppas.simulator``) and the vLLM plugin (``ppas.vllm``) both call these
+The simulator (``ppas.engine.simulator``) and the vLLM plugin (``ppas.vllm``) both call these
 functions; each rule is written here once (``tests/test_differential.py`` checks that the
 two engines then produce the same per-step schedule). vLLM V1's token-budget model
 (P-PAS §3): there is no prefill or decode phase, only ``num_computed_tokens`` catching up
@@ -65,9 +65,10 @@ from __future__ import annotations
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Protocol, TypeVar
 
+from ppas.core.decision import Decision, EngineKnobs
+from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
 from ppas.cost.base import StepShape
-from ppas.policies.base import Decision, EngineKnobs, Policy
-from ppas.state import RequestView, SchedulerView, StepRecord
+from ppas.policies.base import Policy
 
 #: StepRecords an engine keeps for policies at least (``recent_steps_kept``).
 RECENT_STEPS = 16
@@ -86,16 +87,6 @@ R = TypeVar("R", bound=EngineRequest)
 
 
 # -- 1. what is a prefill chunk; N_p / N_d ---------------------------------------------------
-def is_prefill_chunk(num_computed_tokens: int, num_prompt_tokens: int) -> bool:
-    """A chunk starting at ``num_computed_tokens`` is a prefill chunk (inside the prompt)."""
-    return num_computed_tokens < num_prompt_tokens
-
-
-def is_pending_prefill(r: RequestView) -> bool:
-    """A request the policy counts in N_p: waiting, or running with a prefill chunk left."""
-    return not r.is_running or is_prefill_chunk(r.num_computed_tokens, r.prompt_tokens)
-
-
 def counts(running: Sequence[EngineRequest], num_waiting: int) -> tuple[int, int]:
     """(N_p, N_d): running requests with a prefill chunk left plus every waiting request,
     and running requests past their prompt (P-PAS §3). One pass over ``running``."""
@@ -104,17 +95,6 @@ def counts(running: Sequence[EngineRequest], num_waiting: int) -> tuple[int, int
         if not is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens):
             nd += 1
     return len(running) - nd + num_waiting, nd
-
-
-def pending_prefills(view: SchedulerView) -> list[RequestView]:
-    """The requests of ``view`` counted in N_p, in the view's order."""
-    return [r for r in view.requests if is_pending_prefill(r)]
-
-
-def view_counts(requests: Sequence[RequestView]) -> tuple[int, int]:
-    """(N_p, N_d) of a list of request views (tests)."""
-    np_ = sum(1 for r in requests if is_pending_prefill(r))
-    return np_, len(requests) - np_
 
 
 # -- 2. liveness -----------------------------------------------------------------------------
@@ -193,19 +173,6 @@ def long_prefill_limit(knobs: EngineKnobs, num_requests: int, input_budget: int)
     if t > 0 and knobs.long_prefill_token_threshold_adaptive:
         t = max(t, input_budget // num_requests)
     return t
-
-
-def admission_limit(knobs: EngineKnobs, engine_max_num_seqs: int) -> int:
-    """vLLM's ``Scheduler.max_num_active_reqs`` (0.32 and 0.33): the waiting loop admits
-    while fewer requests run; ``max_num_active_seqs`` when set, else ``max_num_seqs`` (the
-    knob's, else the engine's). ``max_num_seqs`` also sizes the model runner and its CUDA
-    graphs (captured up to ``min(2 * max_num_seqs, 512)`` tokens, so every decode-only step
-    stays captured): admission is its only effect on the schedule. vLLM refuses an active
-    limit above ``max_num_seqs``; the ``min`` keeps the engine's slots a bound anyway."""
-    slots = knobs.max_num_seqs if knobs.max_num_seqs is not None else engine_max_num_seqs
-    if knobs.max_num_active_seqs is not None:
-        return min(knobs.max_num_active_seqs, slots)
-    return slots
 
 
 def mid_chunk(num_computed_tokens: int, num_prompt_tokens: int, num_tokens: int) -> bool:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ppas.config import parse_dataclass, split_spec
-from ppas.errors import PpasError
+from ppas.core.config import parse_dataclass, split_spec
+from ppas.core.errors import PpasError
 
 T = TypeVar("T")
 C = TypeVar("C", bound=type)

@@ -33,7 +33,7 @@ def accuracy(sim: list[dict[str, Any]], key: str = "avg_latency") -> dict[str, A
     """
     import math
 
-    from ppas.sweep import cell_means
+    from ppas.analysis.sweep import cell_means
 
     ref = cell_means(reference_runs(), key)
     got = cell_means(sim, key)

@@ -5,7 +5,7 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
 ``update_from_output``. Each step, in the order of vLLM's code:
 
 1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d by
-   ``ppas.step_rules.counts``);
+   ``ppas.engine.step_rules.counts``);
 2. **decide**: ``policy.decide(view)``, made safe by ``step_rules.enforced_budget``
    (liveness) and applied to the queues by ``step_rules.order_running/order_waiting``;
 3. **shape the step** (``_schedule``): running requests first, in order. A request needs
@@ -18,7 +18,7 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
    preempted, waiting requests FCFS while the token budget lasts, ``len(running) <
    max_num_seqs``, the capped chunk is not 0 and the request's whole sequence so far fits
    in the free blocks (vLLM's ``scheduler_reserve_full_isl`` admission, its default).
-   With prefix caching (``EngineConfig.prefix_caching``, ``ppas.prefix_cache``) a waiting
+   With prefix caching (``EngineConfig.prefix_caching``, ``ppas.engine.prefix_cache``) a waiting
    request first takes its longest cached prefix of full blocks (its last token is always
    computed); the hit costs neither token budget nor prefill cap, and the admission test
    counts the free cached blocks it takes;
@@ -51,13 +51,14 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ppas import step_rules
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.decision import admission_limit
+from ppas.core.metrics import RequestMetrics, run_summary, tpot_of
+from ppas.core.view import SchedulerView, StepRecord
 from ppas.cost.base import CostModel, StepShape
-from ppas.metrics import RequestMetrics, run_summary, tpot_of
+from ppas.engine import step_rules
+from ppas.engine.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
 from ppas.policies.base import Policy
-from ppas.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
-from ppas.state import SchedulerView, StepRecord
 from ppas.workload import RequestSpec, Trace
 
 
@@ -75,7 +76,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     block_size: int = 16
     num_kv_blocks: int | None = None
-    prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.prefix_cache)
+    prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.engine.prefix_cache)
     max_model_len: int | None = None
     hold_finished_kv: bool = False
 
@@ -90,7 +91,7 @@ class EngineConfig:
 
 class SimRequest:
     """Mutable engine-side request; also the ``RequestView`` policies read. Carries vLLM's
-    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.step_rules``."""
+    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.engine.step_rules``."""
 
     __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
                  "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
@@ -165,7 +166,7 @@ class _Chain(Sequence[SimRequest]):
 class _KvPool:
     """The paged KV cache: block counts only (``cache`` None, prefix caching off: the
     fast path, identical to vLLM for prompts nobody shares), or vLLM's block pool with
-    automatic prefix caching (``ppas.prefix_cache``). A request's ``blocks`` is the
+    automatic prefix caching (``ppas.engine.prefix_cache``). A request's ``blocks`` is the
     number of blocks it holds either way."""
 
     __slots__ = ("cache", "bs", "_free")
@@ -239,7 +240,7 @@ class _KvPool:
 class StepTrace:
     """Per-step record kept with ``record_steps=True`` (tests, plots).
 
-    Token classes follow ``ppas.step_rules`` (rule 5): ``num_prefill_tokens`` are the
+    Token classes follow ``ppas.engine.step_rules`` (rule 5): ``num_prefill_tokens`` are the
     tokens of prefill chunks (inside a prompt: what the policy's cap limits),
     ``num_recompute_tokens`` those of recompute tails after a preemption (priced as
     prefill, not capped), ``num_decode_tokens`` the single-token decodes;
@@ -339,7 +340,7 @@ class EngineSim:
         self.max_model_len = engine.max_model_len
         # vLLM's admission limit (step_rules.admission_limit: a vllm: baseline's
         # max_num_seqs / max_num_active_seqs, else the engine's max_num_seqs).
-        self.max_num_seqs = step_rules.admission_limit(policy.engine_knobs, engine.max_num_seqs)
+        self.max_num_seqs = admission_limit(policy.engine_knobs, engine.max_num_seqs)
         if engine.num_kv_blocks is not None:
             self.total_blocks: int | None = engine.num_kv_blocks
         elif cost_model.kv_capacity_tokens is not None:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ppas.sweep import cell_means, improvement
+from ppas.analysis.sweep import cell_means, improvement
 
 TABLE1_METRICS = (("avg_latency", "avg latency"), ("p95_latency", "P95 latency"),
                   ("avg_ttft", "avg TTFT"), ("avg_tpot", "avg TPOT"), ("makespan", "makespan"))

@@ -1,7 +1,7 @@
 """Reading the vLLM plugin's step logs for ``ppas calibrate`` (``ppas.commands.calibrate``),
 which fits ``ppas.cost.fitted``'s step-time model to them.
 
-A step log (``ppas.steplog``, written by ``ppas.vllm``) is JSONL, one header line per server
+A step log (``ppas.core.steplog``, written by ``ppas.vllm``) is JSONL, one header line per server
 run and one object per engine step. The fit uses
 ``duration_s`` (the step's completion-timed wall time) as the target and the step's shape
 from ``prefill_chunks`` (``[chunk_tokens, cached_context_before_chunk]`` pairs) and
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ppas.core.errors import PpasError
+from ppas.core.steplog import read_step_log_runs
 from ppas.cost.base import StepShape
-from ppas.errors import PpasError
-from ppas.steplog import read_step_log_runs
 
 REQUIRED = ("duration_s", "prefill_chunks", "decode_contexts")
 

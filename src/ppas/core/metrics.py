@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 
 @dataclass(frozen=True, slots=True)

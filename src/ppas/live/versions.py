@@ -36,7 +36,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 HOOK = "_reserve_prefill_lookahead"
 HOOK_PARAMS = ("self", "request", "num_computed_tokens", "num_new_tokens")

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ppas.errors import PpasError
-from ppas.metrics import tpot_of
-from ppas.outputs import (
+from ppas.core.errors import PpasError
+from ppas.core.metrics import tpot_of
+from ppas.core.outputs import (
     check_output_dir,
     check_output_file,
     json_text,
@@ -688,7 +688,7 @@ def _log_stderr(msg: str) -> None:
 
 def check_result_path(folder: str | os.PathLike[str] | None, filename: str | None,
                       inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
-    """Where a results file will go, checked before the run (``ppas.outputs``): the file
+    """Where a results file will go, checked before the run (``ppas.core.outputs``): the file
     ``folder/filename`` (never one of ``inputs``), or, without a file name, the folder in
     which ``save_result`` will make a fresh name. Raises a one-line PpasError."""
     d = Path(folder if folder is not None else ".")

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from ppas.config import require
+from ppas.core.config import require
 
 
 def chained_block_hashes(

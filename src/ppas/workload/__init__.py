@@ -1,7 +1,7 @@
 """Request traces: the P-PAS phase generator, gamma burstiness, constant rate, trace files.
 
 Every generator returns a ``Trace``: requests sorted by arrival time (seconds from the
-trace start). The same trace feeds the simulator and the live benchmark (``ppas.bench``),
+trace start). The same trace feeds the simulator and the live benchmark (``ppas.live.bench``),
 so a simulated run and a measured run can be compared request by request.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppas.config import require
-from ppas.errors import PpasError
-from ppas.limits import (
+from ppas.core.config import require
+from ppas.core.errors import PpasError
+from ppas.core.limits import (
     MAX_BURSTINESS,
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
@@ -457,7 +457,7 @@ def _parse_prefix(obj: dict[str, object], prompt_tokens: int) -> Segments:
 
 def save_trace(trace: Trace, path: str | Path) -> None:
     """Write a trace as JSONL (readable by ``load_trace``), atomically."""
-    from ppas.outputs import write_atomic
+    from ppas.core.outputs import write_atomic
 
     lines = []
     for r in trace:

@@ -14,7 +14,7 @@ import math
 import typing
 from typing import Any, TypeVar
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 D = TypeVar("D")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ppas.core.metrics import geomean_improvement, mean_over
 from ppas.cost.base import CostModel
-from ppas.metrics import geomean_improvement, mean_over
+from ppas.engine.simulator import EngineConfig, lower_bound_latency, simulate
 from ppas.policies import make_policy
-from ppas.simulator import EngineConfig, lower_bound_latency, simulate
 from ppas.workload import PAPER_PHASES, Trace, phase_trace
 
 #: The record a run produces (also the ``--json`` schema of ``ppas simulate/sweep``).

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ppas.errors import PpasError
-from ppas.processes import alive
+from ppas.core.errors import PpasError
+from ppas.core.processes import alive
 
 StrPath = str | os.PathLike[str]
 

@@ -8,7 +8,7 @@ separates (``ppas.cost.fitted``), then fits it:
 * prefill chunk sizes x cached contexts: for each (c, p), one request of p tokens fills the
   prefix cache (itself a prefill probe on an empty cache), then one request of p + c tokens
   sharing that prefix computes a chunk of c tokens on top of p cached ones
-  (``ppas.bench.token_prompt`` prompts of one seed and index are prefixes of each other),
+  (``ppas.live.bench.token_prompt`` prompts of one seed and index are prefixes of each other),
   with one output token, so its step holds exactly that chunk (with p a multiple of the
   server's KV block size; the server's budget may split a chunk, which the log records);
 * decode batch sizes x decode contexts: b prompts of k tokens are sent once to fill the
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppas.config import require
+from ppas.core.config import require
+from ppas.core.errors import PpasError
+from ppas.core.steplog import HEADER_KEY
 from ppas.cost.fitted import FittedCostModel
-from ppas.errors import PpasError
-from ppas.steplog import HEADER_KEY
 from ppas.workload import RequestSpec, Trace
 
 
@@ -103,7 +103,7 @@ def probes(design: ProbeDesign, seed: int = 0) -> list[Probe]:
 
 
 def count_steps(path: Path) -> int:
-    """Steps in a step log (non-empty lines but the run headers, ``ppas.steplog``); 0 when
+    """Steps in a step log (non-empty lines but the run headers, ``ppas.core.steplog``); 0 when
     it does not exist yet."""
     if not path.is_file():
         return 0
@@ -135,7 +135,7 @@ async def send_probes(base_url: str, model: str, plan: list[Probe], *, vocab_siz
     """Send every probe (warm-up trace, then its measured traces, each to completion).
     A failed request fails the profile with one line: a step log with holes would still
     fit, but the user asked for a designed grid."""
-    from ppas.bench import run_trace
+    from ppas.live.bench import run_trace
 
     for i, probe in enumerate(plan):
         if on_probe is not None:
@@ -156,7 +156,7 @@ def profile(base_url: str, model: str, step_log: str | Path, design: ProbeDesign
             on_probe: Callable[[int, Probe], None] | None = None) -> FittedCostModel:
     """Run the probe against the server and fit ``ppas.cost.fitted`` to the steps it
     logged (only those: steps already in the log are skipped). Returns the model."""
-    from ppas.calibrate import read_step_log
+    from ppas.calibrate.fit import read_step_log
     from ppas.cost.fitted import fit
 
     log = Path(step_log)

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ppas.errors import PpasError
-from ppas.outputs import atomic_output, check_output_file
-from ppas.sweep import cell_means
+from ppas.analysis.sweep import cell_means
+from ppas.core.errors import PpasError
+from ppas.core.outputs import atomic_output, check_output_file
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -58,7 +58,7 @@ def new_figure() -> tuple[Any, Any]:
 
 
 def save_figure(fig: Any, path: Path, fmt: str | None = None) -> None:
-    """Write ``fig`` atomically (``ppas.outputs``: no temporary file survives a failure)
+    """Write ``fig`` atomically (``ppas.core.outputs``: no temporary file survives a failure)
     and close it. The format is ``fmt`` or the file name's suffix."""
     import matplotlib.pyplot as plt
 

@@ -1,10 +1,10 @@
 """The read-only view of scheduler state that every policy receives, every engine step.
 
-The same view is produced by the simulator (``ppas.simulator``) and by the vLLM adapter
+The same view is produced by the simulator (``ppas.engine.simulator``) and by the vLLM adapter
 (``ppas.vllm``), so a policy runs unchanged in both. vLLM's token-budget model: there is
 no prefill or decode phase, only ``num_computed_tokens`` catching up with the prompt.
 Which requests count as pending prefills (N_p) or decodes (N_d) is a step rule
-(``ppas.step_rules.is_pending_prefill``, P-PAS §3).
+(``ppas.engine.step_rules.is_pending_prefill``, P-PAS §3).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class StepRecord:
     ``interval_s`` is the time between successive scheduler calls (DLFP's original proxy;
     0 for an engine's first step). Prefill counts cover every chunk priced as prefill,
     recompute tails after a preemption included; decodes are single tokens past the prompt
-    (``ppas.step_rules``, rule 5).
+    (``ppas.engine.step_rules``, rule 5).
     """
 
     launch_time: float
@@ -106,7 +106,7 @@ class SchedulerView:
     ``requests``: running requests in the engine's order, then waiting ones FCFS.
     ``num_pending_prefills`` (N_p) counts running requests with prompt tokens left plus
     all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
-    prompt (P-PAS §3; ``ppas.step_rules.counts``). Engines compute both while building the
+    prompt (P-PAS §3; ``ppas.engine.step_rules.counts``). Engines compute both while building the
     view so that policies that need only counts cost O(1).
     """
 
@@ -117,3 +117,31 @@ class SchedulerView:
     max_num_batched_tokens: int
     max_num_seqs: int
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
+
+
+# -- what counts as prefill (P-PAS §3: N_p / N_d) ------------------------------------------
+def is_prefill_chunk(num_computed_tokens: int, num_prompt_tokens: int) -> bool:
+    """A chunk starting at ``num_computed_tokens`` is a prefill chunk (inside the prompt)."""
+    return num_computed_tokens < num_prompt_tokens
+
+
+def is_pending_prefill(r: RequestView) -> bool:
+    """A request the policy counts in N_p: waiting, or running with a prefill chunk left."""
+    return not r.is_running or is_prefill_chunk(r.num_computed_tokens, r.prompt_tokens)
+
+
+def pending_prefills(view: SchedulerView) -> list[RequestView]:
+    """The requests of ``view`` counted in N_p, in the view's order."""
+    return [r for r in view.requests if is_pending_prefill(r)]
+
+
+def view_counts(requests: Sequence[RequestView]) -> tuple[int, int]:
+    """(N_p, N_d) of a list of request views (tests)."""
+    np_ = sum(1 for r in requests if is_pending_prefill(r))
+    return np_, len(requests) - np_
+
+
+def uncached_prompt_tokens(r: RequestView) -> int:
+    """Prompt tokens a request still has to compute, net of the prefix-cache hit it would
+    get if admitted now (at least 1: vLLM always computes the last token)."""
+    return max(1, r.prompt_tokens - r.num_computed_tokens - r.num_cached_tokens)

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ppas.errors import PpasError
+from ppas.core.errors import PpasError
 
 #: Written last; its presence (with matching settings) marks a complete folder.
 STAMP = "ppas_tiny_model.json"
@@ -139,7 +139,7 @@ def check_model_dir(out_dir: str | os.PathLike[str]) -> Path:
     """The folder to (re)write, checked before any work: creatable, not the working folder
     or one above it, and either absent, empty, or an earlier tiny model with no other files
     (so replacing it can delete nothing of the user's). Returns the absolute path."""
-    from ppas.outputs import check_output_dir
+    from ppas.core.outputs import check_output_dir
 
     out = Path(os.path.abspath(out_dir))
     cwd = Path.cwd().resolve()

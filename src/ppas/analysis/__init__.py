@@ -1,0 +1,1 @@
+"""Results: run statistics, sweep tables, the paper reference, plots."""

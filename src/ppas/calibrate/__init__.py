@@ -1,0 +1,1 @@
+"""Step logs in, cost models out: fitting and live profiling."""

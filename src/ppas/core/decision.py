@@ -1,0 +1,58 @@
+"""What a policy returns each step, and stock vLLM's own knobs an engine runs beside it.
+
+The token-budget view of a step is ``ppas.core.view``; the rules that apply a decision are
+``ppas.engine.step_rules``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One step's decision.
+
+    prefill_budget: cap on the sum of prefill tokens this step (>= 0).
+    prefill_order: request ids in the order prefills should be served; ``None`` keeps the
+        engine's own order (running in order, then waiting FCFS). Ids not listed keep their
+        engine order after the listed ones.
+    decodes_first: schedule every running decode before any running prefill chunk
+        (Sarathi-Serve's stall-free batching); vLLM's default is plain running order.
+    """
+
+    prefill_budget: int
+    prefill_order: tuple[str, ...] | None = None
+    decodes_first: bool = False
+
+
+@dataclass(frozen=True)
+class EngineKnobs:
+    """vLLM's own prefill knobs an engine runs with beside the policy (names and defaults as
+    vLLM's ``SchedulerConfig``); their per-step rules are ``ppas.engine.step_rules`` (rule 4b).
+    Every policy but ``vllm:`` (stock vLLM's knobs as a baseline) runs with the defaults.
+    ``local_prefill_interval``: whether the release line applies ``prefill_schedule_interval``
+    without data parallelism (0.33: yes; 0.32: no, the knob does nothing there).
+    ``max_num_seqs`` / ``max_num_active_seqs``: None keeps the engine's own
+    (``EngineConfig.max_num_seqs``; no separate active limit); their one scheduling effect is
+    the admission limit (``step_rules.admission_limit``)."""
+
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    prefill_schedule_interval: int = 1
+    local_prefill_interval: bool = True
+    max_num_seqs: int | None = None
+    max_num_active_seqs: int | None = None
+
+
+def admission_limit(knobs: EngineKnobs, engine_max_num_seqs: int) -> int:
+    """vLLM's ``Scheduler.max_num_active_reqs`` (0.32 and 0.33): the waiting loop admits
+    while fewer requests run; ``max_num_active_seqs`` when set, else ``max_num_seqs`` (the
+    knob's, else the engine's). ``max_num_seqs`` also sizes the model runner and its CUDA
+    graphs (captured up to ``min(2 * max_num_seqs, 512)`` tokens, so every decode-only step
+    stays captured): admission is its only effect on the schedule. vLLM refuses an active
+    limit above ``max_num_seqs``; the ``min`` keeps the engine's slots a bound anyway."""
+    slots = knobs.max_num_seqs if knobs.max_num_seqs is not None else engine_max_num_seqs
+    if knobs.max_num_active_seqs is not None:
+        return min(knobs.max_num_active_seqs, slots)
+    return slots

@@ -1,0 +1,3 @@
+"""One engine stepped like vLLM: the step rules both engines apply, the simulator, the prefix
+cache.
+"""

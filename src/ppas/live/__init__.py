@@ -1,0 +1,3 @@
+"""The real engine: the vLLM plugin, the version facts, the server lifecycle, the benchmark
+client, the tiny model.
+"""

@@ -1,0 +1,541 @@
+"""vLLM adapter: ``--scheduler-cls ppas.vllm.PolicyScheduler`` runs a ppas policy in vLLM V1.
+
+    vllm serve MODEL --scheduler-cls ppas.vllm.PolicyScheduler --max-num-batched-tokens 16384 \\
+        --additional-config '{"ppas": {"policy": "ppas:n_th=2,b_max=16384,b_cap=2048",
+                                       "step_log": "/tmp/steps.jsonl"}}'
+
+Config keys under ``ppas`` (``CONFIG_KEYS``): ``policy`` (required, a policy config string),
+``step_log`` (JSONL path, ``ppas.core.steplog``: a header line per server run, then one line
+per step), ``step_log_flush`` (steps per write, default 1: each step reaches the OS when it
+completes, so a killed server loses at most the step being written),
+``cost_model`` (a ``ppas.cost.make_cost_model`` spec such as ``fitted:FILE``, bound to the
+policy; default none). Supported vLLM release lines: ``SUPPORTED_VLLM`` (0.32.x, 0.33.x;
+checked at startup against the installed scheduler's source, see ``ppas.live.versions``).
+
+The hook (no copy of vLLM's ``schedule()``)
+------------------------------------------
+Every rule of a step (what a prefill chunk is, N_p/N_d, liveness, ordering, the cap,
+recompute accounting, token times) is ``ppas.engine.step_rules``', shared with the simulator;
+this module only connects them to vLLM. Both loops of vLLM's ``Scheduler.schedule()``
+(running, then waiting) pass every request's token count through
+``_reserve_prefill_lookahead(request, num_computed, num_new)`` right before the
+``num_new_tokens == 0`` test: the running loop then *skips* the request; the waiting loop
+*stops admission* on vLLM 0.32 (``break``) but skips the request and scans on
+(``continue``) on 0.33, where the plugin stops it through the loop's own admission limit
+(``max_num_active_reqs``, restored when ``schedule()`` returns) once the cap cuts a waiting
+prompt to 0 tokens, so admission stays FCFS and costs O(1) hook calls on both lines. That
+is the paper patch's cap behaviour, so we override only that method, with
+``step_rules.PrefillCap``. What differs between vLLM release lines, and the startup check
+that the installed scheduler's source still has these call sites, is
+``ppas.live.versions``. Invariants, per step:
+
+* sum of prefill-chunk tokens scheduled <= the enforced budget (the cap is charged before
+  allocation; a request that then fails allocation ends its loop, so an over-charge can only
+  leave the cap unused, never exceeded);
+* chunks past the prompt (decodes, recompute tails) pass through untouched;
+* the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
+
+``prefill_order`` sorts the FCFS waiting queue; a priority queue and ``kv_holding_waiting``
+are left as they are. Times: the view's ``now``, arrivals and last-token times are on
+``wall_clock`` (vLLM's request clock, ``time.time``), step launch/completion on
+``step_clock`` (``time.monotonic``); the differential test replaces both with one
+synthetic clock.
+``prefill_schedule_interval > 1`` is refused at startup where vLLM applies it (0.33
+always, 0.32 under data-parallel MoE): it holds all prefill on most steps, so the policy's
+budget would silently go unused there; on 0.32 without data-parallel MoE vLLM ignores it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+
+from ppas.core.errors import PpasError
+from ppas.core.steplog import FORMAT_VERSION, StepLogHeader, StepLogRecord, StepLogWriter
+from ppas.core.view import RequestView, SchedulerView, StepRecord
+from ppas.engine import step_rules
+from ppas.live.versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
+from ppas.live.versions import ReleaseLine, check_scheduler
+from ppas.policies import Decision, Policy, make_policy, policy_names
+
+logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
+
+CONFIG_KEYS = ("policy", "step_log", "step_log_flush", "cost_model")
+
+
+def check_vllm_version(version: str) -> ReleaseLine:
+    """The release line of ``version`` once the installed ``Scheduler``'s source confirms
+    every call site the hook needs for that line (``ppas.live.versions``); else PpasError."""
+    return check_scheduler(version, Scheduler)
+
+
+def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str) -> None:
+    """Refuse ``prefill_schedule_interval > 1`` where vLLM applies it: on held steps vLLM
+    schedules no prefill at all, so the policy's budget would be silently unused."""
+    interval = int(getattr(vllm_config.scheduler_config, "prefill_schedule_interval", 1))
+    if interval <= 1:
+        return
+    dp = int(vllm_config.parallel_config.data_parallel_size)
+    if release.prefill_interval_applies(interval, dp, bool(vllm_config.model_config.is_moe)):
+        raise PpasError(
+            f"ppas.vllm: --prefill-schedule-interval {interval} makes vLLM {version} hold all "
+            f"prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
+            f"budget would go unused there; drop it (allowed: 1, the policy decides each "
+            f"step's prefill)"
+        )
+    logger.warning(
+        "ppas.vllm: prefill_schedule_interval=%d has no effect on vLLM %s without "
+        "data-parallel MoE (vLLM ignores it); the policy decides each step's prefill",
+        interval, version,
+    )
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """The validated ``--additional-config '{"ppas": {...}}'`` section."""
+
+    policy: str
+    step_log: str | None = None
+    step_log_flush: int = 1
+    cost_model: str | None = None
+
+    @staticmethod
+    def from_additional_config(additional: Mapping[str, Any] | None) -> PluginConfig:
+        section = (additional or {}).get("ppas")
+        example = '--additional-config \'{"ppas": {"policy": "ppas:n_th=2,b_cap=2048"}}\''
+        if section is None:
+            raise PpasError(
+                f"ppas.vllm: missing config; pass {example} "
+                f"(policies: {', '.join(policy_names())})"
+            )
+        if not isinstance(section, Mapping):
+            raise PpasError(
+                f"ppas.vllm: \"ppas\" must be a JSON object with a \"policy\" key, got "
+                f"{json.dumps(section)[:60]}; e.g. {example}"
+            )
+        unknown = sorted(set(section) - set(CONFIG_KEYS))
+        if unknown:
+            raise PpasError(
+                f"ppas.vllm: unknown config key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(CONFIG_KEYS)}"
+            )
+        policy = section.get("policy")
+        if not isinstance(policy, str) or not policy.strip():
+            raise PpasError(
+                f"ppas.vllm: 'policy' must be a config string such as 'ppas:b_cap=2048'; "
+                f"policies: {', '.join(policy_names())}"
+            )
+        step_log = section.get("step_log")
+        if step_log is not None and (not isinstance(step_log, str) or not step_log):
+            raise PpasError("ppas.vllm: 'step_log' must be a file path (string)")
+        flush = section.get("step_log_flush", 1)
+        if not isinstance(flush, int) or isinstance(flush, bool) or flush < 1:
+            raise PpasError(f"ppas.vllm: 'step_log_flush' must be an integer >= 1, got {flush!r}")
+        cost = section.get("cost_model")
+        if cost is not None and not isinstance(cost, str):
+            raise PpasError("ppas.vllm: 'cost_model' must be a cost-model spec such as fitted:FILE")
+        return PluginConfig(policy.strip(), step_log, flush, cost)
+
+
+class _RequestAdapter:
+    """A vLLM ``Request`` seen as a ``RequestView`` (read-through, no copy)."""
+
+    __slots__ = ("_r", "is_running", "_last")
+
+    def __init__(self, request: Request, is_running: bool,
+                 last_token: Mapping[str, float] | None = None) -> None:
+        self._r = request
+        self.is_running = is_running
+        self._last = last_token
+
+    @property
+    def request_id(self) -> str:
+        return str(self._r.request_id)
+
+    @property
+    def arrival_time(self) -> float:
+        return float(self._r.arrival_time)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self._r.num_prompt_tokens)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return int(self._r.num_computed_tokens)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return int(self._r.num_output_tokens)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return int(self._r.max_tokens)
+
+    @property
+    def last_token_time(self) -> float | None:
+        # vLLM's Request does not record it; the scheduler does (wall clock, like
+        # arrival_time and SchedulerView.now).
+        return self._last.get(self._r.request_id) if self._last is not None else None
+
+    def _slo(self, key: str) -> float | None:
+        sp = self._r.sampling_params
+        extra = getattr(sp, "extra_args", None) if sp is not None else None
+        v = extra.get(key) if extra else None
+        return float(v) if isinstance(v, int | float) else None
+
+    @property
+    def ttft_slo(self) -> float | None:
+        return self._slo("ttft_slo")
+
+    @property
+    def tpot_slo(self) -> float | None:
+        return self._slo("tpot_slo")
+
+    @property
+    def block_hashes(self) -> Sequence[Hashable]:
+        # vLLM's own chained block hashes (empty with prefix caching off).
+        return self._r.block_hashes
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return 0  # waiting requests are not looked up in the prefix cache here
+
+
+class _LazyRequests(Sequence[RequestView]):
+    """Running requests in engine order, then waiting ones (KV holders first, then FCFS),
+    wrapped on access: building a view costs O(1) until a policy reads the list."""
+
+    def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
+                 last_token: Mapping[str, float] | None = None) -> None:
+        self._running = running
+        self._waiting = waiting
+        self._last = last_token
+
+    def __len__(self) -> int:
+        return len(self._running) + sum(len(q) for q in self._waiting)
+
+    def __iter__(self) -> Iterator[RequestView]:
+        for r in self._running:
+            yield _RequestAdapter(r, True, self._last)
+        for q in self._waiting:
+            for r in q:
+                yield _RequestAdapter(r, False, self._last)
+
+    @overload
+    def __getitem__(self, i: int) -> RequestView: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RequestView]: ...
+    def __getitem__(self, i: int | slice) -> RequestView | Sequence[RequestView]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        if i < len(self._running):
+            return _RequestAdapter(self._running[i], True, self._last)
+        i -= len(self._running)
+        for q in self._waiting:
+            if i < len(q):
+                return _RequestAdapter(list(q)[i], False, self._last)
+            i -= len(q)
+        raise IndexError(i)  # pragma: no cover
+
+
+@dataclass(slots=True)
+class _Launched:
+    """A scheduled, not yet completed step (keyed by its SchedulerOutput)."""
+
+    output: SchedulerOutput
+    launch: float
+    interval: float
+    num_pending_prefills: int
+    num_running_decodes: int
+    prefill_budget: int
+    tally: step_rules.StepTally
+    sampled: list[str]  # requests that sample a token at the end of the step
+
+
+class PolicyScheduler(Scheduler):
+    """vLLM's V1 scheduler with a ppas policy choosing each step's prefill budget.
+
+    Instantiating it under async scheduling (vLLM's default) yields ``AsyncPolicyScheduler``
+    (same behaviour on top of ``AsyncScheduler``), so the plugin keeps vLLM's overlap.
+    """
+
+    def __new__(cls, vllm_config: Any, *args: Any, **kwargs: Any) -> PolicyScheduler:
+        if cls is PolicyScheduler and getattr(
+            vllm_config.scheduler_config, "async_scheduling", False
+        ):
+            cls = AsyncPolicyScheduler
+        return super().__new__(cls)
+
+    def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        import vllm
+
+        release = check_vllm_version(vllm.__version__)
+        check_prefill_interval(vllm_config, release, vllm.__version__)
+        cfg = PluginConfig.from_additional_config(vllm_config.additional_config)
+        policy: Policy = make_policy(cfg.policy)
+        cost = None
+        if cfg.cost_model is not None:
+            from ppas.cost import make_cost_model
+
+            cost = make_cost_model(cfg.cost_model)
+        policy.bind_cost_model(cost)
+        sc = vllm_config.scheduler_config
+        if policy.max_num_batched_tokens != sc.max_num_batched_tokens:
+            raise PpasError(
+                f"ppas.vllm: policy {cfg.policy!r} runs with max_num_batched_tokens="
+                f"{policy.max_num_batched_tokens} but vLLM has {sc.max_num_batched_tokens}; "
+                f"start vLLM with --max-num-batched-tokens {policy.max_num_batched_tokens}"
+            )
+        knobs = policy.engine_knobs  # vllm: baselines: vLLM applies the knobs itself
+        if knobs.long_prefill_token_threshold and (
+            knobs.long_prefill_token_threshold != sc.long_prefill_token_threshold
+            or knobs.long_prefill_token_threshold_adaptive
+            != sc.long_prefill_token_threshold_adaptive
+        ):
+            raise PpasError(
+                f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flags: start vLLM with "
+                f"--long-prefill-token-threshold {knobs.long_prefill_token_threshold}"
+                + (" --long-prefill-token-threshold-adaptive"
+                   if knobs.long_prefill_token_threshold_adaptive else "")
+            )
+        for flag, want, have in (
+                ("--max-num-seqs", knobs.max_num_seqs, sc.max_num_seqs),
+                ("--max-num-active-seqs", knobs.max_num_active_seqs,
+                 getattr(sc, "max_num_active_seqs", None))):
+            if want is not None and want != have:
+                raise PpasError(f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flag: "
+                                f"start vLLM with {flag} {want}")
+        super().__init__(vllm_config, *args, **kwargs)
+        if self.max_num_encoder_input_tokens > 0 or self.is_encoder_decoder:
+            raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")
+        if self.need_mamba_block_aligned_split:
+            raise PpasError("ppas.vllm: mamba_cache_mode='align' is not supported")
+        self.ppas_config = cfg
+        # vLLM's own clamp, bound once (the hook runs for every request of every step).
+        self._vllm_reserve = super()._reserve_prefill_lookahead
+        self.ppas_policy = policy
+        self.ppas_decision: Decision | None = None  # the latest step's decision
+        self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
+        # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
+        self._stops_admission = release.stops_admission_via_limit
+        self._admission_limit: int | None = None  # the saved max_num_active_reqs
+        self._history: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
+        self.wall_clock: Callable[[], float] = time.time
+        self.step_clock: Callable[[], float] = time.monotonic
+        self._recent: tuple[StepRecord, ...] = ()
+        self._launched: dict[int, _Launched] = {}
+        self._last_token: dict[str, float] = {}  # request id -> wall time of its last step
+        self._last_schedule: float | None = None
+        self._last_done = 0.0
+        self._step = 0
+        self.step_log = (
+            StepLogWriter(cfg.step_log, step_log_header(vllm_config, cfg, policy, self),
+                          cfg.step_log_flush)
+            if cfg.step_log else None
+        )
+        if self.step_log is not None:  # close even if the engine never calls shutdown()
+            weakref.finalize(self, self.step_log.close)
+        logger.info(
+            "ppas.vllm: %s with policy %s, MBT %d, step log %s",
+            type(self).__name__, policy.spec, sc.max_num_batched_tokens, cfg.step_log,
+        )
+
+    # -- the view the policy reads ------------------------------------------------------
+    def ppas_view(self, now: float) -> SchedulerView:
+        """The policy's view: counts in one pass over ``running``; requests wrapped lazily."""
+        running = self.running
+        waiting = (self.kv_holding_waiting, self.waiting)
+        np_, nd = step_rules.counts(running, len(self.kv_holding_waiting) + len(self.waiting))
+        return SchedulerView(
+            now=now,
+            requests=_LazyRequests(running, waiting, self._last_token),  # type: ignore[arg-type]
+            num_pending_prefills=np_,
+            num_running_decodes=nd,
+            max_num_batched_tokens=self.max_num_scheduled_tokens,
+            max_num_seqs=self.max_num_running_reqs,
+            recent_steps=self._recent,
+        )
+
+    # -- vLLM hooks ---------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        now = self.step_clock()
+        # The view's clock is vLLM's request clock (arrival_time is time.time()), so
+        # policies can compare now, arrivals and last-token times.
+        view = self.ppas_view(self.wall_clock())
+        decision = self.ppas_decision = self.ppas_policy.decide(view)
+        budget = step_rules.enforced_budget(decision, view)
+        step_rules.order_running(self.running, decision)
+        if isinstance(self.waiting, deque):  # FCFS; a priority queue keeps its order
+            step_rules.order_waiting(self.waiting, decision)
+        self._cap = step_rules.PrefillCap(budget)
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            self._cap = None
+            if self._admission_limit is not None:
+                self.max_num_active_reqs = self._admission_limit
+                self._admission_limit = None
+        launch = self.step_clock()
+        if out.total_num_scheduled_tokens > 0:  # (an empty call only relays finished ids)
+            interval = step_rules.step_interval(now, self._last_schedule)
+            self._last_schedule = now
+            self._on_launch(out, launch, interval, view, budget)
+        return out
+
+    def _reserve_prefill_lookahead(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> int:
+        """vLLM's last per-request clamp before ``num_new_tokens == 0`` skips a running
+        request or stops admission: the step's ``PrefillCap`` clamps and charges the chunk."""
+        n: int = self._vllm_reserve(request, num_computed_tokens, num_new_tokens)
+        cap = self._cap
+        if cap is None or n <= 0:
+            return n  # outside schedule(), or nothing to cap
+        prompt = request.num_prompt_tokens
+        m = cap.clamp(num_computed_tokens, prompt, n)
+        if m < n:  # re-apply vLLM's clamp: the shorter chunk must respect it too
+            m = self._vllm_reserve(request, num_computed_tokens, m)
+        cap.charge(num_computed_tokens, prompt, m)
+        if m == 0 and self._stops_admission and request.status != RequestStatus.RUNNING:
+            self._stop_admission()  # the cap cut a waiting prompt to 0 tokens (0.33)
+        return m
+
+    def _stop_admission(self) -> None:
+        """The cap cut a waiting prompt to 0 tokens, on a vLLM whose waiting loop skips it
+        and scans on (0.33): make the loop's admission limit (checked before each waiting
+        request) stop it, as 0.32's ``break`` does. Restored when ``schedule()`` returns;
+        the skipped prompt is re-queued at the head, so FCFS order is kept."""
+        if self._admission_limit is None:
+            self._admission_limit = self.max_num_active_reqs
+            self.max_num_active_reqs = 0
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> Any:
+        done = self.step_clock()
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        launched = self._launched.pop(id(scheduler_output), None)
+        if launched is not None and launched.output is scheduler_output:
+            wall, last = self.wall_clock(), self._last_token
+            for rid in launched.sampled:
+                last[rid] = wall  # its token was sampled now
+            if len(last) > 2 * len(self.requests) + 64:  # drop finished requests, amortised
+                self._last_token = {k: v for k, v in last.items() if k in self.requests}
+            self._on_complete(launched, done)
+        if self.step_log is not None and not self.has_requests():
+            self.step_log.flush()  # idle: make the log readable now
+        return outputs
+
+    def shutdown(self) -> None:
+        if self.step_log is not None:
+            self.step_log.close()
+        super().shutdown()
+
+    # -- step accounting ------------------------------------------------------------------
+    def _on_launch(
+        self, out: SchedulerOutput, launch: float, interval: float, view: SchedulerView,
+        budget: int,
+    ) -> None:
+        # One pass over the scheduled requests (after schedule(): computed tokens include
+        # the step's chunk): step_rules classify each chunk and tell who samples a token.
+        reqs = self.requests
+        tally = step_rules.StepTally(keep=self.step_log is not None)
+        sampled: list[str] = []
+        for rid, n in out.num_scheduled_tokens.items():
+            r = reqs[rid]
+            c = r.num_computed_tokens
+            tally.add(c - n, r.num_prompt_tokens, n)
+            if step_rules.samples_token(c, r.num_tokens):
+                sampled.append(rid)
+        if len(self._launched) > 8:  # outputs the engine dropped (aborts, resets)
+            self._launched.pop(next(iter(self._launched)))
+        self._launched[id(out)] = _Launched(
+            output=out, launch=launch, interval=interval,
+            num_pending_prefills=view.num_pending_prefills,
+            num_running_decodes=view.num_running_decodes, prefill_budget=budget,
+            tally=tally, sampled=sampled,
+        )
+
+    def _on_complete(self, s: _Launched, done: float) -> None:
+        # Completion-timed: with async scheduling a step launches while the previous one
+        # still runs, so it starts executing when that one's output arrives.
+        duration = done - max(s.launch, self._last_done)
+        self._last_done = done
+        t = s.tally
+        rec = t.record(s.launch, duration, s.interval, s.prefill_budget)
+        self._history.append(rec)
+        self._recent = tuple(self._history)
+        if self.step_log is not None:
+            self._step += 1
+            row: StepLogRecord = {
+                "step": self._step,
+                "time": s.launch,
+                "duration_s": duration,
+                "interval_s": s.interval,
+                "pending_prefills": s.num_pending_prefills,
+                "running_decodes": s.num_running_decodes,
+                "prefill_budget": s.prefill_budget,
+                "num_prefill_tokens": rec.num_prefill_tokens,
+                "num_decode_tokens": rec.num_decode_tokens,
+                "num_prefill_reqs": rec.num_prefill_reqs,
+                "num_decode_reqs": rec.num_decode_reqs,
+                "prefill_chunks": t.chunks or [],
+                "decode_contexts": t.contexts or [],
+            }
+            self.step_log.write(row)
+
+
+def step_log_header(vllm_config: Any, cfg: PluginConfig, policy: Policy,
+                    sched: Scheduler) -> StepLogHeader:
+    """The step log's run header: format version, start time, pid, policy, server config."""
+    import datetime
+
+    import vllm
+
+    now = time.time()
+    mc, sc = vllm_config.model_config, vllm_config.scheduler_config
+    kv = getattr(sched, "kv_cache_config", None)
+    return {
+        "ppas_step_log": FORMAT_VERSION,
+        "started": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),
+        "started_unix": now,
+        "pid": os.getpid(),
+        "policy": policy.spec,
+        "cost_model": cfg.cost_model,
+        "server": {
+            "vllm_version": vllm.__version__,
+            "scheduler": type(sched).__name__,
+            "model": str(getattr(mc, "model", "")),
+            "served_model_name": str(getattr(mc, "served_model_name", "")),
+            "max_model_len": getattr(mc, "max_model_len", None),
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "max_num_seqs": sc.max_num_seqs,
+            "block_size": getattr(vllm_config.cache_config, "block_size", None),
+            "num_kv_blocks": getattr(kv, "num_blocks", None),
+            "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
+            "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+        },
+    }
+
+
+class AsyncPolicyScheduler(PolicyScheduler, AsyncScheduler):
+    """``PolicyScheduler`` on top of vLLM's ``AsyncScheduler`` (chosen automatically)."""
