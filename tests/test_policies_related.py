@@ -6,8 +6,8 @@ from __future__ import annotations
 from policy_views import dec, guarded, pre, view, wait
 
 from ppas.core.view import StepRecord
+from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
-from ppas.cost.steps import chunk_shape
 from ppas.policies import make_policy
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
@@ -60,7 +60,7 @@ def test_sloweave_largest_chunk_meeting_deadline() -> None:
     budget = 0.08 - 0.002  # earliest deadline 10.08
 
     def t(n: int) -> float:
-        return CM.step_time(chunk_shape(n, 0, 2, 2 * 25000))
+        return CM.step_time(StepShape.one_chunk(n, 0, 2, 2 * 25000))
 
     assert 0 < c < 4096
     assert t(c) <= budget < t(c + 1)
@@ -115,7 +115,7 @@ def test_lprs_chunk_minimises_asymmetric_penalty() -> None:
     c = p.decide(v).prefill_budget
 
     def pen(n: int) -> float:
-        t = CM.step_time(chunk_shape(n, 0, 1, 25000))
+        t = CM.step_time(StepShape.one_chunk(n, 0, 1, 25000))
         return 0.1 - t if t < 0.1 else 4 * (t - 0.1)
 
     assert pen(c) == min(pen(n) for n in (256, 512, 1024, 2048, 4096, 8192))

@@ -73,8 +73,7 @@ class Deflection:
         steps = -(-(backlog + prompt_tokens) // c)
         mid = prompt_tokens // 2
         n = min(c, prompt_tokens)
-        t = node.cost_model.step_time(StepShape(n, 1, n * (mid + (n + 1) * 0.5), mid + n,
-                                                n_dec, ctx))
+        t = node.cost_model.step_time(StepShape.one_chunk(n, mid, n_dec, ctx))
         return steps * t
 
     def choose(self, prompt_tokens: int, output_tokens: int,

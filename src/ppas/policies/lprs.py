@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from ppas.core.config import require
 from ppas.core.decision import Decision
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
-from ppas.cost.base import CostModel
-from ppas.cost.steps import chunk_shape
+from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
@@ -71,7 +70,7 @@ class LprsApc(Policy):
         self.cost_model = cost_model
         if cost_model is not None:
             c = self.chunks[len(self.chunks) // 2]
-            self.per_token_s = cost_model.step_time(chunk_shape(c, 0)) / c
+            self.per_token_s = cost_model.step_time(StepShape.one_chunk(c, 0)) / c
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -121,7 +120,7 @@ class LprsApc(Policy):
         cm = self.cost_model
         if cm is not None:
             st = cm.step_time
-            return (lambda c: st(chunk_shape(c, 0, n_dec, dctx))), self.per_token_s
+            return (lambda c: st(StepShape.one_chunk(c, 0, n_dec, dctx))), self.per_token_s
         per_tok = 0.0
         for s in reversed(view.recent_steps):
             if s.num_prefill_tokens and s.duration_s > 0:
