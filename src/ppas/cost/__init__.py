@@ -59,5 +59,4 @@ def make_cost_model(
 
 
 __all__ = ["COST_MODELS", "CostModel", "StepShape", "causal_pairs", "cost_model_specs",
-           "largest_chunk_within",
-           "make_cost_model"]
+           "largest_chunk_within", "make_cost_model"]
