@@ -72,10 +72,6 @@ class TbtLadder(Policy):
     def __init__(self, config: TbtLadderConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.ladder = parse_ladder(config.chunks)
-        self.cost_model: CostModel | None = None
-
-    def bind_cost_model(self, cost_model: CostModel | None) -> None:
-        self.cost_model = cost_model
 
     @property
     def max_num_batched_tokens(self) -> int:
