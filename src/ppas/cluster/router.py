@@ -76,12 +76,7 @@ class LeastOutstandingTokens(Router):
 
     def route(self, prompt_tokens: int, output_tokens: int,
               instances: Sequence[InstanceView], now: float) -> int:
-        best, best_load = 0, instances[0].outstanding_tokens
-        for i in range(1, len(instances)):
-            load = instances[i].outstanding_tokens
-            if load < best_load:
-                best, best_load = i, load
-        return best
+        return min(range(len(instances)), key=lambda i: instances[i].outstanding_tokens)
 
 
 @ROUTERS.register_class("earliest-completion")
@@ -93,12 +88,8 @@ class EarliestCompletion(Router):
 
     def route(self, prompt_tokens: int, output_tokens: int,
               instances: Sequence[InstanceView], now: float) -> int:
-        best, best_t = 0, instances[0].predicted_finish(prompt_tokens, output_tokens, now)
-        for i in range(1, len(instances)):
-            t = instances[i].predicted_finish(prompt_tokens, output_tokens, now)
-            if t < best_t:
-                best, best_t = i, t
-        return best
+        return min(range(len(instances)),
+                   key=lambda i: instances[i].predicted_finish(prompt_tokens, output_tokens, now))
 
 
 def router_names() -> list[str]:
