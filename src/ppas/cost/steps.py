@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppas.cost.base import CostModel, StepShape
+from ppas.cost.base import CostModel, StepShape, causal_pairs
 
 
 class StepCosts:
@@ -114,9 +114,10 @@ class StepCosts:
 
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``
-        causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``."""
+        causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``, the pairs
+        beyond one ``n``-token chunk on an empty cache."""
         a, beta = self._point(n)
-        return a + beta * (pairs - n * (n + 1) / 2)
+        return a + beta * (pairs - causal_pairs(n, 0))
 
     def run_time(self, c: int, start: int, k: int) -> float:
         """``k`` consecutive steps each prefilling ``c`` tokens of one prompt, the first at
