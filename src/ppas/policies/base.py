@@ -9,8 +9,9 @@ simulator or vLLM through ``ppas.vllm.PolicyScheduler``) enforces, every step:
   global ``max_num_batched_tokens``, which is ``Policy.max_num_batched_tokens``);
 * when the budget is spent, remaining prefills wait for the next step.
 
-Policies hold only their frozen config; anything that looks like state (DLFP's current
-chunk, say) is recomputed from ``SchedulerView.recent_steps``. No torch, vllm or HTTP.
+Policies hold only their frozen config and the cost model bound once (or tables derived
+from it); anything that looks like state (DLFP's current chunk, say) is recomputed from
+``SchedulerView.recent_steps``. No torch, vllm or HTTP.
 """
 
 from __future__ import annotations
