@@ -245,5 +245,16 @@ def test_routers_and_queues_register_once() -> None:
             assert str(e.value) == msg
     with pytest.raises(PpasError, match=r"^laps: unknown parameter 'x'; allowed: short_tokens$"):
         make_queue("laps:x=1")
+    from ppas.cluster.deflection import DEFLECTIONS, Deflection
+
+    assert DEFLECTIONS.names() == ["ladder", "off"]
+    assert make_deflection("off") is None and type(make_deflection(" ladder ")) is Deflection
+    for bad, msg in (("", "empty deflection rule config; allowed: ladder, off"),
+                     ("always", "unknown deflection rule 'always'; allowed: ladder, off")):
+        with pytest.raises(PpasError) as e:
+            make_deflection(bad)
+        assert str(e.value) == msg
+    with pytest.raises(PpasError, match=r"^off\b.*\bx\b"):  # off takes no parameters
+        make_deflection("off:x=1")
     with pytest.raises(PpasError, match=r"^empty policy config; allowed: .*mbt"):
         make_policy(" ")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from policy_views import dec, guarded, pre, view, wait
 
 from ppas.core.view import StepRecord
+from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
-from ppas.cost.steps import chunk_shape
 from ppas.policies import make_policy
+from ppas.policies.base import last_prefill_token_time
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -60,7 +61,7 @@ def test_sloweave_largest_chunk_meeting_deadline() -> None:
     budget = 0.08 - 0.002  # earliest deadline 10.08
 
     def t(n: int) -> float:
-        return CM.step_time(chunk_shape(n, 0, 2, 2 * 25000))
+        return CM.step_time(StepShape.one_chunk(n, 0, 2, 2 * 25000))
 
     assert 0 < c < 4096
     assert t(c) <= budget < t(c + 1)
@@ -115,7 +116,7 @@ def test_lprs_chunk_minimises_asymmetric_penalty() -> None:
     c = p.decide(v).prefill_budget
 
     def pen(n: int) -> float:
-        t = CM.step_time(chunk_shape(n, 0, 1, 25000))
+        t = CM.step_time(StepShape.one_chunk(n, 0, 1, 25000))
         return 0.1 - t if t < 0.1 else 4 * (t - 0.1)
 
     assert pen(c) == min(pen(n) for n in (256, 512, 1024, 2048, 4096, 8192))
@@ -136,3 +137,22 @@ def test_apc_remaining_work_weighs_against_age() -> None:
     # The old request has 100k tokens left (seconds of prefill); the young one 100 tokens.
     v = view([dec(0), wait(1, prompt=100000, arrival=9.0), wait(2, prompt=100, arrival=9.5)])
     assert p.decide(v).prefill_order == ("w2",)
+
+
+def test_last_prefill_token_time_reads_the_latest_prefill_step() -> None:
+    decode_only = StepRecord(9.5, 0.01, 0.01, 0, 0, 4, 0, 4)
+    untimed = StepRecord(9.6, 0.0, 0.0, 512, 512, 0, 1, 0)
+    steps = (guarded(1024, 0.05, 0.05), guarded(2046, 0.1, 0.1), decode_only, untimed)
+    assert last_prefill_token_time(steps) == 0.1 / 2048  # decode tokens count too
+    assert last_prefill_token_time((decode_only, untimed)) is None
+    assert last_prefill_token_time(()) is None
+
+
+def test_model_based_policies_keep_the_bound_cost_model() -> None:
+    for spec in ("sloweave", "lprs-apc", "tbt-ladder"):
+        p = make_policy(spec)
+        assert p.cost_model is None
+        p.bind_cost_model(CM)
+        assert p.cost_model is CM
+        p.bind_cost_model(None)
+        assert p.cost_model is None

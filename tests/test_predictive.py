@@ -14,7 +14,7 @@ from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import StepShape
 from ppas.cost.fitted import FittedCostModel
 from ppas.cost.roofline import RooflineCostModel
-from ppas.cost.steps import StepCosts, chunk_shape
+from ppas.cost.steps import StepCosts
 from ppas.policies import make_policy
 from ppas.policies.predictive import (
     Predictive,
@@ -113,7 +113,8 @@ def test_projection_of_a_lone_prompt_is_its_prefill_time() -> None:
     got = project(costs, 2048, 16384, [(0, 25000, 1)], [])
     assert got == pytest.approx(CM.prefill_time(25000, 16384), rel=1e-6)
     got = project(costs, 2048, 16384, [(4096, 25000, 1)], [])  # a running prefill's rest
-    exact = CM.step_time(chunk_shape(16384, 4096)) + CM.step_time(chunk_shape(4520, 20480))
+    one = StepShape.one_chunk
+    exact = CM.step_time(one(16384, 4096)) + CM.step_time(one(4520, 20480))
     assert got == pytest.approx(exact, rel=1e-6)
 
 
@@ -167,7 +168,7 @@ def test_step_costs_table_matches_cost_model() -> None:
     exact = CM.prefill_time(8192, 2048)
     assert costs.prefill_time(2048, 0, 8192) == pytest.approx(exact, rel=1e-12)
     assert costs.prefill_time(2048, 4096, 8192) == pytest.approx(
-        sum(CM.step_time(chunk_shape(2048, p)) for p in (4096, 6144)), rel=1e-12)
+        sum(CM.step_time(StepShape.one_chunk(2048, p)) for p in (4096, 6144)), rel=1e-12)
     one = CM.step_time(StepShape(0, 0, 0.0, 0, 1, 0))
     assert costs.dec_base + costs.dec_alone == pytest.approx(one, rel=1e-9)
 
@@ -179,7 +180,7 @@ def test_partial_chunk_costs_the_cost_models_step_time(r: int, p: int) -> None:
     model's own step time (exact for the fitted model, affine in tokens and pairs); small
     pieces keep their whole fixed per-step cost (linear interpolation undercounted it 3x)."""
     costs = StepCosts(CM, (512, 32768))
-    exact = CM.step_time(chunk_shape(r, p))
+    exact = CM.step_time(StepShape.one_chunk(r, p))
     assert costs.step_time(r, r * (p + (r + 1) / 2)) == pytest.approx(exact, rel=0.01)
     k = 3  # a run of whole chunks is their sum
     assert costs.run_time(r, p, k) == pytest.approx(

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
-from ppas.core.config import parse_dataclass, require, split_spec
-from ppas.core.errors import PpasError
-from ppas.core.registry import Registry
+from ppas.core.config import require
+from ppas.core.registry import Configured, NoConfig, Registry
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.deflection import LADDER, ladder_chunk, parse_ladder
 
@@ -41,11 +40,6 @@ DEFLECTIONS: Registry[Any] = Registry("deflection rule")
 
 
 @dataclass(frozen=True)
-class OffConfig:
-    pass
-
-
-@dataclass(frozen=True)
 class LadderConfig:
     tbt_slo: float = 0.05
     chunks: str = "/".join(map(str, LADDER))
@@ -55,13 +49,12 @@ class LadderConfig:
         parse_ladder(self.chunks)
 
 
-class Deflection:
-    name: ClassVar[str] = "ladder"
-    Config: ClassVar[type] = LadderConfig
+@DEFLECTIONS.register_class("ladder")
+class Deflection(Configured):
+    Config = LadderConfig
 
     def __init__(self, config: LadderConfig, spec: str | None = None) -> None:
-        self.config = config
-        self.spec = spec or self.name
+        super().__init__(config, spec)
         self.ladder = parse_ladder(config.chunks)
 
     def predicted_ttft(self, node: DecodeNodeView, prompt_tokens: int) -> float:
@@ -73,8 +66,7 @@ class Deflection:
         steps = -(-(backlog + prompt_tokens) // c)
         mid = prompt_tokens // 2
         n = min(c, prompt_tokens)
-        t = node.cost_model.step_time(StepShape(n, 1, n * (mid + (n + 1) * 0.5), mid + n,
-                                                n_dec, ctx))
+        t = node.cost_model.step_time(StepShape.one_chunk(n, mid, n_dec, ctx))
         return steps * t
 
     def choose(self, prompt_tokens: int, output_tokens: int,
@@ -91,17 +83,14 @@ class Deflection:
         return best
 
 
-DEFLECTIONS.add("ladder", Deflection)
-DEFLECTIONS.add("off", None)
+@DEFLECTIONS.register_class("off")
+class Off(Configured):
+    """Never deflects: ``make_deflection`` returns None for it."""
+
+    Config = NoConfig
 
 
 def make_deflection(spec: str) -> Deflection | None:
     """``off`` -> None; ``ladder[:tbt_slo=S,chunks=2048/1024/...]`` -> the rule."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise PpasError(f"empty deflection config; allowed: {', '.join(DEFLECTIONS.names())}")
-    name, args = split_spec(spec)
-    cls = DEFLECTIONS.get(name)
-    if cls is None:
-        parse_dataclass(OffConfig, name, args)
-        return None
-    return Deflection(parse_dataclass(LadderConfig, name, args), spec.strip())
+    rule = DEFLECTIONS.make(spec)
+    return rule if isinstance(rule, Deflection) else None

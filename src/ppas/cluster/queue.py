@@ -19,67 +19,56 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ppas.core.config import require
-from ppas.core.registry import Registry
+from ppas.core.registry import Configured, NoConfig, Registry
 
 QUEUES: Registry[Any] = Registry("queue discipline")
 
 
-class PrefillQueue(ABC):
-    name: ClassVar[str]  # set by @QUEUES.register_class(NAME)
-    Config: ClassVar[type]
+class PrefillQueue(Configured, ABC):
+    """Queued prompts in FCFS lanes; a batch comes from the first lane that is not empty,
+    so the discipline is which lane a prompt joins (``lane``)."""
+
+    #: How many lanes the discipline uses (lane 0 is served first).
+    num_lanes: ClassVar[int] = 1
 
     def __init__(self, config: Any, spec: str | None = None) -> None:
-        self.config = config
-        self.spec = spec or self.name
+        super().__init__(config, spec)
+        self._lanes: list[deque[tuple[int, int]]] = [deque() for _ in range(self.num_lanes)]
         #: Sum of the queued prompts' tokens (the deflection rule's "queue").
         self.queued_tokens = 0
 
     @abstractmethod
+    def lane(self, prompt_tokens: int) -> int:
+        """The lane a prompt of ``prompt_tokens`` tokens joins."""
+
     def push(self, item: int, prompt_tokens: int) -> None:
         """Enqueue request ``item`` (arrivals come in time order)."""
+        self._lanes[self.lane(prompt_tokens)].append((item, prompt_tokens))
+        self.queued_tokens += prompt_tokens
 
-    @abstractmethod
     def pop_batch(self, max_tokens: int) -> list[int]:
-        """The next batch (empty only when the queue is)."""
+        """The next batch (empty only when the queue is): from the first non-empty lane,
+        while the batch's tokens fit in ``max_tokens`` (the first prompt always goes)."""
+        out: list[int] = []
+        q = next((q for q in self._lanes if q), None)
+        total = 0
+        while q and (not out or total + q[0][1] <= max_tokens):
+            item, n = q.popleft()
+            out.append(item)
+            total += n
+        self.queued_tokens -= total
+        return out
 
-    @abstractmethod
-    def __len__(self) -> int: ...
-
-
-def _take(q: deque[tuple[int, int]], max_tokens: int, out: list[int]) -> int:
-    """Pop from ``q`` while the batch's tokens fit (the first one always); returns tokens."""
-    total = 0
-    while q and (not out or total + q[0][1] <= max_tokens):
-        item, n = q.popleft()
-        out.append(item)
-        total += n
-    return total
-
-
-@dataclass(frozen=True)
-class FcfsConfig:
-    pass
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._lanes)
 
 
 @QUEUES.register_class("fcfs")
 class Fcfs(PrefillQueue):
-    Config = FcfsConfig
+    Config = NoConfig
 
-    def __init__(self, config: Any, spec: str | None = None) -> None:
-        super().__init__(config, spec)
-        self._q: deque[tuple[int, int]] = deque()
-
-    def push(self, item: int, prompt_tokens: int) -> None:
-        self._q.append((item, prompt_tokens))
-        self.queued_tokens += prompt_tokens
-
-    def pop_batch(self, max_tokens: int) -> list[int]:
-        out: list[int] = []
-        self.queued_tokens -= _take(self._q, max_tokens, out)
-        return out
-
-    def __len__(self) -> int:
-        return len(self._q)
+    def lane(self, prompt_tokens: int) -> int:
+        return 0
 
 
 @dataclass(frozen=True)
@@ -96,24 +85,10 @@ class Laps(PrefillQueue):
     """Short prompts first, batched; long ones only when no short one waits."""
 
     Config = LapsConfig
+    num_lanes = 2
 
-    def __init__(self, config: LapsConfig, spec: str | None = None) -> None:
-        super().__init__(config, spec)
-        self._short: deque[tuple[int, int]] = deque()
-        self._long: deque[tuple[int, int]] = deque()
-
-    def push(self, item: int, prompt_tokens: int) -> None:
-        q = self._short if prompt_tokens <= self.config.short_tokens else self._long
-        q.append((item, prompt_tokens))
-        self.queued_tokens += prompt_tokens
-
-    def pop_batch(self, max_tokens: int) -> list[int]:
-        out: list[int] = []
-        self.queued_tokens -= _take(self._short if self._short else self._long, max_tokens, out)
-        return out
-
-    def __len__(self) -> int:
-        return len(self._short) + len(self._long)
+    def lane(self, prompt_tokens: int) -> int:
+        return 0 if prompt_tokens <= self.config.short_tokens else 1
 
 
 def make_queue(spec: str) -> PrefillQueue:

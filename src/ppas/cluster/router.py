@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ppas.core.registry import Registry
+from ppas.core.registry import Configured, NoConfig, Registry
 
 
 class InstanceView(Protocol):
@@ -34,16 +33,10 @@ class InstanceView(Protocol):
         ...
 
 
-class Router(ABC):
-    name: ClassVar[str]  # set by @ROUTERS.register_class(NAME)
-    Config: ClassVar[type]
+class Router(Configured, ABC):
     #: Whether ``route`` reads instance state beyond ``outstanding_tokens`` (the cluster
     #: then keeps those instances exactly at the routing time).
     reads_state: ClassVar[bool] = False
-
-    def __init__(self, config: Any, spec: str | None = None) -> None:
-        self.config = config
-        self.spec = spec or self.name
 
     @abstractmethod
     def route(self, prompt_tokens: int, output_tokens: int,
@@ -52,12 +45,6 @@ class Router(ABC):
 
 
 ROUTERS: Registry[Any] = Registry("router")
-
-
-@dataclass(frozen=True)
-class NoConfig:
-    pass
-
 
 @ROUTERS.register_class("pass-through")
 class PassThrough(Router):
@@ -89,12 +76,7 @@ class LeastOutstandingTokens(Router):
 
     def route(self, prompt_tokens: int, output_tokens: int,
               instances: Sequence[InstanceView], now: float) -> int:
-        best, best_load = 0, instances[0].outstanding_tokens
-        for i in range(1, len(instances)):
-            load = instances[i].outstanding_tokens
-            if load < best_load:
-                best, best_load = i, load
-        return best
+        return min(range(len(instances)), key=lambda i: instances[i].outstanding_tokens)
 
 
 @ROUTERS.register_class("earliest-completion")
@@ -106,12 +88,8 @@ class EarliestCompletion(Router):
 
     def route(self, prompt_tokens: int, output_tokens: int,
               instances: Sequence[InstanceView], now: float) -> int:
-        best, best_t = 0, instances[0].predicted_finish(prompt_tokens, output_tokens, now)
-        for i in range(1, len(instances)):
-            t = instances[i].predicted_finish(prompt_tokens, output_tokens, now)
-            if t < best_t:
-                best, best_t = i, t
-        return best
+        return min(range(len(instances)),
+                   key=lambda i: instances[i].predicted_finish(prompt_tokens, output_tokens, now))
 
 
 def router_names() -> list[str]:

@@ -10,13 +10,31 @@ frozen ``Config`` dataclass parsed from the arguments, then ``cls(config, spec)`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ppas.core.config import parse_dataclass, split_spec
 from ppas.core.errors import PpasError
 
 T = TypeVar("T")
 C = TypeVar("C", bound=type)
+
+
+class Configured:
+    """Base of the classes ``Registry.make`` builds: ``cls(config, spec)``, ``config`` the
+    class's frozen ``Config`` parsed from the config string ``spec``."""
+
+    name: ClassVar[str]  # set by ``register_class``
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any, spec: str | None = None) -> None:
+        self.config = config
+        self.spec = spec or self.name
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    """The ``Config`` of a class that takes no parameters."""
 
 
 class Registry(Generic[T]):

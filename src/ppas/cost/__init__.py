@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ppas.core.errors import PpasError
 from ppas.core.registry import Registry
-from ppas.cost.base import CostModel, StepShape, largest_chunk_within
+from ppas.cost.base import CostModel, StepShape, causal_pairs, largest_chunk_within
 
 #: Factory signature: (ARG after the colon or "", hardware, model, tp, max_num_batched_tokens).
 CostModelFactory = Callable[[str, str | None, str | None, int, int], CostModel]
@@ -58,5 +58,5 @@ def make_cost_model(
     return COST_MODELS.get(name)(arg, hardware, model, tp, max_num_batched_tokens)
 
 
-__all__ = ["COST_MODELS", "CostModel", "StepShape", "cost_model_specs", "largest_chunk_within",
-           "make_cost_model"]
+__all__ = ["COST_MODELS", "CostModel", "StepShape", "causal_pairs", "cost_model_specs",
+           "largest_chunk_within", "make_cost_model"]

@@ -11,13 +11,20 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 
+def causal_pairs(chunk: int, context: int) -> float:
+    """Causal query-key pairs of a prefill chunk of ``chunk`` tokens on ``context`` cached
+    tokens: token i of the chunk (1-based) attends to the context and to tokens 1..i, so
+    ``chunk * (context + (chunk + 1) / 2)``. The one place this sum is written."""
+    return chunk * (context + (chunk + 1) / 2)
+
+
 @dataclass(frozen=True, slots=True)
 class StepShape:
     """One step. For prefill chunk i of c_i tokens on top of p_i cached tokens and decode
     j with context k_j (tokens already in its KV cache):
 
     num_prefill_tokens = sum c_i            num_prefill_reqs = number of chunks
-    prefill_attn_work  = sum c_i (p_i + (c_i + 1) / 2)   (causal query-key pairs)
+    prefill_attn_work  = sum c_i (p_i + (c_i + 1) / 2)   (``causal_pairs``)
     prefill_kv_tokens  = sum (p_i + c_i)   (KV read by the chunks' attention)
     num_decodes        = number of decodes  decode_ctx_tokens = sum k_j
     """
@@ -39,11 +46,20 @@ class StepShape:
         return StepShape(
             num_prefill_tokens=sum(c for c, _ in chunks),
             num_prefill_reqs=len(chunks),
-            prefill_attn_work=sum(c * (p + (c + 1) / 2) for c, p in chunks),
+            prefill_attn_work=sum(causal_pairs(c, p) for c, p in chunks),
             prefill_kv_tokens=sum(p + c for c, p in chunks),
             num_decodes=len(decode_contexts),
             decode_ctx_tokens=sum(decode_contexts),
         )
+
+    @staticmethod
+    def one_chunk(chunk: int, context: int = 0, num_decodes: int = 0,
+                  decode_ctx_tokens: int = 0) -> StepShape:
+        """One prefill chunk of ``chunk`` tokens on ``context`` cached tokens, beside
+        ``num_decodes`` decodes with ``decode_ctx_tokens`` context in all; ``chunk = 0`` is
+        the decode-only step."""
+        return StepShape(chunk, 1 if chunk else 0, causal_pairs(chunk, context),
+                         context + chunk if chunk else 0, num_decodes, decode_ctx_tokens)
 
 
 class CostModel(ABC):
@@ -98,10 +114,7 @@ def largest_chunk_within(
     dctx = decode_ctx * num_decodes
 
     def t(c: int) -> float:
-        return cost_model.step_time(
-            StepShape(c, 1 if c else 0, c * (prefill_ctx + (c + 1) / 2),
-                      prefill_ctx + c if c else 0, num_decodes, dctx)
-        )
+        return cost_model.step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, dctx))
 
     if t(1) > target_s:
         return 0

@@ -36,13 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppas.cost.base import CostModel, StepShape
-
-
-def chunk_shape(c: int, context: int, num_decodes: int = 0, decode_ctx: int = 0) -> StepShape:
-    """One prefill chunk of ``c`` tokens on ``context`` cached tokens, beside decodes."""
-    return StepShape(c, 1 if c else 0, c * (context + (c + 1) / 2), context + c if c else 0,
-                     num_decodes, decode_ctx)
+from ppas.cost.base import CostModel, StepShape, causal_pairs
 
 
 class StepCosts:
@@ -52,7 +46,7 @@ class StepCosts:
                  ref_ctx: int = 8192) -> None:
         self.chunks = tuple(sorted(set(int(c) for c in chunks if c > 0)))
         self.max_len = max_len
-        st = cost_model.step_time
+        st, shape = cost_model.step_time, StepShape.one_chunk
         # Per chunk size: cum[i] = F_c(i * c), slope[i] = seconds per token within chunk i
         # (linear interpolation inside a chunk; the last slope extends the table).
         self._cum: dict[int, list[float]] = {}
@@ -62,7 +56,7 @@ class StepCosts:
             done = 0
             while done < max_len:
                 n = min(c, max_len - done)
-                t = st(chunk_shape(n, done))
+                t = st(shape(n, done))
                 cum.append(cum[-1] + t)
                 slope.append(t / n)
                 done += n
@@ -71,11 +65,11 @@ class StepCosts:
             self._slope[c] = slope
         # Marginal cost of one decode riding along a prefill chunk, and per context token.
         c0 = self.chunks[len(self.chunks) // 2] if self.chunks else 2048
-        base = st(chunk_shape(c0, 0))
+        base = st(shape(c0, 0))
         n = 16
-        self.dec_ride = max(0.0, (st(chunk_shape(c0, 0, n, 0)) - base) / n)
-        self.dec_kv = max(0.0, (st(chunk_shape(c0, 0, n, n * ref_ctx))
-                                - st(chunk_shape(c0, 0, n, 0))) / (n * ref_ctx))
+        self.dec_ride = max(0.0, (st(shape(c0, 0, n, 0)) - base) / n)
+        self.dec_kv = max(0.0, (st(shape(c0, 0, n, n * ref_ctx))
+                                - st(shape(c0, 0, n, 0))) / (n * ref_ctx))
         # Decode-only steps: weight-bound base plus a (small) per-decode increment.
         one = st(StepShape(0, 0, 0.0, 0, 1, 0))
         many = st(StepShape(0, 0, 0.0, 0, 64, 0))
@@ -90,8 +84,8 @@ class StepCosts:
         self._grid = g = max(1, -(-(top - fine) // 1024))
         ns = [*range(1, fine + 1), *range(fine + g, top + g + 1, g)]
         self._ns = ns
-        self._a = [st(chunk_shape(n, 0)) for n in ns]
-        self._beta = [max(0.0, (st(chunk_shape(n, ref_ctx)) - a) / (n * ref_ctx))
+        self._a = [st(shape(n, 0)) for n in ns]
+        self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
@@ -120,9 +114,10 @@ class StepCosts:
 
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``
-        causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``."""
+        causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``, the pairs
+        beyond one ``n``-token chunk on an empty cache."""
         a, beta = self._point(n)
-        return a + beta * (pairs - n * (n + 1) / 2)
+        return a + beta * (pairs - causal_pairs(n, 0))
 
     def run_time(self, c: int, start: int, k: int) -> float:
         """``k`` consecutive steps each prefilling ``c`` tokens of one prompt, the first at

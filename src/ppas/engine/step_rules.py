@@ -67,7 +67,7 @@ from typing import Protocol, TypeVar
 
 from ppas.core.decision import Decision, EngineKnobs
 from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
-from ppas.cost.base import StepShape
+from ppas.cost.base import StepShape, causal_pairs
 from ppas.policies.base import Policy
 
 #: StepRecords an engine keeps for policies at least (``recent_steps_kept``).
@@ -250,7 +250,7 @@ class StepTally:
         if priced_as_prefill(c, num_prompt_tokens, n):
             self.prefill_tokens += n
             self.prefill_reqs += 1
-            self.attn_work += n * (c + (n + 1) * 0.5)
+            self.attn_work += causal_pairs(n, c)
             self.prefill_kv += c + n
             if c < num_prompt_tokens:
                 self.prompt_tokens += n

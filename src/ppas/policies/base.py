@@ -9,30 +9,31 @@ simulator or vLLM through ``ppas.vllm.PolicyScheduler``) enforces, every step:
   global ``max_num_batched_tokens``, which is ``Policy.max_num_batched_tokens``);
 * when the budget is spent, remaining prefills wait for the next step.
 
-Policies hold only their frozen config; anything that looks like state (DLFP's current
-chunk, say) is recomputed from ``SchedulerView.recent_steps``. No torch, vllm or HTTP.
+Policies hold only their frozen config and the cost model bound once (or tables derived
+from it); anything that looks like state (DLFP's current chunk, say) is recomputed from
+``SchedulerView.recent_steps``. No torch, vllm or HTTP.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 from ppas.core.decision import Decision, EngineKnobs
-from ppas.core.view import SchedulerView
+from ppas.core.registry import Configured
+from ppas.core.view import SchedulerView, StepRecord
+from ppas.cost.base import CostModel
 
 
-class Policy(ABC):
+class Policy(Configured, ABC):
     """Base class of every policy. Subclasses set ``Config``; ``@register(NAME)`` sets
     ``name``."""
 
-    name: ClassVar[str]
-    Config: ClassVar[type]
     #: How many recent ``StepRecord``s the policy reads; engines keep at least this many.
     history_window: ClassVar[int] = 0
-    def __init__(self, config: Any, spec: str | None = None) -> None:
-        self.config = config
-        self.spec = spec or self.name
+    #: The served model's cost model, once bound (None: none configured, or not bound).
+    cost_model: CostModel | None = None
 
     @property
     @abstractmethod
@@ -48,9 +49,21 @@ class Policy(ABC):
         """vLLM's own prefill knobs this policy runs with (stock defaults)."""
         return EngineKnobs()
 
-    def bind_cost_model(self, cost_model: Any) -> None:  # noqa: B027 (optional hook)
-        """Give model-based policies the served model's cost model (``ppas.cost``).
-        Model-free policies ignore it."""
+    def bind_cost_model(self, cost_model: CostModel | None) -> None:
+        """Give model-based policies the served model's cost model (``ppas.cost``), kept
+        as ``cost_model``; a policy that derives tables from it overrides this (once, not
+        per step). Model-free policies ignore it."""
+        self.cost_model = cost_model
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
+
+
+def last_prefill_token_time(steps: Sequence[StepRecord]) -> float | None:
+    """Seconds per token of the latest step in ``steps`` that ran prefill (its
+    completion-timed duration over all its tokens): what a model-based policy predicts
+    with when no cost model is bound. None when no such step is in ``steps``."""
+    for s in reversed(steps):
+        if s.num_prefill_tokens and s.duration_s > 0:
+            return s.duration_s / (s.num_prefill_tokens + s.num_decode_tokens)
+    return None

@@ -45,8 +45,8 @@ def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
     """Largest ``c`` in ``ladder`` (sorted, largest first) with
     ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none."""
     for c in ladder:
-        t = cost_model.step_time(StepShape(c, 1, c * (prefill_ctx + (c + 1) * 0.5),
-                                           prefill_ctx + c, num_decodes, decode_ctx_tokens))
+        t = cost_model.step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes,
+                                                     decode_ctx_tokens))
         if t <= tbt_slo:
             return c
     return 0
@@ -72,10 +72,6 @@ class TbtLadder(Policy):
     def __init__(self, config: TbtLadderConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.ladder = parse_ladder(config.chunks)
-        self.cost_model: CostModel | None = None
-
-    def bind_cost_model(self, cost_model: CostModel | None) -> None:
-        self.cost_model = cost_model
 
     @property
     def max_num_batched_tokens(self) -> int:

@@ -39,7 +39,7 @@ from ppas.core.decision import Decision
 from ppas.core.view import RequestView, SchedulerView, pending_prefills
 from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
-from ppas.policies.base import Policy
+from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.registry import register
 
 
@@ -94,9 +94,5 @@ class FlowPrefill(Policy):
         costs, c = self.costs, self.config.batch_tokens
         if costs is not None:
             return lambda r: costs.prefill_time(c, r.num_computed_tokens, r.prompt_tokens)
-        per_tok = 0.0
-        for s in reversed(view.recent_steps):
-            if s.num_prefill_tokens and s.duration_s > 0:
-                per_tok = s.duration_s / (s.num_prefill_tokens + s.num_decode_tokens)
-                break
+        per_tok = last_prefill_token_time(view.recent_steps) or 0.0
         return lambda r: per_tok * (r.prompt_tokens - r.num_computed_tokens)

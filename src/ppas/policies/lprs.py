@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from ppas.core.config import require
 from ppas.core.decision import Decision
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
-from ppas.cost.base import CostModel
-from ppas.cost.steps import chunk_shape
-from ppas.policies.base import Policy
+from ppas.cost.base import CostModel, StepShape
+from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.predictive import candidate_chunks
 from ppas.policies.registry import register
 
@@ -64,14 +63,13 @@ class LprsApc(Policy):
     def __init__(self, config: LprsApcConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.chunks = candidate_chunks(config.l_min, config.c_max)
-        self.cost_model: CostModel | None = None
         self.per_token_s = 0.0  # prefill seconds per token, for the aging score
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
-        self.cost_model = cost_model
+        super().bind_cost_model(cost_model)
         if cost_model is not None:
             c = self.chunks[len(self.chunks) // 2]
-            self.per_token_s = cost_model.step_time(chunk_shape(c, 0)) / c
+            self.per_token_s = cost_model.step_time(StepShape.one_chunk(c, 0)) / c
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -121,10 +119,6 @@ class LprsApc(Policy):
         cm = self.cost_model
         if cm is not None:
             st = cm.step_time
-            return (lambda c: st(chunk_shape(c, 0, n_dec, dctx))), self.per_token_s
-        per_tok = 0.0
-        for s in reversed(view.recent_steps):
-            if s.num_prefill_tokens and s.duration_s > 0:
-                per_tok = s.duration_s / (s.num_prefill_tokens + s.num_decode_tokens)
-                break
+            return (lambda c: st(StepShape.one_chunk(c, 0, n_dec, dctx))), self.per_token_s
+        per_tok = last_prefill_token_time(view.recent_steps) or 0.0
         return (lambda c: per_tok * (c + n_dec)), per_tok

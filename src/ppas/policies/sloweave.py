@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from ppas.core.config import require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView, is_pending_prefill
-from ppas.cost.base import CostModel, largest_chunk_within
-from ppas.policies.base import Policy
+from ppas.cost.base import largest_chunk_within
+from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.registry import register
 
 
@@ -49,13 +49,6 @@ class SloWeaveConfig:
 class SloWeave(Policy):
     Config = SloWeaveConfig
     history_window = 16
-
-    def __init__(self, config: SloWeaveConfig, spec: str | None = None) -> None:
-        super().__init__(config, spec)
-        self.cost_model: CostModel | None = None
-
-    def bind_cost_model(self, cost_model: CostModel | None) -> None:
-        self.cost_model = cost_model
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -91,9 +84,7 @@ class SloWeave(Policy):
             c = largest_chunk_within(cm, budget, n_dec, limit, dctx // max(1, n_dec),
                                      max(0, head_ctx))
             return Decision(c)
-        for s in reversed(view.recent_steps):
-            tokens = s.num_prefill_tokens + s.num_decode_tokens
-            if s.num_prefill_tokens and s.duration_s > 0:
-                per_token = s.duration_s / tokens
-                return Decision(max(0, min(limit, int(budget / per_token) - n_dec)))
+        per_token = last_prefill_token_time(view.recent_steps)
+        if per_token is not None:
+            return Decision(max(0, min(limit, int(budget / per_token) - n_dec)))
         return Decision(min(limit, cfg.c_max))
