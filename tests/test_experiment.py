@@ -298,7 +298,7 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
     out = tmp_path / "out"
     runs = _runs(out)
@@ -411,7 +411,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model:
     assert main(["experiment", str(p)]) == 2
     exp = load_experiment(p)
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=True)
+    runner.folder.prepare(resume=True)
     FakeLauncher.started = []
     runner.run(estimate(exp))
     assert not list(out.glob("logs/*.pid"))  # the dead run's record is cleared
@@ -450,13 +450,13 @@ def test_resume_stops_a_server_a_dead_run_left(tmp_path: Path, model: Path) -> N
         record("small", stale, 0, gone.pid)
         record("large", reused, 1, gone.pid)  # same pid, another process: not ours
         runner = Runner(exp, FakeLauncher)
-        runner.prepare(resume=False)
+        runner.folder.prepare(resume=False)
         assert stale.wait(timeout=20) == -signal.SIGTERM
         assert reused.poll() is None
         assert not list(logs.glob("*.pid"))
         f = record("stock", busy, 0, owner.pid)  # its experiment still runs: refuse
         with pytest.raises(PpasError, match="which is still running"):
-            Runner(exp, FakeLauncher).prepare(resume=True)
+            Runner(exp, FakeLauncher).folder.prepare(resume=True)
         assert busy.poll() is None and f.exists()
     finally:
         for p in (stale, reused, busy, owner):
@@ -481,11 +481,11 @@ def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
     original = p.read_text()
     p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     with pytest.raises(PpasError, match="--resume: the experiment's workload changed"):
-        Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+        Runner(load_experiment(p), FakeLauncher).folder.prepare(resume=True)
     # which arms are baselines only shapes the report: changing it is not a changed run
     assert "baseline = true" in original
     p.write_text(original.replace("baseline = true", "baseline = false", 1))
-    Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+    Runner(load_experiment(p), FakeLauncher).folder.prepare(resume=True)
     p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     assert main(["experiment", str(p), "--report"]) == 2  # nor a report mixing settings
     assert not (out / "report.txt").exists()
@@ -501,7 +501,7 @@ def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Pat
     exp = load_experiment(_write(tmp_path, text))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
     assert marker.exists()  # the first server died after 3 requests
     (run,) = _runs(tmp_path / "out").values()
@@ -515,10 +515,10 @@ def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Pat
 def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     est = estimate(exp)
     calls = []
-    orig = runner._measure
+    orig = runner.measure
 
     def measure(*a: Any) -> Any:
         calls.append(1)
@@ -526,10 +526,10 @@ def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
             runner.stop.set()
         return orig(*a)
 
-    runner._measure = measure  # type: ignore[method-assign]
+    runner.measure = measure  # type: ignore[method-assign]
     with pytest.raises(Interrupted):
         runner.run(est)
-    assert len(runner.completed()) == 2  # the run in flight when stopped is not kept
+    assert len(runner.folder.completed()) == 2  # the run in flight when stopped is not kept
 
 
 def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
@@ -538,9 +538,9 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, text))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
-    assert len(runner.completed()) == 8
+    assert len(runner.folder.completed()) == 8
     devices = {la.arm.name: la.env["CUDA_VISIBLE_DEVICES"] for la in FakeLauncher.started}
     assert set(devices.values()) <= {"3", "5"} and len(devices) == 4
     # the fitted:auto arm starts after both calibration arms are done
@@ -552,7 +552,7 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
 
 def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
     """The real launcher's command line: plugin arm with a fitted cost model, stock arm."""
-    from ppas.experiment.runner import vllm_launcher
+    from ppas.experiment.servers import vllm_launcher
     from ppas.live.server import VllmServer
 
     text = _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = 16\n"
