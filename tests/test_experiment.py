@@ -21,9 +21,11 @@ from fake_vllm import FakeLauncher
 
 from ppas.cli import main
 from ppas.core.errors import PpasError
+from ppas.core.outputs import json_text
 from ppas.core.processes import alive, start_time
 from ppas.experiment.plan import _sim_policy, estimate, plan_text
 from ppas.experiment.report import write_report
+from ppas.experiment.runfile import RunFile, read_run
 from ppas.experiment.runner import Interrupted, Runner
 from ppas.experiment.spec import Experiment, load_experiment, parse_experiment
 from ppas.live.versions import FALLBACK_LINE, installed_vllm_version, simulated_line
@@ -317,6 +319,8 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
         assert r["summary"]["failed"] == 0 and not r["retried"]
         by_cell.setdefault((r["load"], r["seed"]), []).append(r)
         assert (r["steps"] != []) == (r["policy"] is not None)
+    for p in (out / "runs").rglob("*.json"):  # the typed record is the file, byte for byte
+        assert json_text(read_run(p).to_json()) == p.read_text()
     for cell in by_cell.values():  # same arrivals and prompts for every arm
         assert len({json.dumps(r["per_request"]["arrival_s"]) for r in cell}) == 1
         assert len({r["prompt_seed"] for r in cell}) == 1
@@ -357,6 +361,30 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
         assert o["verdict"] in ("lower", "higher", "within noise")
     assert "against the best baseline arm of each burst (oracle" in text
     assert json.loads((out / "report.json").read_text())["num_runs"] == 16
+
+
+def test_run_file_reads_old_folders_and_refuses_other_files(tmp_path: Path,
+                                                            model: Path) -> None:
+    """A run file from before runs recorded ``vllm_version`` (17 keys) still loads; a file
+    that is no run file is one line naming it."""
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    new = _run_file(exp, "small", 4.0, 0)
+    keys = ["arm", "load", "load_label", "seed", "prompt_seed", "trace", "policy", "stock",
+            "vllm_version", "cost_model", "max_num_batched_tokens", "attempts", "retried",
+            "wall_s", "finished_at", "summary", "per_request", "steps"]  # the file's order
+    assert list(RunFile.from_json(new).to_json()) == keys
+    assert RunFile.from_json(new).to_json() == new
+    old = {k: v for k, v in new.items() if k != "vllm_version"}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(old, indent=1) + "\n")
+    run = read_run(p)
+    assert run.vllm_version is None and run.steps and not run.retried
+    assert run.to_json() == new | {"vllm_version": None}
+    for bad in ("{\"arm\": \"small\"}", "[1, 2]", "{", ""):
+        p.write_text(bad)
+        with pytest.raises(PpasError, match=r"old.json: not a ppas experiment run file") as e:
+            read_run(p)
+        assert "\n" not in str(e.value)
 
 
 def test_stock_arms_are_simulated_as_stock_vllm(tmp_path: Path, model: Path) -> None:

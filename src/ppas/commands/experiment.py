@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(exp: Experiment, t0: float) -> int:
-    from ppas.experiment.report import write_report  # matplotlib, when installed
+    from ppas.experiment.report import write_report  # here for ``ppas --help``, as in run
 
     text, rep = write_report(exp)
     print(text)

@@ -16,7 +16,7 @@ def plot_report(rep: dict[str, Any], path: Path) -> None:
     dashed. Right: each arm's mean E2E relative to the first baseline arm (paired
     geometric-mean ratio and its paired t-interval): the trace-to-trace spread that widens
     the left panel's bars cancels here."""
-    import matplotlib
+    import matplotlib  # lazily: optional (the cli extra), and slow to import
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
