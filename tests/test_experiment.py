@@ -380,7 +380,7 @@ def test_run_file_reads_old_folders_and_refuses_other_files(tmp_path: Path,
     run = read_run(p)
     assert run.vllm_version is None and run.steps and not run.retried
     assert run.to_json() == new | {"vllm_version": None}
-    for bad in ("{\"arm\": \"small\"}", "[1, 2]", "{", ""):
+    for bad in ("{\"arm\": \"small\"}", "[1, 2]", "{", "", json.dumps(new | {"seed": "0"})):
         p.write_text(bad)
         with pytest.raises(PpasError, match=r"old.json: not a ppas experiment run file") as e:
             read_run(p)

@@ -17,6 +17,10 @@ From the run files only (so it can be rebuilt at any time, also from a partial e
 * the simulator's prediction of every run: a cost model fitted to every plugin arm's step
   slices (``cost-report.json``), the run's trace, the arm's policy; the error beside the
   measurement, and the arms whose mean error exceeds ``SIM_TOLERANCE`` named with why.
+
+Each table is one function of ``ppas.experiment.tables``, the prediction is
+``ppas.experiment.prediction``, the figure ``ppas.experiment.figure``; this module lists
+them (``build_report``), prints them (``format_report``) and writes the files.
 """
 
 from __future__ import annotations

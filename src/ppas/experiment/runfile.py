@@ -65,6 +65,10 @@ class RunFile:
     steps: tuple[dict[str, Any], ...]  # the server's step-log slice for the run (plugin arms)
 
     def __post_init__(self) -> None:
+        wrong = [f.name for f in fields(self) if not isinstance(getattr(self, f.name),
+                                                                _KINDS[f.name])]
+        if wrong:
+            raise ValueError(f"wrong type of {', '.join(wrong)}")
         if not self.attempts:
             raise ValueError("a run file records at least one attempt")
 
@@ -90,6 +94,14 @@ class RunFile:
         args["attempts"] = tuple(Attempt.from_json(a) for a in obj["attempts"])
         args["steps"] = tuple(obj["steps"])
         return RunFile(**args)
+
+
+_NUM = (int, float)
+_KINDS: dict[str, type | tuple[type, ...]] = {
+    "arm": str, "load": _NUM, "load_label": str, "seed": int, "prompt_seed": int, "trace": str,
+    "policy": (str, type(None)), "stock": dict, "vllm_version": (str, type(None)),
+    "cost_model": (str, type(None)), "max_num_batched_tokens": int, "attempts": tuple,
+    "wall_s": _NUM, "finished_at": _NUM, "summary": dict, "per_request": dict, "steps": tuple}
 
 
 def write_run(path: Path, run: RunFile) -> None:
