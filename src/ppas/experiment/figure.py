@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ppas.analysis.plot import save_figure
+from ppas.experiment.tables import Report
 
 
-def plot_report(rep: dict[str, Any], path: Path) -> None:
+def plot_report(rep: Report, path: Path) -> None:
     """Left: mean E2E vs load per arm, t-interval error bars over seeds, the simulator
     dashed. Right: each arm's mean E2E relative to the first baseline arm (paired
     geometric-mean ratio and its paired t-interval): the trace-to-trace spread that widens

@@ -39,11 +39,12 @@ from ppas.experiment.folder import ResultsFolder
 from ppas.experiment.prediction import SIM_TOLERANCE, model_dict, predict
 from ppas.experiment.runfile import RunFile
 from ppas.experiment.spec import Experiment
+from ppas.experiment.tables import Report
 
 REPORT_COST = "cost-report.json"
 
 
-def build_report(exp: Experiment) -> dict[str, Any]:
+def build_report(exp: Experiment) -> Report:
     """The report of the folder's completed runs (``report.json``)."""
     runs = ResultsFolder(exp).runs()
     model = _fit_report_model(exp, runs)
@@ -75,7 +76,7 @@ def _fit_report_model(exp: Experiment, runs: Sequence[RunFile]) -> FittedCostMod
     return model
 
 
-def write_report(exp: Experiment) -> tuple[str, dict[str, Any]]:
+def write_report(exp: Experiment) -> tuple[str, Report]:
     """Build the report and write report.txt, report.json and report.png (atomically; the
     plot only where matplotlib is installed)."""
     out = Path(exp.out_dir)
@@ -104,9 +105,15 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
 
 
-def format_report(rep: dict[str, Any]) -> str:
-    lvl = f"{rep['level']:.0%}"
-    ln = rep["load_name"]
+def format_report(rep: Report) -> str:
+    """``report.txt``: the tables, one block each."""
+    return "\n".join([*_cells_text(rep), "", *_winners_text(rep), *_pairs_text(rep),
+                      *_oracle_text(rep), *_improvements_text(rep), "", *_simulator_text(rep),
+                      *_retried_text(rep)])
+
+
+def _cells_text(rep: Report) -> list[str]:
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
     head = (f"{ln:>6}  {'arm':<18} {'mean E2E':>11} {'P95 E2E':>11} {'mean TTFT':>11} "
             f"{'mean TPOT':>13} {'makespan':>11} {'failed':>9} | {'sim E2E':>7} {'error':>7}")
     out = [f"experiment {rep['experiment']}: {rep['num_runs']}/{rep['planned_runs']} runs; "
@@ -118,48 +125,70 @@ def format_report(rep: dict[str, Any]) -> str:
                    f"{_pm(c['p95_latency']):>11} {_pm(c['avg_ttft']):>11} "
                    f"{_pm(c['avg_tpot'], 4):>13} {_pm(c['makespan'], 1):>11} "
                    f"{_pm(c['failed'], 1):>9} | {sim:>7} {_pct(c['sim_error']):>7}")
-    out.append("")
-    out.append(f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if, at a "
-               f"family-wise {lvl}, the paired t-interval of every other arm/winner excludes "
-               "1: Bonferroni; shown: the runner-up's):")
+    return out
+
+
+def _winners_text(rep: Report) -> list[str]:
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
+    out = [f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if, at a "
+           f"family-wise {lvl}, the paired t-interval of every other arm/winner excludes "
+           "1: Bonferroni; shown: the runner-up's):"]
     for wnr in rep["winners"]:
         r = wnr["ratio"]
         tag = "WINNER" if wnr["marked"] else "within noise"
         out.append(f"  {ln} {_load(wnr['load'])}: {tag}: {wnr['winner']} ahead of "
                    f"{wnr['runner_up']} by x{r['estimate']:.2f} [{_num(r['lo'])}, "
                    f"{_num(r['hi'])}]")
-    if rep["baseline_pairs"]:
-        out.append("")
-        out.append(f"baseline arms head to head (ratio of mean E2E a/b, paired {lvl} "
-                   "t-interval):")
-        for p in rep["baseline_pairs"]:
-            r = p["ratio"]
-            out.append(f"  {ln} {_load(p['load'])}: {p['a']} / {p['b']} = x{r['estimate']:.2f} "
-                       f"[{_num(r['lo'])}, {_num(r['hi'])}]: {p['verdict']}")
-    if rep.get("oracle"):
-        out.append("")
-        out.append(f"against the best baseline arm of each {ln} (oracle; ratio of mean E2E "
-                   f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
-                   f"with a paired bootstrap {lvl} CI):")
-        for o in rep["oracle"]:
-            r = o["ratio"]
-            where = "all" if o["load"] is None else _load(o["load"])
-            out.append(f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {where:>5}: "
-                       f"x{r['estimate']:.2f} [{_num(r['lo'])}, {_num(r['hi'])}]: "
-                       f"{o['verdict']}")
-    if rep["improvements"]:
-        out.append("")
-        out.append(f"geometric-mean improvement of mean E2E over each baseline (paired "
-                   f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):")
-        for imp in rep["improvements"]:
-            r = imp["ratio"]
-            lo = None if r["hi"] is None else 1 - r["hi"]
-            hi = None if r["lo"] is None else 1 - r["lo"]
-            where = "all" if imp["load"] is None else _load(imp["load"])
-            out.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} {where:>5}: "
-                       f"{imp['improvement']:+7.1%} [{_pct(lo)}, {_pct(hi)}]"
-                       f"{' *' if imp['significant'] else ''}")
-    out.append("")
+    return out
+
+
+def _pairs_text(rep: Report) -> list[str]:
+    if not rep["baseline_pairs"]:
+        return []
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
+    out = ["", f"baseline arms head to head (ratio of mean E2E a/b, paired {lvl} t-interval):"]
+    for p in rep["baseline_pairs"]:
+        r = p["ratio"]
+        out.append(f"  {ln} {_load(p['load'])}: {p['a']} / {p['b']} = x{r['estimate']:.2f} "
+                   f"[{_num(r['lo'])}, {_num(r['hi'])}]: {p['verdict']}")
+    return out
+
+
+def _oracle_text(rep: Report) -> list[str]:
+    if not rep["oracle"]:
+        return []
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
+    out = ["", f"against the best baseline arm of each {ln} (oracle; ratio of mean E2E "
+           f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
+           f"with a paired bootstrap {lvl} CI):"]
+    for o in rep["oracle"]:
+        r = o["ratio"]
+        where = "all" if o["load"] is None else _load(o["load"])
+        out.append(f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {where:>5}: "
+                   f"x{r['estimate']:.2f} [{_num(r['lo'])}, {_num(r['hi'])}]: "
+                   f"{o['verdict']}")
+    return out
+
+
+def _improvements_text(rep: Report) -> list[str]:
+    if not rep["improvements"]:
+        return []
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
+    out = ["", f"geometric-mean improvement of mean E2E over each baseline (paired "
+           f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):"]
+    for imp in rep["improvements"]:
+        r = imp["ratio"]
+        lo = None if r["hi"] is None else 1 - r["hi"]
+        hi = None if r["lo"] is None else 1 - r["lo"]
+        where = "all" if imp["load"] is None else _load(imp["load"])
+        out.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} {where:>5}: "
+                   f"{imp['improvement']:+7.1%} [{_pct(lo)}, {_pct(hi)}]"
+                   f"{' *' if imp['significant'] else ''}")
+    return out
+
+
+def _simulator_text(rep: Report) -> list[str]:
+    out = []
     cm = rep["cost_model"]
     if cm is not None:
         st, co = cm.get("fit") or {}, cm["coefficients"]
@@ -178,10 +207,14 @@ def format_report(rep: dict[str, Any]) -> str:
         else:
             out.append(f"  {s['arm']}{as_}: mean error {s['mean_error']:+.1%} (max |error| "
                        f"{s['max_abs_error']:.1%})")
+    return out
+
+
+def _retried_text(rep: Report) -> list[str]:
     retried = sum(1 for r in rep["runs"] if r.get("retried"))
-    if retried:
-        out.append(f"{retried} run(s) were retried after a server death (see their files)")
-    return "\n".join(out)
+    if not retried:
+        return []
+    return [f"{retried} run(s) were retried after a server death (see their files)"]
 
 
 def _pctu(x: float | None) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from ppas.analysis.stats import (
     Interval,
@@ -34,7 +34,27 @@ METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft",
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
            ("makespan", "makespan"), ("failed", "failed"))
 
-Row = dict[str, Any]
+Row = dict[str, Any]  # one row of a table, as report.json holds it
+
+
+class Report(TypedDict):
+    """``report.json``: the tables and what they were made from."""
+
+    experiment: str
+    description: str
+    level: float
+    load_name: str
+    num_runs: int
+    planned_runs: int
+    cost_model: dict[str, Any] | None  # ``prediction.model_dict``
+    cells: list[Row]
+    improvements: list[Row]
+    winners: list[Row]
+    baseline_pairs: list[Row]
+    oracle: list[Row]
+    simulator: list[Row]
+    relative: Row  # {"reference": arm or None, "rows": [...]}
+    runs: list[Row]
 
 
 class Paired:
