@@ -130,61 +130,56 @@ def _cells_text(rep: Report) -> list[str]:
 
 def _winners_text(rep: Report) -> list[str]:
     lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
-    out = [f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if, at a "
-           f"family-wise {lvl}, the paired t-interval of every other arm/winner excludes "
-           "1: Bonferroni; shown: the runner-up's):"]
-    for wnr in rep["winners"]:
-        r = wnr["ratio"]
-        tag = "WINNER" if wnr["marked"] else "within noise"
-        out.append(f"  {ln} {_load(wnr['load'])}: {tag}: {wnr['winner']} ahead of "
-                   f"{wnr['runner_up']} by x{r['estimate']:.2f} [{_num(r['lo'])}, "
-                   f"{_num(r['hi'])}]")
-    return out
+    return [f"winner per {ln} (lowest geometric-mean E2E over seeds; marked only if, at a "
+            f"family-wise {lvl}, the paired t-interval of every other arm/winner excludes "
+            "1: Bonferroni; shown: the runner-up's):",
+            *(f"  {ln} {_load(w['load'])}: {'WINNER' if w['marked'] else 'within noise'}: "
+              f"{w['winner']} ahead of {w['runner_up']} by {_ratio(w['ratio'])}"
+              for w in rep["winners"])]
 
 
 def _pairs_text(rep: Report) -> list[str]:
-    if not rep["baseline_pairs"]:
-        return []
     lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
-    out = ["", f"baseline arms head to head (ratio of mean E2E a/b, paired {lvl} t-interval):"]
-    for p in rep["baseline_pairs"]:
-        r = p["ratio"]
-        out.append(f"  {ln} {_load(p['load'])}: {p['a']} / {p['b']} = x{r['estimate']:.2f} "
-                   f"[{_num(r['lo'])}, {_num(r['hi'])}]: {p['verdict']}")
-    return out
+    return _block(f"baseline arms head to head (ratio of mean E2E a/b, paired {lvl} "
+                  "t-interval):",
+                  [f"  {ln} {_load(p['load'])}: {p['a']} / {p['b']} = {_ratio(p['ratio'])}: "
+                   f"{p['verdict']}" for p in rep["baseline_pairs"]])
 
 
 def _oracle_text(rep: Report) -> list[str]:
-    if not rep["oracle"]:
-        return []
     lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
-    out = ["", f"against the best baseline arm of each {ln} (oracle; ratio of mean E2E "
-           f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
-           f"with a paired bootstrap {lvl} CI):"]
-    for o in rep["oracle"]:
-        r = o["ratio"]
-        where = "all" if o["load"] is None else _load(o["load"])
-        out.append(f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {where:>5}: "
-                   f"x{r['estimate']:.2f} [{_num(r['lo'])}, {_num(r['hi'])}]: "
-                   f"{o['verdict']}")
-    return out
+    return _block(f"against the best baseline arm of each {ln} (oracle; ratio of mean E2E "
+                  f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
+                  f"with a paired bootstrap {lvl} CI):",
+                  [f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {_where(o['load']):>5}: "
+                   f"{_ratio(o['ratio'])}: {o['verdict']}" for o in rep["oracle"]])
 
 
 def _improvements_text(rep: Report) -> list[str]:
-    if not rep["improvements"]:
-        return []
     lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
-    out = ["", f"geometric-mean improvement of mean E2E over each baseline (paired "
-           f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):"]
+    lines = []
     for imp in rep["improvements"]:
         r = imp["ratio"]
         lo = None if r["hi"] is None else 1 - r["hi"]
         hi = None if r["lo"] is None else 1 - r["lo"]
-        where = "all" if imp["load"] is None else _load(imp["load"])
-        out.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} {where:>5}: "
-                   f"{imp['improvement']:+7.1%} [{_pct(lo)}, {_pct(hi)}]"
-                   f"{' *' if imp['significant'] else ''}")
-    return out
+        lines.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} "
+                     f"{_where(imp['load']):>5}: {imp['improvement']:+7.1%} "
+                     f"[{_pct(lo)}, {_pct(hi)}]{' *' if imp['significant'] else ''}")
+    return _block(f"geometric-mean improvement of mean E2E over each baseline (paired "
+                  f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):", lines)
+
+
+def _block(title: str, lines: list[str]) -> list[str]:
+    """A table after a blank line; nothing when it has no rows."""
+    return ["", title, *lines] if lines else []
+
+
+def _ratio(r: dict[str, Any]) -> str:
+    return f"x{r['estimate']:.2f} [{_num(r['lo'])}, {_num(r['hi'])}]"
+
+
+def _where(load: float | None) -> str:
+    return "all" if load is None else _load(load)
 
 
 def _simulator_text(rep: Report) -> list[str]:
