@@ -11,7 +11,7 @@ Like vLLM it does not watch its parent: ``FakeLauncher`` starts it the way ``Vll
 starts vLLM (``ppas.live.server.spawn_group``: own process group, dies with its parent on Linux,
 recorded in the launch's pid file), so the tests see what a real server would do.
 
-``FakeLauncher`` is ``ppas.experiment.runner``'s launcher interface around it.
+``FakeLauncher`` is ``ppas.experiment.servers``'s launcher interface around it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """``ppas experiment`` offline: the file's validation (every key), the shipped files'
 dry-runs, and whole experiments against fake servers (``fake_vllm``) in subprocesses:
-reports, resume, a SIGKILL mid-experiment, SIGTERM, and a server that dies mid-run."""
+reports, resume, a SIGKILL mid-experiment, SIGTERM, and a server that dies mid-run; the
+report against a golden."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -19,16 +21,19 @@ from fake_vllm import FakeLauncher
 
 from ppas.cli import main
 from ppas.core.errors import PpasError
+from ppas.core.outputs import json_text
 from ppas.core.processes import alive, start_time
 from ppas.experiment.plan import _sim_policy, estimate, plan_text
 from ppas.experiment.report import write_report
+from ppas.experiment.runfile import RunFile, read_run
 from ppas.experiment.runner import Interrupted, Runner
-from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.experiment.spec import Experiment, load_experiment, parse_experiment
 from ppas.live.versions import FALLBACK_LINE, installed_vllm_version, simulated_line
 from ppas.policies import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
+GOLDEN = TESTS / "data" / "experiment_report"
 
 BASE = """\
 name = "t"
@@ -298,7 +303,7 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
     out = tmp_path / "out"
     runs = _runs(out)
@@ -314,6 +319,8 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
         assert r["summary"]["failed"] == 0 and not r["retried"]
         by_cell.setdefault((r["load"], r["seed"]), []).append(r)
         assert (r["steps"] != []) == (r["policy"] is not None)
+    for p in (out / "runs").rglob("*.json"):  # the typed record is the file, byte for byte
+        assert json_text(read_run(p).to_json()) == p.read_text()
     for cell in by_cell.values():  # same arrivals and prompts for every arm
         assert len({json.dumps(r["per_request"]["arrival_s"]) for r in cell}) == 1
         assert len({r["prompt_seed"] for r in cell}) == 1
@@ -354,6 +361,30 @@ def test_full_experiment_and_report(tmp_path: Path, model: Path) -> None:
         assert o["verdict"] in ("lower", "higher", "within noise")
     assert "against the best baseline arm of each burst (oracle" in text
     assert json.loads((out / "report.json").read_text())["num_runs"] == 16
+
+
+def test_run_file_reads_old_folders_and_refuses_other_files(tmp_path: Path,
+                                                            model: Path) -> None:
+    """A run file from before runs recorded ``vllm_version`` (17 keys) still loads; a file
+    that is no run file is one line naming it."""
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    new = _run_file(exp, "small", 4.0, 0)
+    keys = ["arm", "load", "load_label", "seed", "prompt_seed", "trace", "policy", "stock",
+            "vllm_version", "cost_model", "max_num_batched_tokens", "attempts", "retried",
+            "wall_s", "finished_at", "summary", "per_request", "steps"]  # the file's order
+    assert list(RunFile.from_json(new).to_json()) == keys
+    assert RunFile.from_json(new).to_json() == new
+    old = {k: v for k, v in new.items() if k != "vllm_version"}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(old, indent=1) + "\n")
+    run = read_run(p)
+    assert run.vllm_version is None and run.steps and not run.retried
+    assert run.to_json() == new | {"vllm_version": None}
+    for bad in ("{\"arm\": \"small\"}", "[1, 2]", "{", "", json.dumps(new | {"seed": "0"})):
+        p.write_text(bad)
+        with pytest.raises(PpasError, match=r"old.json: not a ppas experiment run file") as e:
+            read_run(p)
+        assert "\n" not in str(e.value)
 
 
 def test_stock_arms_are_simulated_as_stock_vllm(tmp_path: Path, model: Path) -> None:
@@ -411,7 +442,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path, model:
     assert main(["experiment", str(p)]) == 2
     exp = load_experiment(p)
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=True)
+    runner.folder.prepare(resume=True)
     FakeLauncher.started = []
     runner.run(estimate(exp))
     assert not list(out.glob("logs/*.pid"))  # the dead run's record is cleared
@@ -450,13 +481,13 @@ def test_resume_stops_a_server_a_dead_run_left(tmp_path: Path, model: Path) -> N
         record("small", stale, 0, gone.pid)
         record("large", reused, 1, gone.pid)  # same pid, another process: not ours
         runner = Runner(exp, FakeLauncher)
-        runner.prepare(resume=False)
+        runner.folder.prepare(resume=False)
         assert stale.wait(timeout=20) == -signal.SIGTERM
         assert reused.poll() is None
         assert not list(logs.glob("*.pid"))
         f = record("stock", busy, 0, owner.pid)  # its experiment still runs: refuse
         with pytest.raises(PpasError, match="which is still running"):
-            Runner(exp, FakeLauncher).prepare(resume=True)
+            Runner(exp, FakeLauncher).folder.prepare(resume=True)
         assert busy.poll() is None and f.exists()
     finally:
         for p in (stale, reused, busy, owner):
@@ -481,11 +512,11 @@ def test_sigterm_stops_cleanly_and_resume_refuses_a_changed_file(tmp_path: Path,
     original = p.read_text()
     p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     with pytest.raises(PpasError, match="--resume: the experiment's workload changed"):
-        Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+        Runner(load_experiment(p), FakeLauncher).folder.prepare(resume=True)
     # which arms are baselines only shapes the report: changing it is not a changed run
     assert "baseline = true" in original
     p.write_text(original.replace("baseline = true", "baseline = false", 1))
-    Runner(load_experiment(p), FakeLauncher).prepare(resume=True)
+    Runner(load_experiment(p), FakeLauncher).folder.prepare(resume=True)
     p.write_text(original.replace("output_tokens = 3", "output_tokens = 4"))
     assert main(["experiment", str(p), "--report"]) == 2  # nor a report mixing settings
     assert not (out / "report.txt").exists()
@@ -501,7 +532,7 @@ def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Pat
     exp = load_experiment(_write(tmp_path, text))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
     assert marker.exists()  # the first server died after 3 requests
     (run,) = _runs(tmp_path / "out").values()
@@ -515,10 +546,10 @@ def test_dead_server_is_restarted_and_the_run_retried(tmp_path: Path, model: Pat
 def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, _text(tmp_path, model)))
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     est = estimate(exp)
     calls = []
-    orig = runner._measure
+    orig = runner.measure
 
     def measure(*a: Any) -> Any:
         calls.append(1)
@@ -526,10 +557,10 @@ def test_stop_between_runs_keeps_completed(tmp_path: Path, model: Path) -> None:
             runner.stop.set()
         return orig(*a)
 
-    runner._measure = measure  # type: ignore[method-assign]
+    runner.measure = measure  # type: ignore[method-assign]
     with pytest.raises(Interrupted):
         runner.run(est)
-    assert len(runner.completed()) == 2  # the run in flight when stopped is not kept
+    assert len(runner.folder.completed()) == 2  # the run in flight when stopped is not kept
 
 
 def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
@@ -538,9 +569,9 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
     exp = load_experiment(_write(tmp_path, text))
     FakeLauncher.started = []
     runner = Runner(exp, FakeLauncher)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
-    assert len(runner.completed()) == 8
+    assert len(runner.folder.completed()) == 8
     devices = {la.arm.name: la.env["CUDA_VISIBLE_DEVICES"] for la in FakeLauncher.started}
     assert set(devices.values()) <= {"3", "5"} and len(devices) == 4
     # the fitted:auto arm starts after both calibration arms are done
@@ -552,7 +583,7 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
 
 def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
     """The real launcher's command line: plugin arm with a fitted cost model, stock arm."""
-    from ppas.experiment.runner import vllm_launcher
+    from ppas.experiment.servers import vllm_launcher
     from ppas.live.server import VllmServer
 
     text = _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = 16\n"
@@ -599,3 +630,128 @@ def test_vllm_server_records_its_pid_while_running(tmp_path: Path, model: Path) 
         assert rec["owner"] == os.getpid() and rec["start"] == start_time(rec["pid"])
         assert "fake_vllm.py" in Path(f"/proc/{rec['pid']}/cmdline").read_text()
     assert not pid_file.exists() and not alive(rec["pid"])
+
+
+# ---------------------------------------------------------------- the report's golden
+
+#: mean E2E per arm at burst rate x: a + b * x (seconds); the arms differ on purpose
+#: (pred near its simulated E2E: within the tolerance; the others far off it)
+LATENCY = {"small": (0.50, 0.05), "large": (0.40, 0.08), "pred": (0.0105, 0.0),
+           "stock": (0.45, 0.06)}
+STEP_BIAS = {"large": 1.4}  # its steps slower than the shared fit predicts
+CHUNK = {"small": 64, "large": 512, "pred": 256}
+MISSING = ("stock", 12.0, 2)  # a run not made: stock is incomplete at 12
+FAILED = ("large", 4.0, 1)  # a run with a failed request: left out of the paired ratios
+RETRIED = ("small", 12.0, 0)  # a run retried after a server death
+VLLM_VERSION = "0.32.0"
+
+
+def _steps(exp: Experiment, arm: str, load: float, seed: int,
+           rng: random.Random) -> list[dict[str, Any]]:
+    """A plugin arm's step slice: each request prefilled in chunks, then decoded."""
+    steps: list[dict[str, Any]] = []
+    t = 100.0
+    for req in exp.workload.trace(load, seed).requests:
+        done = 0
+        while done < req.prompt_tokens:
+            k = min(CHUNK[arm], req.prompt_tokens - done)
+            dur = ((0.002 + 2e-5 * k + 1e-8 * k * done) * rng.uniform(0.9, 1.1)
+                   * STEP_BIAS.get(arm, 1.0))
+            steps.append({"time": t, "duration_s": dur, "prefill_chunks": [[k, done]],
+                          "decode_contexts": []})
+            done += k
+            t += dur
+        for i in range(1, req.output_tokens):
+            dur = (0.002 + 1e-4) * rng.uniform(0.9, 1.1)
+            steps.append({"time": t, "duration_s": dur, "prefill_chunks": [],
+                          "decode_contexts": [req.prompt_tokens + i]})
+            t += dur
+    return steps
+
+
+def _run_file(exp: Experiment, arm: str, load: float, seed: int) -> dict[str, Any]:
+    """One run file as ``ppas experiment`` writes it (its 18 keys, in its order)."""
+    rng = random.Random(f"{arm}-{load}-{seed}")
+    spec = exp.arm(arm)
+    w = exp.workload
+    trace = w.trace(load, seed)
+    a, b = LATENCY[arm]
+    e2e = (a + b * load) * rng.uniform(0.85, 1.15)
+    failed = int((arm, load, seed) == FAILED)
+    summary = {"completed": len(trace) - failed, "failed": failed,
+               "avg_latency": e2e, "p95_latency": e2e * rng.uniform(1.3, 1.6),
+               "avg_ttft": e2e * 0.6, "p95_ttft": e2e * rng.uniform(0.8, 1.0),
+               "avg_tpot": 0.004 * rng.uniform(0.9, 1.1),
+               "p95_tpot": 0.006 * rng.uniform(0.9, 1.1),
+               "makespan": trace.requests[-1].arrival_s + e2e * 2}
+    retried = (arm, load, seed) == RETRIED
+    attempts = [{"attempt": 1, "server_died": False, "reason": "", "failed": failed}]
+    if retried:
+        attempts = [{"attempt": 1, "server_died": True,
+                     "reason": "the server stopped answering /health during the run",
+                     "failed": 2}, {"attempt": 2, "server_died": False, "reason": "",
+                                    "failed": 0}]
+    mbt = spec.max_num_batched_tokens or 512  # pred: what its policy would give
+    return {"arm": arm, "load": load, "load_label": w.load_label(load), "seed": seed,
+            "prompt_seed": 1000 * seed + w.loads.index(load) + 1,
+            "trace": trace.description, "policy": spec.policy, "stock": spec.stock_dict(),
+            "vllm_version": VLLM_VERSION,
+            "cost_model": None if spec.cost_model is None else "fitted:/x/cost-auto.json",
+            "max_num_batched_tokens": mbt, "attempts": attempts, "retried": retried,
+            "wall_s": summary["makespan"] + 0.5, "finished_at": 1.8e9 + seed,
+            "summary": summary,
+            "per_request": {"arrival_s": [r.arrival_s for r in trace.requests],
+                            "e2el": [e2e] * len(trace)},
+            "steps": _steps(exp, arm, load, seed, rng) if spec.plugin else []}
+
+
+def make_results(tmp_path: Path, model: Path) -> Experiment:
+    """The fixed experiment (``BASE`` with three seeds) and its results folder (every run
+    but ``MISSING``)."""
+    exp = parse_experiment(_text(tmp_path, model, **{
+        "name = \"t\"": "name = \"golden\"\ndescription = \"a fixed results folder\"",
+        "seeds = [0, 1]": "seeds = [0, 1, 2]", "+": "\n[report]\nn_boot = 500\n"}), "golden")
+    for arm in exp.arms:
+        for load, seed in exp.cells():
+            if (arm.name, load, seed) == MISSING:
+                continue
+            p = (tmp_path / "out" / "runs" / arm.name
+                 / f"{exp.workload.load_label(load)}-s{seed}.json")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(_run_file(exp, arm.name, load, seed), indent=1) + "\n")
+    return exp
+
+
+def test_report_matches_golden(tmp_path: Path, model: Path) -> None:
+    """The report stays byte-identical for the same run files: a results folder made
+    deterministically here (summaries, step slices, a retried run, a failed run, a missing
+    run) against the report.txt/report.json the code made for it at 8685c44. Regenerate
+    only for a deliberate change of the report: ``PPAS_WRITE_GOLDEN=1 pytest -k golden``."""
+    exp = make_results(tmp_path, model)
+    write_report(exp)
+    out = tmp_path / "out"
+    if os.environ.get("PPAS_WRITE_GOLDEN"):
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for f in ("report.txt", "report.json"):
+            (GOLDEN / f).write_bytes((out / f).read_bytes())
+    for f in ("report.txt", "report.json"):
+        assert (out / f).read_bytes() == (GOLDEN / f).read_bytes(), f
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["num_runs"] == 23 and rep["planned_runs"] == 24
+
+
+@pytest.mark.parametrize("name", ["report.txt", "report.json"])
+def test_report_golden_is_not_trivial(name: str) -> None:
+    """The golden covers every table of the report."""
+    text = (GOLDEN / name).read_text()
+    if name == "report.txt":
+        for part in ("winner per burst", "baseline arms head to head", "oracle",
+                     "geometric-mean improvement", "simulator: cost model fitted",
+                     "(simulated as vllm:", "retried after a server death"):
+            assert part in text, part
+    else:
+        rep = json.loads(text)
+        for key in ("cells", "improvements", "winners", "baseline_pairs", "oracle",
+                    "simulator"):
+            assert rep[key], key
+        assert rep["relative"]["rows"]

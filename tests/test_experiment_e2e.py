@@ -48,7 +48,7 @@ long_prefill_token_threshold = 64
 """
     exp = parse_experiment(text, "e2e")
     runner = Runner(exp)
-    runner.prepare(resume=False)
+    runner.folder.prepare(resume=False)
     runner.run(estimate(exp))
     runs = {p.parent.name: json.loads(p.read_text())
             for p in (tmp_path / "out" / "runs").rglob("*.json")}

@@ -15,8 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ppas.core.errors import PpasError
+
+if TYPE_CHECKING:
+    from ppas.experiment.spec import Experiment
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: ``ppas --help`` imports every command module
     from ppas.experiment.plan import estimate, plan_text
     from ppas.experiment.runner import Interrupted, Runner
     from ppas.experiment.spec import load_experiment
@@ -39,36 +44,35 @@ def run(args: argparse.Namespace) -> int:
     if sum((args.dry_run, args.resume, args.report)) > 1:
         raise PpasError("give at most one of --dry-run, --resume, --report")
     runner = Runner(exp)
+    folder = runner.folder
     if args.dry_run:
-        print(plan_text(exp, estimate(exp), runner.completed()))
+        print(plan_text(exp, estimate(exp), folder.completed()))
         return 0
     if args.report:
-        runner.check_same("--report")
+        folder.check_same("--report")
         return _report(exp, time.monotonic())
-    runner.prepare(resume=args.resume)
+    folder.prepare(resume=args.resume)
     est = estimate(exp)
-    print(plan_text(exp, est, runner.completed()), file=sys.stderr, flush=True)
+    print(plan_text(exp, est, folder.completed()), file=sys.stderr, flush=True)
     t0 = time.monotonic()
     try:
         runner.run(est)
     except Interrupted:
-        n = len(runner.completed())
+        n = len(folder.completed())
         print(f"ppas experiment: stopped; {n}/{exp.num_runs()} runs complete in "
               f"{exp.out_dir}/ (rerun with --resume to finish)", file=sys.stderr)
         return 130
     except PpasError as e:
-        n = len(runner.completed())
+        n = len(folder.completed())
         print(f"ppas experiment: error: {str(e).splitlines()[0]}\n{n}/{exp.num_runs()} runs "
               f"complete in {exp.out_dir}/ (fix and rerun with --resume)", file=sys.stderr)
         return 1
     return _report(exp, t0)
 
 
-def _report(exp: object, t0: float) -> int:
-    from ppas.experiment.report import write_report
-    from ppas.experiment.spec import Experiment
+def _report(exp: Experiment, t0: float) -> int:
+    from ppas.experiment.report import write_report  # here for ``ppas --help``, as in run
 
-    assert isinstance(exp, Experiment)
     text, rep = write_report(exp)
     print(text)
     print(f"report: {exp.out_dir}/report.txt, report.json, report.png "

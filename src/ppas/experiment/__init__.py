@@ -1,1 +1,5 @@
-"""``ppas experiment``: live comparisons on a real engine (spec, plan, runner, report)."""
+"""``ppas experiment``: live comparisons on a real engine.
+
+``spec`` (the file), ``plan`` (runs and time estimate), ``runner`` (orchestrates ``folder``,
+``runfile``, ``servers``, ``measure``, ``stopping``, ``devices``, ``progress``), ``report``
+(``tables``, ``prediction``, ``figure``)."""

@@ -9,15 +9,38 @@ server start (``run.server_startup_s``). The simulator needs a cost model for th
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from ppas.cost import CostModel, make_cost_model
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.experiment.folder import RunKey
 from ppas.experiment.spec import ArmSpec, Experiment
+from ppas.live.versions import installed_vllm_version
+from ppas.policies import make_policy
 
 
-def estimate_cost_model(exp: Experiment) -> Any:
+@dataclass(frozen=True)
+class Estimate:
+    """The plan's time estimate, in seconds."""
+
+    startup_s: float  # one server start
+    runs: Mapping[RunKey, float]  # each run, its warm-up included
+    model: str  # what the runs were estimated with
+
+    def pending_servers(self, exp: Experiment, done: set[RunKey]) -> int:
+        """Server starts left: one per arm with a run left."""
+        return sum(1 for a in exp.arms
+                   if any((a.name, load, s) not in done for load, s in exp.cells()))
+
+    def remaining_s(self, exp: Experiment, done: set[RunKey]) -> float:
+        """The runs left and their server starts."""
+        return (sum(v for k, v in self.runs.items() if k not in done)
+                + self.pending_servers(exp, done) * self.startup_s)
+
+
+def estimate_cost_model(exp: Experiment) -> CostModel | None:
     """The cost model for estimates, or None."""
-    from ppas.cost import make_cost_model
-
     spec = exp.run.estimate_cost_model
     if spec is None:
         return None
@@ -32,16 +55,12 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
     return spec if spec is not None else f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
 
 
-def estimate(exp: Experiment) -> dict[str, Any]:
-    """``{"startup": s, "runs": {(arm, load, seed): s}, "model": str}``."""
-    from ppas.engine.simulator import EngineConfig, simulate
-    from ppas.live.versions import installed_vllm_version
-    from ppas.policies import make_policy
-
+def estimate(exp: Experiment) -> Estimate:
+    """Every run's estimate, and the server start's."""
     cm = estimate_cost_model(exp)
     version = installed_vllm_version()  # the vLLM the runs will use
     w = exp.workload
-    runs: dict[tuple[str, float, int], float] = {}
+    runs: dict[RunKey, float] = {}
     for load, seed in exp.cells():
         trace = w.trace(load, seed)
         span = trace.requests[-1].arrival_s - trace.requests[0].arrival_s
@@ -61,11 +80,11 @@ def estimate(exp: Experiment) -> dict[str, Any]:
                 first_run = (load, seed) == exp.cells()[0]
                 est = first_run * w.warmup_requests * float(warm["avg_latency"]) + max(span, mk)
             runs[(arm.name, load, seed)] = est
-    return {"startup": exp.run.server_startup_s, "runs": runs,
-            "model": exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)"}
+    return Estimate(exp.run.server_startup_s, runs,
+                    exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)")
 
 
-def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, int]]) -> str:
+def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
     """What ``--dry-run`` prints: the arms in run order, the traces, runs and time."""
     w = exp.workload
     where = "local folder" if exp.model.local else "Hugging Face id"
@@ -97,25 +116,24 @@ def plan_text(exp: Experiment, est: dict[str, Any], done: set[tuple[str, float, 
             what = "stock vLLM " + ", ".join(f"{k}={v}" for k, v in a.stock)
         mbt = a.max_num_batched_tokens
         tags = [t for t, on in (("baseline", a.baseline), ("calibration", a.calibrates)) if on]
-        arm_runs = sum(est["runs"][(a.name, load, s)] for load, s in exp.cells())
+        arm_runs = sum(est.runs[(a.name, load, s)] for load, s in exp.cells())
         lines.append(f"    {a.name}: {what}; MBT "
                      f"{mbt if mbt is not None else 'from the fitted model'}"
                      + (f" [{', '.join(tags)}]" if tags else "")
-                     + f"; ~{_min(arm_runs + est['startup'])}")
+                     + f"; ~{_min(arm_runs + est.startup_s)}")
     if exp.run.devices:
         lines.append(f"  arms run in parallel on devices {', '.join(exp.run.devices)} "
                      "(one arm per device, CUDA_VISIBLE_DEVICES)")
     total = exp.num_runs()
-    left = {k: v for k, v in est["runs"].items() if k not in done}
-    servers = sum(1 for a in exp.arms
-                  if any((a.name, load, s) not in done for load, s in exp.cells()))
-    seconds = sum(left.values()) + servers * est["startup"]
+    left = [k for k in est.runs if k not in done]
+    servers = est.pending_servers(exp, done)
+    seconds = est.remaining_s(exp, done)
     if exp.run.devices:
         seconds /= min(len(exp.run.devices), max(1, servers))
     lines.append(f"{total} runs ({len(done)} already complete, {len(left)} to run), "
                  f"{servers} server start(s); estimated time {_min(seconds)} "
-                 f"(simulator with cost model {est['model']}; server start "
-                 f"{est['startup']:g} s each)")
+                 f"(simulator with cost model {est.model}; server start "
+                 f"{est.startup_s:g} s each)")
     return "\n".join(lines)
 
 
