@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import read_steps, sample
 from ppas.cli import main
 from ppas.core.errors import PpasError
 from ppas.cost import make_cost_model
@@ -44,6 +44,11 @@ def synthetic_log(path: Path, model: FittedCostModel, steps: int = 400, seed: in
                 "num_decode_tokens": len(ctx), "num_prefill_reqs": len(chunks),
                 "num_decode_reqs": len(ctx), "prefill_chunks": chunks, "decode_contexts": ctx,
             }) + "\n")
+
+
+def read_step_log(path: Path) -> list[tuple[StepShape, float]]:
+    """The log's steps as the fit takes them."""
+    return [sample(s) for s in read_steps(path)]
 
 
 def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:

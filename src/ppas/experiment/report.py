@@ -35,6 +35,7 @@ from ppas.analysis.stats import (
     paired_t_ratio,
     t_interval,
 )
+from ppas.core.steplog import Step
 from ppas.experiment.runner import RUNS_DIR, run_path, slug
 from ppas.experiment.spec import Experiment
 
@@ -58,17 +59,14 @@ def load_runs(exp: Experiment) -> list[dict[str, Any]]:
 
 
 def _fit_report_model(exp: Experiment, runs: Sequence[dict[str, Any]]) -> Any:
-    from ppas.calibrate.fit import step_record
-    from ppas.cost.fitted import fit
+    from ppas.calibrate.fit import fit_and_save
 
-    steps = [step_record(s) for r in runs if r.get("policy") for s in r.get("steps", [])]
+    steps = [Step.of(s) for r in runs if r.get("policy") for s in r.get("steps", [])]
     if len(steps) < 10:
         return None
     out = Path(exp.out_dir)
-    model = fit(steps, sources=[str(out / RUNS_DIR / slug(a.name)) for a in exp.arms
-                                if a.plugin])
-    model.to_file(out / REPORT_COST)
-    return model
+    return fit_and_save(steps, out / REPORT_COST, sources=[
+        str(out / RUNS_DIR / slug(a.name)) for a in exp.arms if a.plugin])
 
 
 def _simulate(exp: Experiment, runs: list[dict[str, Any]], model: Any) -> None:
@@ -256,10 +254,10 @@ def _verdict(iv: Interval) -> str:
 
 def _step_time_error(model: Any, runs: Sequence[dict[str, Any]]) -> float | None:
     """(predicted - measured) / measured total step time of the arm's own steps."""
-    from ppas.calibrate.fit import step_record
+    from ppas.calibrate.fit import sample
     from ppas.cost.fitted import fit_stats
 
-    steps = [step_record(s) for r in runs for s in r.get("steps", [])]
+    steps = [sample(Step.of(s)) for r in runs for s in r.get("steps", [])]
     if model is None or not steps:
         return None
     return float(fit_stats(model, steps).total_error)
@@ -458,7 +456,7 @@ def write_report(exp: Experiment) -> tuple[str, dict[str, Any]]:
     """Build the report and write report.txt, report.json and report.png (atomically)."""
     import importlib.util
 
-    from ppas.live.bench import write_json_atomic
+    from ppas.core.outputs import write_json_atomic
 
     out = Path(exp.out_dir)
     rep = build_report(exp)

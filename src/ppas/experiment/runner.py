@@ -39,7 +39,7 @@ from types import FrameType
 from typing import Any, Protocol, TextIO
 
 from ppas.core.errors import PpasError
-from ppas.core.steplog import HEADER_KEY
+from ppas.core.steplog import Step, read_step_log
 from ppas.experiment.spec import FITTED_AUTO, ArmSpec, Experiment
 
 RUNS_DIR = "runs"
@@ -197,19 +197,8 @@ def _read_steps(path: Path | None, offset: int, t_start: float) -> list[dict[str
     measured run's start on the monotonic clock shared with the engine process)."""
     if path is None or not path.exists():
         return []
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    out = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a concurrent flush belongs to no run
-        if isinstance(obj, dict) and HEADER_KEY not in obj and (  # a server run's header
-                float(obj.get("time", t_start)) >= t_start):
-            out.append(obj)
-    return out
+    return [dict(s.record) for s in read_step_log(path, offset).steps
+            if s.time is None or s.time >= t_start]
 
 
 class Runner:
@@ -298,17 +287,15 @@ class Runner:
 
     def auto_cost_model(self) -> Path:
         """Fit ``cost-auto.json`` from the calibration arms' run files (deterministic)."""
-        from ppas.calibrate.fit import step_record
-        from ppas.cost.fitted import fit
+        from ppas.calibrate.fit import fit_and_save
 
         steps = self.calibration_steps()
         if not steps:
             raise PpasError(f"{FITTED_AUTO}: the calibration arms' runs recorded no steps; "
                             "cannot fit a cost model")
-        model = fit([step_record(s) for s in steps], sources=[
-            str(self.out / RUNS_DIR / slug(a.name)) for a in self.exp.arms if a.calibrates])
         path = self.out / AUTO_COST
-        model.to_file(path)
+        fit_and_save(map(Step.of, steps), path, sources=[
+            str(self.out / RUNS_DIR / slug(a.name)) for a in self.exp.arms if a.calibrates])
         return path
 
     def launch_for(self, arm: ArmSpec, device: str | None) -> Launch:
