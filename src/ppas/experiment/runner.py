@@ -228,7 +228,7 @@ class Runner:
 
     def prepare(self, resume: bool) -> None:
         """Check the folder against ``resume`` and record the experiment in it."""
-        from ppas.live.bench import write_json_atomic
+        from ppas.core.outputs import write_json_atomic
 
         if self.out.exists() and not self.out.is_dir():
             raise PpasError(f"out_dir {str(self.out)!r} exists and is not a folder")
@@ -336,7 +336,7 @@ class Runner:
     def _measure(self, srv: _ArmServer, load: float, seed: int) -> tuple[Any, list[Any], float]:
         """One replay of the (load, seed) trace; returns (BenchResult, steps, wall s). The
         warm-up requests go before the first run on each server start."""
-        from ppas.live.bench import run_trace
+        from ppas.live.client import ReplayOptions, run_trace
 
         w = self.exp.workload
         trace = w.trace(load, seed)
@@ -349,11 +349,12 @@ class Runner:
 
         async def go() -> Any:
             task = asyncio.ensure_future(run_trace(
-                srv.base_url, self.exp.model.path, trace, prompt_seed=self.prompt_seed(load, seed),
-                vocab_size=self.exp.model.vocab_size,
-                filler_id=min(1000, self.exp.model.vocab_size - 1),
-                request_timeout_s=w.request_timeout_s,
-                num_warmups=w.warmup_requests if srv.fresh else 0, on_start=started))
+                srv.base_url, self.exp.model.path, trace, ReplayOptions(
+                    prompt_seed=self.prompt_seed(load, seed),
+                    vocab_size=self.exp.model.vocab_size,
+                    filler_id=min(1000, self.exp.model.vocab_size - 1),
+                    request_timeout_s=w.request_timeout_s,
+                    num_warmups=w.warmup_requests if srv.fresh else 0), on_start=started))
             while not task.done():
                 await asyncio.wait({task}, timeout=0.2)
                 if self.stop.is_set() and not task.done():
@@ -378,7 +379,8 @@ class Runner:
         return 1000 * seed + self.exp.workload.loads.index(load) + 1
 
     def run_arm(self, arm: ArmSpec, device: str | None, estimates: dict[str, Any]) -> None:
-        from ppas.live.bench import write_json_atomic
+        from ppas.core.outputs import write_json_atomic
+        from ppas.live.results import summarize
 
         w = self.exp.workload
         done = self.completed()
@@ -416,7 +418,7 @@ class Runner:
                     attempts.append({"attempt": len(attempts) + 1, "server_died": bool(died),
                                      "reason": died,
                                      "failed": None if result is None
-                                     else result.summary()["failed"]})
+                                     else summarize(result)["failed"]})
                     if not died:
                         break
                     print(f"{arm.name}: server died ({died}); restarting it", file=self.stream,
@@ -429,7 +431,7 @@ class Runner:
                     raise PpasError(f"arm {arm.name}: the server died twice at {w.load_name} "
                                     f"{w.load_label(load)} seed {seed}; see {launch.log_path}")
                 trace = w.trace(load, seed)
-                summary = result.summary()
+                summary = summarize(result)
                 rec = {"arm": arm.name, "load": load, "load_label": w.load_label(load),
                        "seed": seed, "prompt_seed": self.prompt_seed(load, seed),
                        "trace": trace.description, "policy": arm.policy,

@@ -1,7 +1,7 @@
 """Request traces: the P-PAS phase generator, gamma burstiness, constant rate, trace files.
 
 Every generator returns a ``Trace``: requests sorted by arrival time (seconds from the
-trace start). The same trace feeds the simulator and the live benchmark (``ppas.live.bench``),
+trace start). The same trace feeds the simulator and the live benchmark (``ppas.live.client``),
 so a simulated run and a measured run can be compared request by request.
 """
 
