@@ -228,3 +228,13 @@ def test_bad_model_file_is_one_line_error(tmp_path: Path, content: str | None,
     with pytest.raises(PpasError, match=why) as e:
         make_cost_model(f"fitted:{path}")
     assert "\n" not in str(e.value)
+
+
+def test_fit_and_save_writes_what_it_returns(tmp_path: Path) -> None:
+    from ppas.calibrate.fit import fit_and_save
+
+    log, out = tmp_path / "steps.jsonl", tmp_path / "cost.json"
+    synthetic_log(log, TRUE, steps=50)
+    model = fit_and_save(read_steps(log), out, sources=[str(log)], kv_capacity_tokens=1000)
+    assert FittedCostModel.from_file(out) == model
+    assert model.sources == (str(log),) and model.kv_capacity_tokens == 1000

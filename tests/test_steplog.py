@@ -106,3 +106,39 @@ def test_record_type_is_the_writer_and_reader_contract() -> None:
     assert set(REQUIRED) <= set(StepLogRecord.__annotations__)
     assert set(record(1)) == set(StepLogRecord.__annotations__)
     assert set(HEADER) == set(StepLogHeader.__annotations__)
+
+
+def test_reading_from_an_offset_sees_only_the_later_run(tmp_path: Path) -> None:
+    """What the experiment runner does: the file's size before a run, then that run's
+    steps only; an error still names the line of the whole file."""
+    log = tmp_path / "steps.jsonl"
+    w = StepLogWriter(str(log), HEADER)
+    for i in range(1, 4):
+        w.write(record(i))
+    w.flush()
+    offset = log.stat().st_size
+    for i in range(4, 6):
+        w.write(record(i))
+    w.close()
+    got = read_step_log(log, offset)
+    assert [s.record["step"] for s in got.steps] == [4, 5]
+    assert got.runs[0].header is None  # the header lies before the offset
+    assert got.steps[0].time == 4.0 and got.steps[0].prefill_chunks == ((104, 0),)
+    with open(log, "ab") as f:
+        f.write(b'{"step": 6}\n')
+    with pytest.raises(PpasError, match=r"steps.jsonl:7: step lacks duration_s"):
+        read_step_log(log, offset)
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"duration_s": -1}, "duration_s must be a finite number >= 0"),
+    ({"duration_s": True}, "duration_s must be a finite number >= 0"),
+    ({"prefill_chunks": [[0, 0]]}, "prefill_chunks must be a list of"),
+    ({"decode_contexts": [1.5]}, "decode_contexts must be a list of integers"),
+])
+def test_step_of_names_what_is_wrong(change: dict[str, object], why: str) -> None:
+    from ppas.core.steplog import Step
+
+    assert Step.of(dict(record(1))).decode_contexts == (50, 60)
+    with pytest.raises(ValueError, match=why):
+        Step.of({**record(1), **change})
