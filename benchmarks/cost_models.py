@@ -114,11 +114,12 @@ def sanity() -> None:
 
 
 def live() -> None:
-    from ppas.calibrate.fit import read_step_log
+    from ppas.calibrate.fit import read_steps, sample
     from ppas.calibrate.profile import ProbeDesign, count_steps, profile, wait_for_log
     from ppas.cost.fitted import fit
     from ppas.engine.simulator import EngineConfig, simulate
-    from ppas.live.bench import run_trace
+    from ppas.live.client import ReplayOptions, run_trace
+    from ppas.live.results import summarize
     from ppas.live.server import VllmServer
     from ppas.workload import phase_trace
 
@@ -134,17 +135,18 @@ def live() -> None:
         log = Path(tmp, "steps.jsonl")
         with VllmServer(model_dir, policy=policy, max_num_batched_tokens=mbt,
                         max_num_seqs=seqs, step_log=log, log_path=Path(tmp, "server.log")) as srv:
-            profiled = profile(srv.base_url, model_dir, log, design, vocab_size=3000, seed=11)
+            profiled = profile(srv.base_url, model_dir, log, design, Path(tmp, "profiled.json"),
+                               vocab_size=3000, seed=11)
             assert profiled.stats is not None
             print(f"   profiled on {profiled.stats.line()}")
             measured = {}
             for j, (b, trace) in enumerate(traces.items()):
                 before = count_steps(log)
-                res = asyncio.run(run_trace(srv.base_url, model_dir, trace, vocab_size=3000,
-                                            prompt_seed=500 + j))
+                res = asyncio.run(run_trace(srv.base_url, model_dir, trace, ReplayOptions(
+                    vocab_size=3000, prompt_seed=500 + j)))
                 wait_for_log(log, before)
-                measured[b] = (float(res.summary()["avg_latency"]),
-                               read_step_log(log, skip_steps=before))
+                measured[b] = (float(summarize(res)["avg_latency"]),
+                               [sample(s) for s in read_steps(log, skip_steps=before)])
     fitted = fit([r for _, steps in measured.values() for r in steps])
     assert fitted.stats is not None
     print(f"   fitted on the traces' own steps: {fitted.stats.line()}")

@@ -27,11 +27,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import fit_and_save, read_steps
 from ppas.core.errors import PpasError
-from ppas.cost.fitted import fit
+from ppas.core.outputs import write_json_atomic
 from ppas.engine.simulator import EngineConfig, simulate
-from ppas.live.bench import run_trace, write_json_atomic
+from ppas.live.client import ReplayOptions, run_trace
+from ppas.live.results import summarize
 from ppas.live.server import VllmServer
 from ppas.policies import make_policy
 from ppas.workload import Trace, prefix_group_trace
@@ -93,22 +94,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{cfg}: server up in {time.monotonic() - t0:.0f} s", flush=True)
             # Warm-up on a prompt of its own (another prompt seed: no shared blocks).
             asyncio.run(run_trace(srv.base_url, a.model_dir, Trace(trace.requests[:1], 0.0),
-                                  prompt_seed=999, vocab_size=vocab))
+                                  ReplayOptions(prompt_seed=999, vocab_size=vocab)))
             q0, h0 = prefix_counters(srv.base_url)
-            res = asyncio.run(run_trace(srv.base_url, a.model_dir, trace, prompt_seed=0,
-                                        vocab_size=vocab))
+            res = asyncio.run(run_trace(srv.base_url, a.model_dir, trace,
+                                        ReplayOptions(prompt_seed=0, vocab_size=vocab)))
             q1, h1 = prefix_counters(srv.base_url)
         blocks = kv_blocks(server_log) or blocks
-        s = res.summary()
+        s = summarize(res)
         rec = {"config": cfg, **s, "hit_rate": (h1 - h0) / (q1 - q0) if q1 > q0 else None}
         write_json_atomic(out / f"bench-{slug}.json", {**rec, **res.per_request()})
         runs.append(rec)
         logs.append(step_log)
         print(f"  measured: {s['completed']}/{len(trace)} ok, mean E2E {s['avg_latency']:.3f} s,"
               f" hit rate {rec['hit_rate']:.1%}", flush=True)
-    steps = [r for p in logs for r in read_step_log(p, skip_steps=1)]
-    model = fit(steps, sources=[str(p) for p in logs])
-    model.to_file(out / "cost.json")
+    steps = [s for p in logs for s in read_steps(p, skip_steps=1)]
+    model = fit_and_save(steps, out / "cost.json", sources=[str(p) for p in logs])
     print(f"\nfitted cost model on {model.stats.line() if model.stats else len(steps)}")
     print(f"KV cache: {blocks} blocks of 16 tokens (from the server log)")
     print(f"\n{'config':>22} {'E2E live':>9} {'E2E sim':>8} {'error':>7} {'hit live':>9} "

@@ -21,19 +21,15 @@ from aiohttp import web
 from ppas.cli import build_parser, main
 from ppas.commands.bench import trace_from_args
 from ppas.core.errors import PpasError
-from ppas.live.bench import (
-    PREFIX_TOKENS,
-    BenchResult,
-    RequestOutcome,
-    normalize_base_url,
-    run_trace,
-    summarize,
-    text_prompt,
-    token_prompt,
-)
+from ppas.live.client import ReplayOptions, run_trace
+from ppas.live.http import normalize_base_url
+from ppas.live.outcome import BenchResult, RequestOutcome
+from ppas.live.prompts import PREFIX_TOKENS, text_prompt, token_prompt
+from ppas.live.results import summarize
 from ppas.workload import PAPER_PHASES, constant_trace, gamma_trace, phase_trace, save_trace
 
 SEED, PROMPT, VOCAB, FILLER = 7, 140, 5000, 11
+OPTIONS = ReplayOptions(prompt_seed=SEED, vocab_size=VOCAB, filler_id=FILLER)
 CHUNK_DELAY = 0.01
 
 
@@ -197,8 +193,8 @@ def test_token_counting_with_multi_token_chunks(usage: str, tokens: int, error: 
     each text chunk counts as one token, which undercounts and is reported as cut off."""
     trace = constant_trace(10.0, 1, prompt_tokens=PROMPT, output_tokens=6)
     with FakeServer(per_chunk=2) as base:
-        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
-                                    filler_id=FILLER, usage=usage))
+        res = asyncio.run(run_trace(base, "fake", trace, ReplayOptions(
+            prompt_seed=SEED, vocab_size=VOCAB, filler_id=FILLER, usage=usage)))
     (o,) = res.outcomes
     assert (o.output_tokens, o.error) == (tokens, error)
     if not error:
@@ -210,8 +206,7 @@ def test_request_body_is_the_paper_shape() -> None:
     trace = constant_trace(10.0, 2, prompt_tokens=PROMPT, output_tokens=3)
     server = FakeServer()
     with server as base:
-        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
-                                    filler_id=FILLER))
+        res = asyncio.run(run_trace(base, "fake", trace, OPTIONS))
     assert [o.success for o in res.outcomes] == [True, True]
     for body in server.seen:
         assert body["stream"] is True and body["ignore_eos"] is True
@@ -227,12 +222,11 @@ def test_latency_counts_from_scheduled_submission() -> None:
     third request's E2E includes its 0.4 s wait, TTFTs grow, and makespan covers all."""
     trace = gamma_trace(float("inf"), 3, seed=0, prompt_tokens=PROMPT, output_tokens=2)
     with FakeServer(service_s=0.2) as base:
-        res = asyncio.run(run_trace(base, "fake", trace, prompt_seed=SEED, vocab_size=VOCAB,
-                                    filler_id=FILLER))
-    lat = sorted(o.latency for o in res.outcomes if o.latency is not None)
+        res = asyncio.run(run_trace(base, "fake", trace, OPTIONS))
+    lat = sorted(o.e2e for o in res.outcomes if o.e2e is not None)
     assert len(lat) == 3
     assert lat[0] >= 0.2 and lat[1] >= 0.4 and lat[2] >= 0.6
-    s = res.summary()
+    s = summarize(res)
     assert s["makespan"] == pytest.approx(max(o.end_s or 0 for o in res.outcomes))
     assert s["makespan"] >= 0.6
 
@@ -241,9 +235,8 @@ def test_cancel_keeps_partial_result() -> None:
     trace = constant_trace(20.0, 3, prompt_tokens=PROMPT, output_tokens=2)
 
     async def go(base: str) -> BenchResult:
-        task = asyncio.create_task(run_trace(base, "fake", trace, prompt_seed=SEED,
-                                             vocab_size=VOCAB, filler_id=FILLER,
-                                             keep_partial_on_cancel=True))
+        task = asyncio.create_task(run_trace(base, "fake", trace, ReplayOptions(
+            prompt_seed=SEED, vocab_size=VOCAB, filler_id=FILLER, keep_partial_on_cancel=True)))
         await asyncio.sleep(0.5)
         task.cancel()
         return await task
@@ -406,7 +399,7 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
 
 
 def test_prefix_prompts_share_exactly_the_trace_prefix() -> None:
-    from ppas.live.bench import _prompt
+    from ppas.live.prompts import prompt as _prompt
     from ppas.workload import RequestSpec
 
     a = _prompt(RequestSpec(0, 300, 1, prefix=(("g", 200),)), 0, SEED, "tokens", VOCAB, FILLER)
@@ -423,12 +416,12 @@ def test_prefix_trace_needs_token_prompts() -> None:
     import asyncio
 
     from ppas.core.errors import PpasError
-    from ppas.live.bench import run_trace
+    from ppas.live.client import ReplayOptions, run_trace
     from ppas.workload import prefix_group_trace
 
     tr = prefix_group_trace(1.0, 3, 0, 1, 64, 16, 1)
     with pytest.raises(PpasError, match="need --prompt-format tokens"):
-        asyncio.run(run_trace("http://127.0.0.1:9", "m", tr, prompt_format="text"))
+        asyncio.run(run_trace("http://127.0.0.1:9", "m", tr, ReplayOptions(prompt_format="text")))
 
 
 # ---------------------------------------------------------------- issue 11

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import read_steps, sample
 from ppas.cli import main
 from ppas.core.errors import PpasError
 from ppas.cost import make_cost_model
@@ -44,6 +44,11 @@ def synthetic_log(path: Path, model: FittedCostModel, steps: int = 400, seed: in
                 "num_decode_tokens": len(ctx), "num_prefill_reqs": len(chunks),
                 "num_decode_reqs": len(ctx), "prefill_chunks": chunks, "decode_contexts": ctx,
             }) + "\n")
+
+
+def read_step_log(path: Path) -> list[tuple[StepShape, float]]:
+    """The log's steps as the fit takes them."""
+    return [sample(s) for s in read_steps(path)]
 
 
 def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
@@ -223,3 +228,13 @@ def test_bad_model_file_is_one_line_error(tmp_path: Path, content: str | None,
     with pytest.raises(PpasError, match=why) as e:
         make_cost_model(f"fitted:{path}")
     assert "\n" not in str(e.value)
+
+
+def test_fit_and_save_writes_what_it_returns(tmp_path: Path) -> None:
+    from ppas.calibrate.fit import fit_and_save
+
+    log, out = tmp_path / "steps.jsonl", tmp_path / "cost.json"
+    synthetic_log(log, TRUE, steps=50)
+    model = fit_and_save(read_steps(log), out, sources=[str(log)], kv_capacity_tokens=1000)
+    assert FittedCostModel.from_file(out) == model
+    assert model.sources == (str(log),) and model.kv_capacity_tokens == 1000

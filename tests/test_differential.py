@@ -51,7 +51,7 @@ from vllm_fakes import (  # noqa: E402
     tiny_model_dir,
 )
 
-from ppas.core.steplog import read_step_log_runs  # noqa: E402
+from ppas.core.steplog import read_step_log  # noqa: E402
 from ppas.core.view import (
     SchedulerView,  # noqa: E402
     pending_prefills,  # noqa: E402
@@ -222,8 +222,8 @@ def test_simulator_matches_vllm(model_dir: str, tmp_path: Path, name: str, w: Wo
     cost = FittedCostModel.from_file(cost_file)  # both sides read the same floats
     sim = sim_run(case, reqs, blocks, seqs, cost)
     real = vllm_run(model_dir, case, reqs, blocks, seqs, cost, cost_file, log)
-    (logged,) = read_step_log_runs(log).runs  # one server run: its header, then the steps
-    rows = [r for _, r in logged.records]
+    (logged,) = read_step_log(log).runs  # one server run: its header, then the steps
+    rows = [s.record for s in logged.steps]
     for k, (s, (scheduled, preempted)) in enumerate(zip(sim, real, strict=False)):
         where = f"step {k} of {name} ({len(sim)} simulated, {len(real)} in vLLM)"
         assert (s.scheduled, tuple(sorted(s.preempted))) == (scheduled, preempted), where

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import read_steps, sample
 from ppas.calibrate.profile import ProbeDesign, probes
 from ppas.cli import main
 from ppas.core.errors import PpasError
@@ -85,7 +85,7 @@ def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"wrote {out}" in text and "fit on" in text
     m = FittedCostModel.from_file(out)
     assert m.stats is not None and m.overhead_s > 0
-    steps = read_step_log(log)
+    steps = [sample(s) for s in read_steps(log)]
     assert m.stats.num_steps == len(steps) > 10
     # The log covers the designed axes: chunks on cached context, and decode batches.
     assert any(s.num_prefill_reqs and s.prefill_kv_tokens > s.num_prefill_tokens + 400

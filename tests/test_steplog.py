@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import read_steps
 from ppas.core.errors import PpasError
 from ppas.core.steplog import (
     FORMAT_VERSION,
     StepLogHeader,
     StepLogRecord,
     StepLogWriter,
-    read_step_log_runs,
+    read_step_log,
 )
 
 HEADER: StepLogHeader = {"ppas_step_log": FORMAT_VERSION, "started": "2026-01-01T00:00:00",
@@ -52,8 +52,8 @@ def test_sigkill_loses_at_most_the_current_step(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert p.returncode == -signal.SIGKILL, p.stderr
-    (run,) = read_step_log_runs(log).runs
-    assert run.header == HEADER and [r["step"] for _, r in run.records] == list(range(1, 101))
+    (run,) = read_step_log(log).runs
+    assert run.header == HEADER and [s.record["step"] for s in run.steps] == list(range(1, 101))
 
 
 def test_runs_appended_to_one_file_are_told_apart(tmp_path: Path) -> None:
@@ -63,11 +63,11 @@ def test_runs_appended_to_one_file_are_told_apart(tmp_path: Path) -> None:
         for i in range(1, n + 1):
             w.write(record(i))
         w.close()
-    runs = read_step_log_runs(log).runs
-    assert [(r.header["pid"] if r.header else None, len(r.records)) for r in runs] == [(3, 3),
-                                                                                        (5, 5)]
-    assert len(read_step_log(log)) == 8
-    assert len(read_step_log(log, skip_steps=2)) == 1 + 3  # warm-up skipped per server run
+    runs = read_step_log(log).runs
+    assert [(r.header["pid"] if r.header else None, len(r.steps)) for r in runs] == [(3, 3),
+                                                                                      (5, 5)]
+    assert len(read_steps(log)) == 8
+    assert len(read_steps(log, skip_steps=2)) == 1 + 3  # warm-up skipped per server run
 
 
 def test_truncated_last_line_is_skipped_with_one_warning(tmp_path: Path) -> None:
@@ -79,30 +79,66 @@ def test_truncated_last_line_is_skipped_with_one_warning(tmp_path: Path) -> None
     with open(log, "ab") as f:
         f.write(json.dumps(record(11)).encode()[:37])  # what a kill mid-write leaves
     warnings: list[str] = []
-    assert len(read_step_log(log, warn=warnings.append)) == 10
+    assert len(read_steps(log, warn=warnings.append)) == 10
     assert len(warnings) == 1 and f"{log}:12: skipped a truncated last line" in warnings[0]
     # A bad line that is not the last one (or ends with a newline) is still an error.
     with open(log, "ab") as f:
         f.write(b"\n")
     with pytest.raises(PpasError, match=r"steps.jsonl:12: invalid JSON"):
-        read_step_log(log)
+        read_steps(log)
 
 
 def test_format_0_logs_still_read_and_unknown_versions_are_named(tmp_path: Path) -> None:
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps(record(i)) + "\n" for i in range(1, 8)))
-    (run,) = read_step_log_runs(old).runs
-    assert run.header is None and len(read_step_log(old)) == 7
+    (run,) = read_step_log(old).runs
+    assert run.header is None and len(read_steps(old)) == 7
     new = tmp_path / "new.jsonl"
     new.write_text(json.dumps({**HEADER, "ppas_step_log": 99}) + "\n")
     with pytest.raises(PpasError, match="new.jsonl:1: step log format 99 is not supported"):
-        read_step_log(new)
+        read_steps(new)
 
 
 def test_record_type_is_the_writer_and_reader_contract() -> None:
     """Every key the reader (calibrate) needs is a field of StepLogRecord."""
-    from ppas.calibrate.fit import REQUIRED
+    from ppas.core.steplog import REQUIRED
 
     assert set(REQUIRED) <= set(StepLogRecord.__annotations__)
     assert set(record(1)) == set(StepLogRecord.__annotations__)
     assert set(HEADER) == set(StepLogHeader.__annotations__)
+
+
+def test_reading_from_an_offset_sees_only_the_later_run(tmp_path: Path) -> None:
+    """What the experiment runner does: the file's size before a run, then that run's
+    steps only; an error still names the line of the whole file."""
+    log = tmp_path / "steps.jsonl"
+    w = StepLogWriter(str(log), HEADER)
+    for i in range(1, 4):
+        w.write(record(i))
+    w.flush()
+    offset = log.stat().st_size
+    for i in range(4, 6):
+        w.write(record(i))
+    w.close()
+    got = read_step_log(log, offset)
+    assert [s.record["step"] for s in got.steps] == [4, 5]
+    assert got.runs[0].header is None  # the header lies before the offset
+    assert got.steps[0].time == 4.0 and got.steps[0].prefill_chunks == ((104, 0),)
+    with open(log, "ab") as f:
+        f.write(b'{"step": 6}\n')
+    with pytest.raises(PpasError, match=r"steps.jsonl:7: step lacks duration_s"):
+        read_step_log(log, offset)
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"duration_s": -1}, "duration_s must be a finite number >= 0"),
+    ({"duration_s": True}, "duration_s must be a finite number >= 0"),
+    ({"prefill_chunks": [[0, 0]]}, "prefill_chunks must be a list of"),
+    ({"decode_contexts": [1.5]}, "decode_contexts must be a list of integers"),
+])
+def test_step_of_names_what_is_wrong(change: dict[str, object], why: str) -> None:
+    from ppas.core.steplog import Step
+
+    assert Step.of(dict(record(1))).decode_contexts == (50, 60)
+    with pytest.raises(ValueError, match=why):
+        Step.of({**record(1), **change})

@@ -17,13 +17,13 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # noqa: E402
 
-from ppas.calibrate.fit import read_step_log  # noqa: E402
+from ppas.calibrate.fit import read_steps  # noqa: E402
 from ppas.core.errors import PpasError  # noqa: E402
 from ppas.core.steplog import (  # noqa: E402
     FORMAT_VERSION,
     StepLogHeader,
     StepLogRecord,
-    read_step_log_runs,
+    read_step_log,
 )
 from ppas.core.view import (  # noqa: E402
     SchedulerView,  # noqa: E402
@@ -198,10 +198,10 @@ def test_step_log(model_dir: str, tmp_path: Path) -> None:
                             step_log=str(log))
     drive(sched2, {0: [make_request("z", 300, 2)]})
     sched2.shutdown()
-    runs = read_step_log_runs(log).runs
-    assert [len(r.records) for r in runs][0] == len(rows) and len(runs) == 2
-    assert runs[1].header is not None and runs[1].records[0][1]["step"] == 1
-    assert len(read_step_log(log)) == len(rows) + len(runs[1].records)
+    runs = read_step_log(log).runs
+    assert [len(r.steps) for r in runs][0] == len(rows) and len(runs) == 2
+    assert runs[1].header is not None and runs[1].steps[0].record["step"] == 1
+    assert len(read_steps(log)) == len(rows) + len(runs[1].steps)
 
 
 def test_decodes_first_and_prefill_order(model_dir: str) -> None:

@@ -8,7 +8,7 @@ separates (``ppas.cost.fitted``), then fits it:
 * prefill chunk sizes x cached contexts: for each (c, p), one request of p tokens fills the
   prefix cache (itself a prefill probe on an empty cache), then one request of p + c tokens
   sharing that prefix computes a chunk of c tokens on top of p cached ones
-  (``ppas.live.bench.token_prompt`` prompts of one seed and index are prefixes of each other),
+  (``ppas.live.prompts.token_prompt`` prompts of one seed and index are prefixes of each other),
   with one output token, so its step holds exactly that chunk (with p a multiple of the
   server's KV block size; the server's budget may split a chunk, which the log records);
 * decode batch sizes x decode contexts: b prompts of k tokens are sent once to fill the
@@ -28,10 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppas.calibrate.fit import fit_and_save, read_steps
 from ppas.core.config import require
 from ppas.core.errors import PpasError
-from ppas.core.steplog import HEADER_KEY
+from ppas.core.steplog import read_step_log
 from ppas.cost.fitted import FittedCostModel
+from ppas.live.client import ReplayOptions, run_trace
 from ppas.workload import RequestSpec, Trace
 
 
@@ -103,13 +105,8 @@ def probes(design: ProbeDesign, seed: int = 0) -> list[Probe]:
 
 
 def count_steps(path: Path) -> int:
-    """Steps in a step log (non-empty lines but the run headers, ``ppas.core.steplog``); 0 when
-    it does not exist yet."""
-    if not path.is_file():
-        return 0
-    header = f'"{HEADER_KEY}"'.encode()
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip() and header not in line)
+    """Steps in a step log (``ppas.core.steplog``'s reader); 0 when it does not exist yet."""
+    return len(read_step_log(path).steps) if path.is_file() else 0
 
 
 def wait_for_log(path: Path, before: int, settle_s: float = 1.0, timeout_s: float = 30.0
@@ -135,30 +132,26 @@ async def send_probes(base_url: str, model: str, plan: list[Probe], *, vocab_siz
     """Send every probe (warm-up trace, then its measured traces, each to completion).
     A failed request fails the profile with one line: a step log with holes would still
     fit, but the user asked for a designed grid."""
-    from ppas.live.bench import run_trace
-
     for i, probe in enumerate(plan):
         if on_probe is not None:
             on_probe(i, probe)
         for trace in ((probe.warm,) if probe.warm else ()) + probe.measured:
-            res = await run_trace(base_url, model, trace, prompt_seed=probe.seed,
-                                  vocab_size=vocab_size, filler_id=filler_id,
-                                  request_timeout_s=request_timeout_s)
+            res = await run_trace(base_url, model, trace, ReplayOptions(
+                prompt_seed=probe.seed, vocab_size=vocab_size, filler_id=filler_id,
+                request_timeout_s=request_timeout_s))
             bad = [o for o in res.outcomes if not o.success]
             if bad:
                 raise PpasError(f"probe {probe.label!r} ({trace.description}): request "
                                 f"failed: {bad[0].error}")
 
 
-def profile(base_url: str, model: str, step_log: str | Path, design: ProbeDesign, *,
-            vocab_size: int, filler_id: int = 1000, seed: int = 0,
+def profile(base_url: str, model: str, step_log: str | Path, design: ProbeDesign,
+            output: str | Path, *, vocab_size: int, filler_id: int = 1000, seed: int = 0,
             request_timeout_s: float = 600.0, kv_capacity_tokens: int | None = None,
             on_probe: Callable[[int, Probe], None] | None = None) -> FittedCostModel:
-    """Run the probe against the server and fit ``ppas.cost.fitted`` to the steps it
-    logged (only those: steps already in the log are skipped). Returns the model."""
-    from ppas.calibrate.fit import read_step_log
-    from ppas.cost.fitted import fit
-
+    """Run the probe against the server, fit ``ppas.cost.fitted`` to the steps it logged
+    (only those: steps already in the log are skipped) and save it to ``output``. Returns
+    the model."""
     log = Path(step_log)
     before = count_steps(log)
     plan = probes(design, seed)
@@ -169,6 +162,6 @@ def profile(base_url: str, model: str, step_log: str | Path, design: ProbeDesign
         raise PpasError(f"the step log {str(log)!r} got no steps from the probe; is the server "
                         "running the ppas plugin with this step_log "
                         "(--additional-config '{\"ppas\": {\"step_log\": ...}}') on this host?")
-    records = read_step_log(log)[before:]  # steps of every server run in the log, in order
-    return fit(records, kv_capacity_tokens=kv_capacity_tokens,
-               sources=[f"{log} (steps {before + 1}-{after}, ppas profile)"])
+    steps = read_steps(log)[before:]  # steps of every server run in the log, in order
+    return fit_and_save(steps, output, kv_capacity_tokens=kv_capacity_tokens,
+                        sources=[f"{log} (steps {before + 1}-{after}, ppas profile)"])

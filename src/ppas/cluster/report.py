@@ -8,7 +8,7 @@ from typing import Any
 
 from ppas.cluster.config import ClusterConfig
 from ppas.cluster.simulator import ClusterResult
-from ppas.core.metrics import percentiles, run_summary
+from ppas.core.metrics import RunSummary, percentiles
 
 #: Columns of ``table`` (record keys), in order.
 COLUMNS = ("ttft_p50", "ttft_p95", "ttft_p99", "tpot_p50", "tpot_p95", "tpot_p99", "e2e_p50",
@@ -29,7 +29,7 @@ def cluster_record(res: ClusterResult, config: ClusterConfig) -> dict[str, Any]:
     if config.disaggregated:
         rec["prefill_instances"] = config.pool("prefill").instances
         rec["decode_instances"] = config.pool("decode").instances
-    rec |= run_summary(ms, res.num_failed)
+    rec |= RunSummary.of(ms, res.num_failed).record()
     rec |= percentiles(ms, (50, 95, 99))
     rec["deflected"] = res.num_deflected
     rec["preemptions"] = sum(x.engine.num_preemptions for x in res.instances)

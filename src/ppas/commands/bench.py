@@ -1,5 +1,6 @@
-"""``ppas bench``: the command line of the live benchmark (``ppas.live.bench``). Trace options
-share the simulator's vocabulary (``ppas.workload``'s generators)."""
+"""``ppas bench``: the command line of the live benchmark (``ppas.live.client`` replays,
+``ppas.live.results`` summarizes). Trace options share the simulator's vocabulary
+(``ppas.workload``'s generators)."""
 
 from __future__ import annotations
 
@@ -30,17 +31,17 @@ from ppas.core.limits import (
     float_arg,
     int_arg,
 )
-from ppas.live.bench import (
-    DEFAULT_FILLER,
-    DEFAULT_VOCAB,
+from ppas.live.client import ReplayOptions, run_trace
+from ppas.live.http import USAGE_MODES, normalize_base_url
+from ppas.live.prompts import DEFAULT_FILLER, DEFAULT_VOCAB, PROMPT_FORMATS
+from ppas.live.results import (
     METRICS,
-    USAGE_MODES,
+    SLO_KEYS,
     check_result_path,
     format_table,
-    normalize_base_url,
     result_record,
-    run_trace,
     save_result,
+    summarize,
 )
 from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 
@@ -97,7 +98,7 @@ def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
             ms = float(val)
         except ValueError:
             ms = math.nan
-        if not sep or key not in ("ttft", "tpot", "e2el") or not (ms > 0 and math.isfinite(ms)):
+        if not sep or key not in SLO_KEYS or not (ms > 0 and math.isfinite(ms)):
             raise PpasError(f"bad --goodput item {item!r}; expected KEY:MS with KEY one of "
                             "ttft, tpot, e2el and MS a number > 0")
         slos[key] = ms
@@ -136,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt-seed", type=int_arg(0, MAX_SEED),
                    help="seed of the prompts' random prefixes (default --seed); change it to "
                    "replay a trace on the same server without prefix-cache hits")
-    g.add_argument("--prompt-format", choices=("tokens", "text"), default="tokens",
+    g.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="tokens",
                    help="token ids in the paper's shape (default) or approximate text")
     g.add_argument("--vocab-size", type=int_arg(1, MAX_VOCAB),
                    help="random prefix ids are drawn from [0, N) (default: the served model's "
@@ -191,6 +192,12 @@ def run(args: argparse.Namespace) -> int:
         raise PpasError(f"--filler-token {args.filler_token} must be < --vocab-size "
                         f"{args.vocab_size}")
     trace = trace_from_args(args)
+    options = ReplayOptions(
+        prompt_seed=args.seed if args.prompt_seed is None else args.prompt_seed,
+        prompt_format=args.prompt_format, vocab_size=args.vocab_size,
+        filler_id=args.filler_token, request_timeout_s=args.request_timeout,
+        max_concurrency=args.max_concurrency, num_warmups=args.num_warmups,
+        usage=args.stream_usage, keep_partial_on_cancel=True)
     dest = result_destination(args)  # before the run: a bad folder must not lose it
     started = datetime.now()
     bars: list[tqdm[Any]] = []  # opened once the server answered: no bar before an error
@@ -200,19 +207,13 @@ def run(args: argparse.Namespace) -> int:
                          disable=args.json or args.disable_tqdm))
 
     try:
-        result = asyncio.run(run_trace(
-            args.base_url, args.model, trace,
-            prompt_seed=args.seed if args.prompt_seed is None else args.prompt_seed,
-            prompt_format=args.prompt_format,
-            vocab_size=args.vocab_size, filler_id=args.filler_token,
-            request_timeout_s=args.request_timeout, max_concurrency=args.max_concurrency,
-            num_warmups=args.num_warmups, usage=args.stream_usage,
-            on_start=start_bar, on_done=lambda _o: bars[0].update(1),
-            keep_partial_on_cancel=True))
+        result = asyncio.run(run_trace(args.base_url, args.model, trace, options,
+                                       on_start=start_bar,
+                                       on_done=lambda _o: bars[0].update(1)))
     finally:
         for bar in bars:
             bar.close()
-    summary = result.summary(goodput, pmetrics, percentiles)
+    summary = summarize(result, goodput, pmetrics, percentiles)
     # The table first: whatever happens to the file, the run is on the terminal.
     if args.json:
         print(json.dumps(summary, allow_nan=False), flush=True)

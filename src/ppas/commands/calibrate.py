@@ -1,5 +1,6 @@
 """``ppas calibrate STEPLOG [STEPLOG...] -o COST.json``: fit ``ppas.cost.fitted``'s step-time
-model to the vLLM plugin's step logs (``ppas.calibrate.fit`` reads them) and report the fit."""
+model to the vLLM plugin's step logs (``ppas.calibrate.fit`` fits and saves it) and report
+the fit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ppas.calibrate.fit import read_step_log
+from ppas.calibrate.fit import fit_and_save, read_steps, sample
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_KV_TOKENS, MAX_SKIP_STEPS, int_arg
 from ppas.core.outputs import check_output_file
@@ -27,24 +28,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppas.cost.fitted import fit, fit_stats
+    from ppas.cost.fitted import fit_stats
 
     for path in args.steplogs:
         if not Path(path).is_file():
             raise PpasError(f"step log {path!r} does not exist")
     check_output_file(args.output, "-o/--output", inputs=args.steplogs)
-    records = []
-    for path in args.steplogs:
-        records += read_step_log(path, args.skip_steps)
-    model = fit(records, kv_capacity_tokens=args.kv_capacity_tokens,
-                sources=[str(Path(p)) for p in args.steplogs])
-    model.to_file(args.output)  # atomically (ppas.core.outputs)
+    steps = [s for path in args.steplogs for s in read_steps(path, args.skip_steps)]
+    model = fit_and_save(steps, args.output, kv_capacity_tokens=args.kv_capacity_tokens,
+                         sources=[str(Path(p)) for p in args.steplogs])
     if args.json:
         print(json.dumps(model.to_dict(), allow_nan=False))
         return 0
     assert model.stats is not None
     print(f"wrote {args.output}")
     print(f"fit on {model.stats.line()}")
+    records = [sample(s) for s in steps]
     prefill = [r for r in records if r[0].num_prefill_tokens > 0]
     decode = [r for r in records if r[0].num_prefill_tokens == 0 and r[0].num_decodes > 0]
     for name, part in (("steps with prefill", prefill), ("decode-only steps", decode)):

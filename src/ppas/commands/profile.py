@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ppas.calibrate.profile import Probe, ProbeDesign, probes, profile
-    from ppas.live.bench import normalize_base_url
+    from ppas.live.http import normalize_base_url
 
     normalize_base_url(args.base_url)  # fail fast on a malformed URL
     for name in ("vocab_size", "request_timeout", "kv_capacity_tokens"):
@@ -75,11 +75,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"[{i + 1}/{len(plan)}] {probe.label}", file=sys.stderr, flush=True)
 
-    model = profile(args.base_url, args.model, args.step_log, design,
+    model = profile(args.base_url, args.model, args.step_log, design, out,
                     vocab_size=args.vocab_size, filler_id=args.filler_token, seed=args.seed,
                     request_timeout_s=args.request_timeout,
                     kv_capacity_tokens=args.kv_capacity_tokens, on_probe=progress)
-    model.to_file(out)
     if args.json:
         print(json.dumps(model.to_dict(), allow_nan=False))
         return 0

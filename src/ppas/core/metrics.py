@@ -1,10 +1,12 @@
 """Latency metrics exactly as the P-PAS client defines them (spec "Metrics"), per request
 and per run, plus aggregation over seeds and the paper's geometric-mean improvement.
 
-    E2E (latency) = completion - submission      TTFT = first token - submission
+    E2E = completion - submission      TTFT = first token - submission
     TPOT = (completion - first token) / max(output_tokens - 1, 1)
-    makespan = last completion - first submission
-Percentiles are numpy's linear interpolation.
+    makespan = last completion - first submission (``RunSummary``)
+Percentiles are numpy's linear interpolation. E2E is ``e2e`` in code; the JSON edges keep their
+names: ``avg_latency``/``p95_latency`` in run records, ``e2el`` where ``vllm bench serve``'s
+names are written (``ppas.live.results``).
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ class RequestMetrics:
     ttft_slo: float | None = None
     tpot_slo: float | None = None
     slo_class: str | None = None
+    e2e_slo: float | None = None
+    end_s: float | None = None  # when the client was done with it; default arrival_s + e2e
 
     @property
     def finish_s(self) -> float:
-        return self.arrival_s + self.e2e
+        return self.arrival_s + self.e2e if self.end_s is None else self.end_s
 
     def meets_slo(self) -> bool:
-        """Attainment: both given SLOs met (a request with no SLO always attains)."""
+        """Attainment: every given SLO met, a value equal to its SLO meeting it (a request
+        with no SLO always attains)."""
         return (self.ttft_slo is None or self.ttft <= self.ttft_slo) and (
-            self.tpot_slo is None or self.tpot <= self.tpot_slo
-        )
+            self.tpot_slo is None or self.tpot <= self.tpot_slo) and (
+            self.e2e_slo is None or self.e2e <= self.e2e_slo)
 
 
 def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> float:
@@ -46,39 +51,86 @@ def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> fl
     return (completion_s - first_token_s) / max(output_tokens - 1, 1)
 
 
-#: Keys of a run record (the simulator's and the benchmark's ``--json`` objects).
+#: Keys of a run record (the simulator's and the benchmark's ``--json`` objects, run files).
 RUN_KEYS = ("num_requests", "avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot",
             "p95_tpot", "makespan", "failed")
 
 
-def run_summary(reqs: Sequence[RequestMetrics], failed: int = 0) -> dict[str, float | int]:
-    """Mean and P95 of E2E, TTFT, TPOT; makespan; counts (P-PAS client conventions)."""
-    if not reqs:
-        nan = float("nan")
-        return {"num_requests": failed, "avg_latency": nan, "p95_latency": nan, "avg_ttft": nan,
-                "p95_ttft": nan, "avg_tpot": nan, "p95_tpot": nan, "makespan": nan,
-                "failed": failed}
-    e2e = np.array([r.e2e for r in reqs])
-    ttft = np.array([r.ttft for r in reqs])
-    tpot = np.array([r.tpot for r in reqs])
-    first = min(r.arrival_s for r in reqs)
-    last = max(r.finish_s for r in reqs)
-    out: dict[str, float | int] = {
-        "num_requests": len(reqs) + failed,
-        "avg_latency": float(e2e.mean()),
-        "p95_latency": float(np.percentile(e2e, 95)),
-        "avg_ttft": float(ttft.mean()),
-        "p95_ttft": float(np.percentile(ttft, 95)),
-        "avg_tpot": float(tpot.mean()),
-        "p95_tpot": float(np.percentile(tpot, 95)),
-        "makespan": float(last - first),
-        "failed": failed,
-    }
-    if any(r.ttft_slo is not None or r.tpot_slo is not None for r in reqs):
-        met = sum(r.meets_slo() for r in reqs)
-        out["slo_attainment"] = met / (len(reqs) + failed)
-        out["goodput"] = met / max(last - first, 1e-9)
-    return out
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One run's figures, defined once for the simulator, the cluster and the live bench.
+
+    Over the completed requests; failed ones count only in ``num_requests`` and ``failed``:
+
+    * ``mean_*`` / ``p95_*``: mean and P95 of E2E, TTFT, TPOT (seconds);
+    * ``makespan`` = last completion - first submission, both over completed requests;
+    * ``good``: completed requests meeting every SLO they carry (``RequestMetrics.meets_slo``),
+      None when no request carries one;
+    * ``slo_attainment`` = good / num_requests; ``goodput`` = good / makespan (requests/s).
+
+    Figures of a run with no completed request are NaN. ``record`` writes the JSON edge."""
+
+    num_requests: int  # completed + failed
+    failed: int
+    mean_e2e: float
+    p95_e2e: float
+    mean_ttft: float
+    p95_ttft: float
+    mean_tpot: float
+    p95_tpot: float
+    makespan: float
+    good: int | None = None
+
+    @classmethod
+    def of(cls, reqs: Sequence[RequestMetrics], failed: int = 0) -> RunSummary:
+        if not reqs:
+            nan = float("nan")
+            return cls(failed, failed, nan, nan, nan, nan, nan, nan, nan)
+        e2e = np.array([r.e2e for r in reqs])
+        ttft = np.array([r.ttft for r in reqs])
+        tpot = np.array([r.tpot for r in reqs])
+        first = min(r.arrival_s for r in reqs)
+        last = max(r.finish_s for r in reqs)
+        has_slo = any(r.ttft_slo is not None or r.tpot_slo is not None
+                      or r.e2e_slo is not None for r in reqs)
+        return cls(
+            num_requests=len(reqs) + failed, failed=failed,
+            mean_e2e=float(e2e.mean()), p95_e2e=float(np.percentile(e2e, 95)),
+            mean_ttft=float(ttft.mean()), p95_ttft=float(np.percentile(ttft, 95)),
+            mean_tpot=float(tpot.mean()), p95_tpot=float(np.percentile(tpot, 95)),
+            makespan=float(last - first),
+            good=sum(r.meets_slo() for r in reqs) if has_slo else None)
+
+    @property
+    def completed(self) -> int:
+        return self.num_requests - self.failed
+
+    @property
+    def slo_attainment(self) -> float | None:
+        return None if self.good is None else self.good / self.num_requests
+
+    @property
+    def goodput(self) -> float | None:
+        return None if self.good is None else self.good / max(self.makespan, 1e-9)
+
+    def record(self) -> dict[str, float | int]:
+        """The run record's keys (``RUN_KEYS``; E2E is ``latency`` there), plus
+        ``slo_attainment`` and ``goodput`` when requests carry SLOs."""
+        out: dict[str, float | int] = {
+            "num_requests": self.num_requests,
+            "avg_latency": self.mean_e2e,
+            "p95_latency": self.p95_e2e,
+            "avg_ttft": self.mean_ttft,
+            "p95_ttft": self.p95_ttft,
+            "avg_tpot": self.mean_tpot,
+            "p95_tpot": self.p95_tpot,
+            "makespan": self.makespan,
+            "failed": self.failed,
+        }
+        if self.slo_attainment is not None and self.goodput is not None:
+            out["slo_attainment"] = self.slo_attainment
+            out["goodput"] = self.goodput
+        return out
 
 
 def percentiles(reqs: Sequence[RequestMetrics], qs: Sequence[float] = (50, 90, 95, 99)
@@ -119,5 +171,5 @@ def geomean_improvement(policy: Sequence[float], baseline: Sequence[float]) -> f
     return (1.0 - math.exp(sum(logs) / len(logs))) * 100.0
 
 
-__all__ = ["RUN_KEYS", "RequestMetrics", "geomean_improvement", "mean_over", "percentiles",
-           "run_summary", "tpot_of", "asdict"]
+__all__ = ["RUN_KEYS", "RequestMetrics", "RunSummary", "geomean_improvement", "mean_over",
+           "percentiles", "tpot_of", "asdict"]

@@ -11,16 +11,21 @@ OS when the step completes (every ``flush_every`` steps; default 1), so a server
 SIGKILL loses at most the step being written, and SIGTERM to the whole process group (a
 terminal's Ctrl-C, ``timeout``, systemd, a container runtime) loses nothing that completed.
 A kill in the middle of a write leaves a truncated last line without its newline; the reader
-skips exactly that line and says so (``StepLog.warning``). Anything else malformed is an
-error naming ``file:line``.
+skips exactly that line and says so (``StepLog.warning``). Anything else malformed (bad JSON,
+a step lacking a field or with one of the wrong type) is an error naming ``file:line``.
+
+Reading (``read_step_log``): the one reader of every consumer (``ppas calibrate``, ``ppas
+profile``, the experiment runner). Each step line becomes a checked ``Step``; a reader that
+starts at a byte ``offset`` (the size the file had before a run) sees that run's steps only.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -99,12 +104,63 @@ class StepLogWriter:
             self._f.close()
 
 
+#: The fields a step needs to be read (the fit's target and the step's shape); the others
+#: are kept in ``Step.record`` as written.
+REQUIRED = ("duration_s", "prefill_chunks", "decode_contexts")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One completed engine step as read back (the reader's side of ``StepLogRecord``).
+
+    Invariants (checked by ``of``): ``duration_s`` is finite and >= 0; every prefill chunk
+    is ``(chunk_tokens >= 1, cached_context_before_chunk >= 0)``; every decode context is an
+    integer >= 0. ``record`` is the line's object exactly as written (run files copy it)."""
+
+    duration_s: float
+    prefill_chunks: tuple[tuple[int, int], ...]
+    decode_contexts: tuple[int, ...]
+    time: float | None  # the launch on the engine's monotonic clock; None if not logged
+    record: Mapping[str, Any] = field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, obj: Any) -> Step:
+        """One step-log object -> Step; ValueError names what is wrong."""
+        if not isinstance(obj, dict):
+            raise ValueError("expected a JSON object (one step)")
+        missing = [k for k in REQUIRED if k not in obj]
+        if missing:
+            raise ValueError(f"step lacks {', '.join(missing)}; is this a ppas.vllm step log?")
+        d = obj["duration_s"]
+        if not isinstance(d, int | float) or isinstance(d, bool) or not math.isfinite(d) or (
+                d < 0):
+            raise ValueError(f"duration_s must be a finite number >= 0, got {d!r}")
+        chunks = obj["prefill_chunks"]
+        if not isinstance(chunks, list) or not all(
+                isinstance(c, list) and len(c) == 2 and _is_int(c[0]) and _is_int(c[1])
+                and c[0] >= 1 and c[1] >= 0 for c in chunks):
+            raise ValueError("prefill_chunks must be a list of [chunk_tokens >= 1, "
+                             f"cached_context >= 0] integer pairs, got {chunks!r:.80}")
+        ctx = obj["decode_contexts"]
+        if not isinstance(ctx, list) or not all(_is_int(k) and k >= 0 for k in ctx):
+            raise ValueError(f"decode_contexts must be a list of integers >= 0, got "
+                             f"{ctx!r:.80}")
+        t = obj.get("time")
+        launch = float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
+        return cls(float(d), tuple((c, p) for c, p in chunks), tuple(ctx), launch, obj)
+
+
 @dataclass
 class StepLogRun:
-    """One server run of a log: its header (None for a format-0 log) and its records."""
+    """One server run of a log: its header (None for a format-0 log, or for a read that
+    started after it) and its steps, in order."""
 
     header: StepLogHeader | None
-    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (line, record)
+    steps: list[Step] = field(default_factory=list)
 
 
 @dataclass
@@ -113,27 +169,37 @@ class StepLog:
     runs: list[StepLogRun]
     warning: str | None = None  # set when a truncated last line was skipped
 
+    @property
+    def steps(self) -> list[Step]:
+        """Every step of every run, in file order."""
+        return [s for run in self.runs for s in run.steps]
 
-def read_step_log_runs(path: str | Path) -> StepLog:
-    """Parse a log into runs of raw record objects (field checks are the reader's job)."""
+
+def read_step_log(path: str | Path, offset: int = 0) -> StepLog:
+    """Read a log from byte ``offset`` (a line start, such as the file's size before a run)
+    into runs of checked steps. Raises PpasError naming ``file:line`` on anything malformed
+    but a truncated last line (see the module doc)."""
     p = Path(path)
     if not p.is_file():
         raise PpasError(f"step log {str(p)!r} does not exist")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        with open(p, "rb") as f:
+            first = f.read(offset).count(b"\n") + 1  # the line number at ``offset``
+            text = f.read().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise PpasError(f"{p}: cannot read step log: {e}") from None
     lines = text.split("\n")
     complete = text.endswith("\n")
     runs: list[StepLogRun] = []
     warning = None
-    for n, line in enumerate(lines, 1):
+    for i, line in enumerate(lines):
+        n = first + i
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            if n == len(lines) and not complete:  # the last write was cut short
+            if i == len(lines) - 1 and not complete:  # the last write was cut short
                 warning = (f"{p}:{n}: skipped a truncated last line (the server was killed "
                            "while writing it)")
                 break
@@ -148,11 +214,12 @@ def read_step_log_runs(path: str | Path) -> StepLog:
             continue
         if not runs:
             runs.append(StepLogRun(None))
-        if not isinstance(obj, dict):
-            raise PpasError(f"{p}:{n}: expected a JSON object (one step)")
-        runs[-1].records.append((n, obj))
+        try:
+            runs[-1].steps.append(Step.of(obj))
+        except ValueError as e:
+            raise PpasError(f"{p}:{n}: {e}") from None
     return StepLog(p, runs, warning)
 
 
-__all__ = ["FORMAT_VERSION", "HEADER_KEY", "StepLog", "StepLogHeader", "StepLogRecord",
-           "StepLogRun", "StepLogWriter", "read_step_log_runs"]
+__all__ = ["FORMAT_VERSION", "HEADER_KEY", "REQUIRED", "Step", "StepLog", "StepLogHeader",
+           "StepLogRecord", "StepLogRun", "StepLogWriter", "read_step_log"]

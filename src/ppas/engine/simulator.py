@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
-from ppas.core.metrics import RequestMetrics, run_summary, tpot_of
+from ppas.core.metrics import RequestMetrics, RunSummary, tpot_of
 from ppas.core.view import SchedulerView, StepRecord
 from ppas.cost.base import CostModel, StepShape
 from ppas.engine import step_rules
@@ -302,7 +302,7 @@ class SimResult:
 
     def summary(self) -> dict[str, float | int]:
         failed = sum(1 for r in self.requests if r.failed)
-        return run_summary(self.request_metrics(), failed)
+        return RunSummary.of(self.request_metrics(), failed).record()
 
     def failure_reasons(self) -> dict[str, int]:
         """Failed requests per reason (empty when all finished)."""

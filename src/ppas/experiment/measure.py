@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppas.core.steplog import HEADER_KEY
+from ppas.core.steplog import read_step_log
 from ppas.experiment.servers import ArmServer
 from ppas.experiment.spec import Experiment
 from ppas.experiment.stopping import Interrupted, StopFlag
-from ppas.live.bench import BenchResult, run_trace
+from ppas.live.client import ReplayOptions, run_trace
+from ppas.live.outcome import BenchResult
+from ppas.live.results import summarize
 
 
 @dataclass(frozen=True)
 class Measurement:
     result: BenchResult
-    summary: dict[str, Any]  # ``result.summary()``
+    summary: dict[str, Any]  # ``ppas.live.results.summarize(result)``
     steps: list[dict[str, Any]]  # the server's step-log lines of the run
     wall_s: float
 
@@ -55,11 +56,12 @@ def measure(exp: Experiment, srv: ArmServer, load: float, seed: int,
 
     async def go() -> BenchResult:
         task = asyncio.ensure_future(run_trace(
-            srv.base_url, exp.model.path, trace, prompt_seed=prompt_seed(exp, load, seed),
-            vocab_size=exp.model.vocab_size,
-            filler_id=min(1000, exp.model.vocab_size - 1),
-            request_timeout_s=w.request_timeout_s,
-            num_warmups=w.warmup_requests if srv.fresh else 0, on_start=started))
+            srv.base_url, exp.model.path, trace, ReplayOptions(
+                prompt_seed=prompt_seed(exp, load, seed),
+                vocab_size=exp.model.vocab_size,
+                filler_id=min(1000, exp.model.vocab_size - 1),
+                request_timeout_s=w.request_timeout_s,
+                num_warmups=w.warmup_requests if srv.fresh else 0), on_start=started))
         while not task.done():
             await asyncio.wait({task}, timeout=0.2)
             if stop.is_set() and not task.done():
@@ -75,7 +77,7 @@ def measure(exp: Experiment, srv: ArmServer, load: float, seed: int,
     srv.fresh = False
     wall = time.monotonic() - t0
     time.sleep(0.3)  # the engine flushes its step log when it goes idle
-    return Measurement(result, result.summary(), _read_steps(step_log, offset, t_start[0]),
+    return Measurement(result, summarize(result), _read_steps(step_log, offset, t_start[0]),
                        wall)
 
 
@@ -84,16 +86,5 @@ def _read_steps(path: Path | None, offset: int, t_start: float) -> list[dict[str
     measured run's start on the monotonic clock shared with the engine process)."""
     if path is None or not path.exists():
         return []
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    out = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a concurrent flush belongs to no run
-        if isinstance(obj, dict) and HEADER_KEY not in obj and (  # a server run's header
-                float(obj.get("time", t_start)) >= t_start):
-            out.append(obj)
-    return out
+    return [dict(s.record) for s in read_step_log(path, offset).steps
+            if s.time is None or s.time >= t_start]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ppas.calibrate.fit import step_record
+from ppas.calibrate.fit import sample
+from ppas.core.steplog import Step
 from ppas.cost.fitted import COEFFICIENTS, FittedCostModel, fit_stats
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.runfile import RunFile
@@ -66,7 +67,7 @@ def _predict(exp: Experiment, r: RunFile, model: FittedCostModel | None,
 
 def step_time_error(model: FittedCostModel | None, runs: Sequence[RunFile]) -> float | None:
     """(predicted - measured) / measured total step time of the runs' own steps."""
-    steps = [step_record(s) for r in runs for s in r.steps]
+    steps = [sample(Step.of(s)) for r in runs for s in r.steps]
     if model is None or not steps:
         return None
     return float(fit_stats(model, steps).total_error)

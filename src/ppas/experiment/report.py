@@ -30,9 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ppas.calibrate.fit import step_record
+from ppas.calibrate.fit import fit_and_save
 from ppas.core.outputs import write_atomic, write_json_atomic
-from ppas.cost.fitted import FittedCostModel, fit
+from ppas.core.steplog import Step
+from ppas.cost.fitted import FittedCostModel
 from ppas.experiment import tables
 from ppas.experiment.figure import plot_report
 from ppas.experiment.folder import ResultsFolder
@@ -67,13 +68,12 @@ def build_report(exp: Experiment) -> Report:
 def _fit_report_model(exp: Experiment, runs: Sequence[RunFile]) -> FittedCostModel | None:
     """The cost model of every plugin arm's step slices (``cost-report.json``), or None
     with fewer than 10 steps."""
-    steps = [step_record(s) for r in runs if r.policy for s in r.steps]
+    steps = [Step.of(s) for r in runs if r.policy for s in r.steps]
     if len(steps) < 10:
         return None
     folder = ResultsFolder(exp)
-    model = fit(steps, sources=[str(folder.arm_dir(a.name)) for a in exp.arms if a.plugin])
-    model.to_file(folder.out / REPORT_COST)
-    return model
+    return fit_and_save(steps, folder.out / REPORT_COST, sources=[
+        str(folder.arm_dir(a.name)) for a in exp.arms if a.plugin])
 
 
 def write_report(exp: Experiment) -> tuple[str, Report]:

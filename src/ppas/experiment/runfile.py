@@ -60,7 +60,7 @@ class RunFile:
     attempts: tuple[Attempt, ...]
     wall_s: float  # the measured replay's wall time
     finished_at: float  # Unix time the run completed
-    summary: dict[str, Any]  # ``ppas.live.bench``'s summary of the replay
+    summary: dict[str, Any]  # ``ppas.live.results.summarize`` of the replay
     per_request: dict[str, Any]  # per-request arrays (arrivals, latencies, ...)
     steps: tuple[dict[str, Any], ...]  # the server's step-log slice for the run (plugin arms)
 

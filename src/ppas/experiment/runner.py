@@ -23,10 +23,10 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-from ppas.calibrate.fit import step_record
+from ppas.calibrate.fit import fit_and_save
 from ppas.core.errors import PpasError
+from ppas.core.steplog import Step
 from ppas.cost import make_cost_model
-from ppas.cost.fitted import fit
 from ppas.experiment.devices import run_on_devices
 from ppas.experiment.folder import AUTO_COST, ResultsFolder
 from ppas.experiment.measure import Measurement, measure, prompt_seed
@@ -142,10 +142,9 @@ class Runner:
         if not steps:
             raise PpasError(f"{FITTED_AUTO}: the calibration arms' runs recorded no steps; "
                             "cannot fit a cost model")
-        model = fit([step_record(s) for s in steps], sources=[
-            str(self.folder.arm_dir(a.name)) for a in self.exp.arms if a.calibrates])
         path = self.folder.out / AUTO_COST
-        model.to_file(path)
+        fit_and_save(map(Step.of, steps), path, sources=[
+            str(self.folder.arm_dir(a.name)) for a in self.exp.arms if a.calibrates])
         return path
 
     # -- records -----------------------------------------------------------------------------

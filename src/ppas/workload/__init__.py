@@ -1,5 +1,5 @@
 """Request traces: what a run replays, the same in the simulator and the live benchmark
-(``ppas.live.bench``), so a simulated run and a measured run compare request by request.
+(``ppas.live.client``), so a simulated run and a measured run compare request by request.
 
 * ``requests``: ``RequestSpec``, ``Trace`` and SLO classes, the records every stage reads.
 * ``phases``: the P-PAS paper's phase traces (piecewise Poisson, bit-identical).
