@@ -131,7 +131,8 @@ def _value(v: Any, typ: Any, path: str, text: bool) -> Any:
         each = [args[0]] * len(v) if len(args) == 2 and args[1] is Ellipsis else list(args)
         if len(each) != len(v):
             raise config_error(path, "", f"must be a list of {len(each)}, got {v!r}")
-        return tuple(_value(x, a, f"{path}[{i}]", text) for i, (x, a) in enumerate(zip(v, each)))
+        return tuple(_value(x, a, f"{path}[{i}]", text)
+                     for i, (x, a) in enumerate(zip(v, each, strict=True)))
     if typ is Any:
         return v
     if text and isinstance(v, str) and typ is not str:
