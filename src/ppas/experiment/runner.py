@@ -38,6 +38,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TextIO
 
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.steplog import HEADER_KEY
 from ppas.experiment.spec import FITTED_AUTO, ArmSpec, Experiment
@@ -334,7 +335,7 @@ class Runner:
         extra = list(e.args())
         for k, v in stock.items():
             if k != "max_num_batched_tokens":
-                extra += [f"--{k.replace('_', '-')}", str(v)]
+                extra += [Knob(k).flag, str(v)]
         env = dict(e.env)
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device

@@ -64,6 +64,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
 from ppas.core.config import from_table, require
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.steplog import FORMAT_VERSION, StepLogHeader, StepLogRecord, StepLogWriter
 from ppas.core.view import RequestView, SchedulerView, StepRecord
@@ -89,8 +90,8 @@ def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str)
     dp = int(vllm_config.parallel_config.data_parallel_size)
     if release.prefill_interval_applies(interval, dp, bool(vllm_config.model_config.is_moe)):
         raise PpasError(
-            f"ppas.vllm: --prefill-schedule-interval {interval} makes vLLM {version} hold all "
-            f"prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
+            f"ppas.vllm: {Knob.PREFILL_SCHEDULE_INTERVAL.flag} {interval} makes vLLM {version} "
+            f"hold all prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
             f"budget would go unused there; drop it (allowed: 1, the policy decides each "
             f"step's prefill)"
         )
@@ -292,7 +293,8 @@ class PolicyScheduler(Scheduler):
             raise PpasError(
                 f"ppas.vllm: policy {cfg.policy!r} runs with max_num_batched_tokens="
                 f"{policy.max_num_batched_tokens} but vLLM has {sc.max_num_batched_tokens}; "
-                f"start vLLM with --max-num-batched-tokens {policy.max_num_batched_tokens}"
+                f"start vLLM with {Knob.MAX_NUM_BATCHED_TOKENS.flag} "
+                f"{policy.max_num_batched_tokens}"
             )
         knobs = policy.engine_knobs  # vllm: baselines: vLLM applies the knobs itself
         if knobs.long_prefill_token_threshold and (
@@ -302,13 +304,13 @@ class PolicyScheduler(Scheduler):
         ):
             raise PpasError(
                 f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flags: start vLLM with "
-                f"--long-prefill-token-threshold {knobs.long_prefill_token_threshold}"
-                + (" --long-prefill-token-threshold-adaptive"
+                f"{Knob.LONG_PREFILL_TOKEN_THRESHOLD.flag} {knobs.long_prefill_token_threshold}"
+                + (f" {Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE.flag}"
                    if knobs.long_prefill_token_threshold_adaptive else "")
             )
         for flag, want, have in (
-                ("--max-num-seqs", knobs.max_num_seqs, sc.max_num_seqs),
-                ("--max-num-active-seqs", knobs.max_num_active_seqs,
+                (Knob.MAX_NUM_SEQS.flag, knobs.max_num_seqs, sc.max_num_seqs),
+                (Knob.MAX_NUM_ACTIVE_SEQS.flag, knobs.max_num_active_seqs,
                  getattr(sc, "max_num_active_seqs", None))):
             if want is not None and want != have:
                 raise PpasError(f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flag: "
