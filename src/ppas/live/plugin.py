@@ -91,8 +91,8 @@ def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str)
     if release.prefill_interval_applies(interval, dp, bool(vllm_config.model_config.is_moe)):
         raise PpasError(
             f"ppas.vllm: {Knob.PREFILL_SCHEDULE_INTERVAL.flag} {interval} makes vLLM {version} "
-            f"hold all prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
-            f"budget would go unused there; drop it (allowed: 1, the policy decides each "
+            f"hold all prefill on {interval - 1} of every {interval} steps, so the policy's "
+            f"prefill budget would go unused there; drop it (allowed: 1, the policy decides each "
             f"step's prefill)"
         )
     logger.warning(
