@@ -39,6 +39,7 @@ D = TypeVar("D")
 _BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
                "0": False, "false": False, "no": False, "off": False}
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
 
 
 class ConfigError(PpasError):
@@ -62,6 +63,21 @@ def require(cond: bool, problem: str, key: str = "") -> None:
     field ``key`` when given (``from_table`` reports it as ``WHERE.KEY: problem``)."""
     if not cond:
         raise FieldError(key, problem) if key else PpasError(problem)
+
+
+def require_at_least(obj: object, lo: float, *keys: str, strict: bool = False) -> None:
+    """Range check for ``__post_init__``: each field in ``keys`` is None or >= ``lo``
+    (> ``lo`` when ``strict``); else ``KEY: must be >= LO, got V``."""
+    for k in keys:
+        v = getattr(obj, k)
+        if v is not None and not (v > lo if strict else v >= lo):
+            raise FieldError(k, f"must be {'>' if strict else '>='} {lo:g}, got {v!r}")
+
+
+def require_one_of(value: str | None, choices: Sequence[str], key: str) -> None:
+    """Choice check for ``__post_init__``: field ``key`` is None or one of ``choices``."""
+    require(value is None or value in choices,
+            f"must be one of {', '.join(choices)}, got {value!r}", key=key)
 
 
 def at(where: str, key: str) -> str:
@@ -127,13 +143,14 @@ def _value(v: Any, typ: Any, path: str, text: bool) -> Any:
         return from_table(typ, v, path, text=text)
     if origin is tuple:
         if not isinstance(v, list | tuple):
-            raise config_error(path, "", f"must be a list, got {v!r}")
+            of = f" of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else ""
+            raise config_error(path, "", f"must be a list{of}, got {v!r}")
         each = [args[0]] * len(v) if len(args) == 2 and args[1] is Ellipsis else list(args)
         if len(each) != len(v):
             raise config_error(path, "", f"must be a list of {len(each)}, got {v!r}")
         return tuple(_value(x, a, f"{path}[{i}]", text)
                      for i, (x, a) in enumerate(zip(v, each, strict=True)))
-    if typ is Any:
+    if typ is Any or typ is object:
         return v
     if text and isinstance(v, str) and typ is not str:
         v = _from_text(v.strip(), typ)
