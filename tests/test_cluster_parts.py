@@ -70,7 +70,7 @@ TOP = "allowed: pools, router, link, slo"
 @pytest.mark.parametrize("edit, needle", [
     (lambda t: t.replace('"round-robin"', '"random"'), "router: unknown router 'random'; allowed"),
     (lambda t: t.replace('role = "decode"', 'role = "decoder"'),
-     "pools[1].role: unknown role 'decoder'; allowed: mixed, prefill, decode"),
+     "pools[1].role: must be one of mixed, prefill, decode, got 'decoder'"),
     (lambda t: t.replace('role = "decode"', 'role = "mixed"')
      .replace('deflection = "ladder:tbt_slo=0.04"', ''), "exactly one 'prefill'"),
     (lambda t: t.replace("instances = 2", "instances = 0"),

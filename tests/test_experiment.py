@@ -93,11 +93,14 @@ def _write(tmp_path: Path, text: str) -> Path:
 BAD: list[tuple[dict[str, str], str]] = [
     ({"name = \"t\"": "name = \"t\"\ncolour = 3"}, "colour: unknown key; allowed: name"),
     ({"name = \"t\"": "name = 4"}, "name: must be a string, got 4"),
+    ({"name = \"t\"": "name = \"\""}, "name: must be a non-empty string"),
     ({"name = \"t\"": "name = \"t\"\ndescription = 5"}, "description: must be"),
     ({"out_dir = ": "out_dir = 3 #"}, "out_dir: must be a string, got 3"),
     ({"out_dir = ": "out_dir = \"\" #"}, "out_dir: must be a non-empty string"),
     ({"[model]\npath": "[model]\nsize = 1\npath"}, "model.size: unknown key; allowed: path, "
      "vocab_size"),
+    ({"[model]\npath": "[model]\n#path"}, "model.path: required"),
+    ({"[model]\npath": "model = 3\n#"}, "model: must be a table with keys path, vocab_size"),
     ({"path = \"": "path = \"./nowhere/at/all\" #"}, "model.path: no model folder"),
     ({"path = \"": "vocab_size = 999999\npath = \""}, "model.vocab_size: must be <= the "
      "model's vocab_size 5000"),
@@ -150,6 +153,8 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"prompt_tokens = 200": "prompt_tokens = 5000"}, "exceed the model's "
      "max_position_embeddings (4096)"),
     ({"seeds = [0, 1]": "seeds = [0, 0]"}, "workload.seeds: must be distinct integers >= 0"),
+    ({"seeds = [0, 1]": "seeds = 3"}, "workload.seeds: must be a list of integers, got 3"),
+    ({"seeds = [0, 1]": "seeds = [0, true]"}, "workload.seeds[1]: must be an integer, got True"),
     ({"warmup_requests = 1": "warmup_requests = -1"}, "workload.warmup_requests: must be >= 0, "
      "got -1"),
     ({"request_timeout_s = 30": "request_timeout_s = 0"}, "workload.request_timeout_s: must "
@@ -183,26 +188,21 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"+": "\n[run]\nspeed = 1\n"}, "run.speed: unknown key; allowed: devices"),
     ({"+": "\n[run]\ndevices = [\"0\", \"0\"]\n"}, "run.devices: must be a list of distinct"),
     ({"+": "\n[run]\nserver_startup_s = -3\n"}, "run.server_startup_s: must be >= 0, got -3.0"),
+    ({"+": "\n[run]\nserver_startup_s = true\n"}, "run.server_startup_s: must be a number"),
     ({"+": "\n[run]\nestimate_cost_model = \"roofline\"\n"}, "roofline needs run.hardware"),
     ({"+": "\n[run]\nestimate_cost_model = \"fitted:/no\"\n"}, "run.estimate_cost_model: "
      "must be roofline or fitted:FILE"),
     ({"+": "\n[run]\nhardware = \"tpu\"\n"}, "run.hardware: must be one of rtx5090"),
     ({"+": "\n[run]\ncatalog_model = \"gpt9\"\n"}, "run.catalog_model: must be one of"),
     ({"+": "\n[report]\nlevel = 1.5\n"}, "report.level: must be in (0, 1)"),
+    ({"+": "\n[report]\nlevel = 1\n"}, "report.level: must be in (0, 1), got 1.0"),
     ({"+": "\n[report]\nn_boot = 5\n"}, "report.n_boot: must be >= 100, got 5"),
+    ({"+": "\n[report]\nn_boot = 100.0\n"}, "report.n_boot: must be an integer, got 100.0"),
     ({"+": "\n[report]\nbootstrap_seed = -1\n"}, "report.bootstrap_seed: must be >= 0, got -1"),
     ({"+": "\n[report]\nstyle = 1\n"}, "report.style: unknown key; allowed: level"),
     ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
      "arms[4]: give exactly one of policy"),
     ({"name = \"t\"": "name = \"t\" \"\""}, "not valid TOML"),
-    ({"name = \"t\"": "name = \"\""}, "name: must be a non-empty string"),
-    ({"+": "\n[report]\nn_boot = 100.0\n"}, "report.n_boot: must be an integer, got 100.0"),
-    ({"seeds = [0, 1]": "seeds = 3"}, "workload.seeds: must be a list of integers, got 3"),
-    ({"seeds = [0, 1]": "seeds = [0, true]"}, "workload.seeds[1]: must be an integer, got True"),
-    ({"[model]\npath": "[model]\n#path"}, "model.path: required"),
-    ({"[model]\npath": "model = 3\n#"}, "model: must be a table with keys path, vocab_size"),
-    ({"+": "\n[run]\nserver_startup_s = true\n"}, "run.server_startup_s: must be a number"),
-    ({"+": "\n[report]\nlevel = 1\n"}, "report.level: must be in (0, 1), got 1.0"),
 ]
 
 

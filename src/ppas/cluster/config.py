@@ -51,7 +51,7 @@ from pathlib import Path
 from ppas.cluster.deflection import make_deflection
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router
-from ppas.core.config import FieldError, at, check_keys, from_table, init_fields, require
+from ppas.core.config import FieldError, at, check_fields, check_keys, from_table, require
 from ppas.core.errors import PpasError
 from ppas.policies import make_policy
 
@@ -105,12 +105,8 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         require(bool(self.name), "must not be empty", key="name")
-        require(self.role in ROLES, f"unknown role {self.role!r}; allowed: {', '.join(ROLES)}",
-                key="role")
-        for k in ("instances", "tp", "max_num_seqs"):
-            require(getattr(self, k) >= 1, f"must be >= 1, got {getattr(self, k)}", key=k)
-        require(self.num_kv_blocks is None or self.num_kv_blocks >= 1,
-                f"must be >= 1, got {self.num_kv_blocks}", key="num_kv_blocks")
+        check_fields(self, "role", one_of=ROLES)
+        check_fields(self, "instances", "tp", "max_num_seqs", "num_kv_blocks", at_least=1)
         require(self.queue == "fcfs" or self.role == "prefill",
                 "applies to prefill pools only", key="queue")
         require(self.deflection == "off" or self.role == "decode",
@@ -196,7 +192,7 @@ class RouterTable:
 
 def cluster_from_dict(obj: object, where: str = "") -> ClusterConfig:
     """A cluster from its parsed TOML (``ppas.core.config.from_table``: one-line errors)."""
-    t = dict(check_keys(obj, where, init_fields(ClusterConfig)))
+    t = check_keys(obj, where, ClusterConfig)
     if isinstance(t.get("router"), Mapping):
         t["router"] = from_table(RouterTable, t["router"], at(where, "router")).name
     return from_table(ClusterConfig, t, where)

@@ -65,19 +65,20 @@ def require(cond: bool, problem: str, key: str = "") -> None:
         raise FieldError(key, problem) if key else PpasError(problem)
 
 
-def require_at_least(obj: object, lo: float, *keys: str, strict: bool = False) -> None:
-    """Range check for ``__post_init__``: each field in ``keys`` is None or >= ``lo``
-    (> ``lo`` when ``strict``); else ``KEY: must be >= LO, got V``."""
+def check_fields(obj: object, *keys: str, at_least: float | None = None,
+                 above: float | None = None, one_of: Sequence[str] | None = None) -> None:
+    """Range checks for ``__post_init__``: each field in ``keys`` is None, or >= ``at_least``,
+    > ``above`` and in ``one_of`` (those given); else ``KEY: must be >= 1, got 0``."""
     for k in keys:
         v = getattr(obj, k)
-        if v is not None and not (v > lo if strict else v >= lo):
-            raise FieldError(k, f"must be {'>' if strict else '>='} {lo:g}, got {v!r}")
-
-
-def require_one_of(value: str | None, choices: Sequence[str], key: str) -> None:
-    """Choice check for ``__post_init__``: field ``key`` is None or one of ``choices``."""
-    require(value is None or value in choices,
-            f"must be one of {', '.join(choices)}, got {value!r}", key=key)
+        if v is None:
+            continue
+        if at_least is not None:
+            require(v >= at_least, f"must be >= {at_least:g}, got {v!r}", key=k)
+        if above is not None:
+            require(v > above, f"must be > {above:g}, got {v!r}", key=k)
+        if one_of is not None:
+            require(v in one_of, f"must be one of {', '.join(one_of)}, got {v!r}", key=k)
 
 
 def at(where: str, key: str) -> str:
@@ -97,15 +98,18 @@ def unknown_key(where: str, key: str, allowed: Sequence[str]) -> ConfigError:
     return config_error(where, key, f"unknown key; allowed: {', '.join(allowed) or '(none)'}")
 
 
-def check_keys(table: object, where: str, allowed: Sequence[str]) -> Mapping[str, Any]:
-    """``table`` as a mapping whose keys are all in ``allowed``; else the one-line error."""
+def check_keys(table: object, where: str, allowed: Sequence[str] | type) -> dict[str, Any]:
+    """A copy of ``table`` once it is a mapping whose keys are all in ``allowed`` (names, or
+    a dataclass: its fields); else the one-line error."""
+    if isinstance(allowed, type):
+        allowed = init_fields(allowed)
     if not isinstance(table, Mapping):
         raise config_error(where, "", f"must be a table with keys {', '.join(allowed)}, "
                            f"got {table!r}")
     for k in table:
         if k not in allowed:
             raise unknown_key(where, str(k), allowed)
-    return table
+    return dict(table)
 
 
 def init_fields(cls: type) -> list[str]:

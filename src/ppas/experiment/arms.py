@@ -7,16 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ppas.core.config import (
-    FieldError,
-    at,
-    check_keys,
-    config_error,
-    from_table,
-    init_fields,
-    require,
-    require_at_least,
-)
+from ppas.core.config import FieldError, check_fields, check_keys, config_error, from_table, require
 from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.policies import make_policy
@@ -54,7 +45,7 @@ class ArmSpec:
                 make_policy(self.policy)
             except PpasError as e:
                 raise FieldError("policy", str(e)) from None
-        require_at_least(self, 1, "max_num_batched_tokens")
+        check_fields(self, "max_num_batched_tokens", at_least=1)
         require(self.plugin or Knob.MAX_NUM_BATCHED_TOKENS in self.stock_dict(),
                 "required for a stock arm", key=f"stock.{Knob.MAX_NUM_BATCHED_TOKENS}")
 
@@ -96,7 +87,7 @@ class ArmSpec:
         """``[[arms]]`` number ``i``; a stock arm's ``max_num_batched_tokens`` is its stock
         one, a plugin arm's (without a cost model) its policy's."""
         w = f"arms[{i}]"
-        t = dict(check_keys(obj, w, init_fields(ArmSpec)))
+        t = check_keys(obj, w, ArmSpec)
         if ("policy" in t) == ("stock" in t):
             raise config_error(w, "", "give exactly one of policy = \"NAME:...\" (the ppas "
                                "plugin) or [arms.stock] (stock vLLM scheduler arguments)")
@@ -105,10 +96,10 @@ class ArmSpec:
                 if k in t:
                     raise config_error(w, k, "applies to plugin arms (policy = ...) only; a "
                                        "stock arm sets [arms.stock] max_num_batched_tokens")
-            st = check_keys(t["stock"], at(w, "stock"), STOCK_ARGS)
+            st = check_keys(t["stock"], f"{w}.stock", STOCK_ARGS)
             for k, v in st.items():
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise config_error(at(w, "stock"), k, f"must be an integer >= 1, got {v!r}")
+                    raise config_error(f"{w}.stock", k, f"must be an integer >= 1, got {v!r}")
             t["stock"] = tuple((str(k), st[k]) for k in STOCK_ARGS if k in st)
             t["max_num_batched_tokens"] = st.get(Knob.MAX_NUM_BATCHED_TOKENS)
         arm = from_table(ArmSpec, t, w)

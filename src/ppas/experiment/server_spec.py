@@ -8,15 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppas.core.config import (
-    check_keys,
-    config_error,
-    from_table,
-    init_fields,
-    require,
-    require_at_least,
-    require_one_of,
-)
+from ppas.core.config import check_fields, check_keys, config_error, from_table, require
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -33,7 +25,7 @@ class ModelTable:
     def __post_init__(self) -> None:
         require(bool(self.path.strip()), "must be a local model folder or a Hugging Face id "
                 "ORG/NAME", key="path")
-        require_at_least(self, 2, "vocab_size")
+        check_fields(self, "vocab_size", at_least=2)
 
 
 @dataclass(frozen=True)
@@ -87,12 +79,12 @@ class EngineSpec:
     env: tuple[tuple[str, str], ...] = ()  # the file's [engine.env] NAME = "value" table
 
     def __post_init__(self) -> None:
-        require_one_of(self.dtype, DTYPES, "dtype")
-        require_at_least(self, 1, "max_model_len", "max_num_seqs", "tensor_parallel_size")
+        check_fields(self, "dtype", one_of=DTYPES)
+        check_fields(self, "max_model_len", "max_num_seqs", "tensor_parallel_size", at_least=1)
         gmu = self.gpu_memory_utilization
         require(gmu is None or 0 < gmu <= 1, f"must be in (0, 1], got {gmu}",
                 key="gpu_memory_utilization")
-        require_at_least(self, 0, "startup_timeout_s", strict=True)
+        check_fields(self, "startup_timeout_s", above=0)
         require(all(self.extra_args), "must be a list of strings (vllm serve flags), got "
                 f"{list(self.extra_args)!r}", key="extra_args")
         require(all(_ENV_NAME.match(k) for k, _ in self.env), "must be a table NAME = "
@@ -100,7 +92,7 @@ class EngineSpec:
 
     @staticmethod
     def parse(obj: object) -> EngineSpec:
-        t = dict(check_keys(obj if obj is not None else {}, "engine", init_fields(EngineSpec)))
+        t = check_keys(obj if obj is not None else {}, "engine", EngineSpec)
         env = t.get("env", {})
         if not isinstance(env, Mapping) or not all(
                 isinstance(v, str | int | float) and not isinstance(v, bool)

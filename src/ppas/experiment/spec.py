@@ -38,15 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ppas.core.config import (
-    check_keys,
-    config_error,
-    from_table,
-    init_fields,
-    require,
-    require_at_least,
-    require_one_of,
-)
+from ppas.core.config import check_fields, check_keys, config_error, from_table, require
 from ppas.core.errors import PpasError
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.experiment.arms import FITTED_AUTO, ArmSpec
@@ -71,9 +63,9 @@ class RunSettings:
         require(len(set(self.devices)) == len(self.devices), "must be a list of distinct GPU "
                 "ids (CUDA_VISIBLE_DEVICES values, e.g. [\"0\", \"1\"]), got "
                 f"{list(self.devices)!r}", key="devices")
-        require_at_least(self, 0, "server_startup_s")
-        require_one_of(self.hardware, tuple(HARDWARE.names()), "hardware")
-        require_one_of(self.catalog_model, tuple(MODELS.names()), "catalog_model")
+        check_fields(self, "server_startup_s", at_least=0)
+        check_fields(self, "hardware", one_of=tuple(HARDWARE.names()))
+        check_fields(self, "catalog_model", one_of=tuple(MODELS.names()))
         est = self.estimate_cost_model
         if est == "roofline":
             require(self.hardware is not None and self.catalog_model is not None,
@@ -87,7 +79,7 @@ class RunSettings:
 
     @staticmethod
     def parse(obj: object) -> RunSettings:
-        t = dict(check_keys(obj if obj is not None else {}, "run", init_fields(RunSettings)))
+        t = check_keys(obj if obj is not None else {}, "run", RunSettings)
         dev = t.get("devices", [])
         if isinstance(dev, list):  # GPU ids may be written as integers
             t["devices"] = [str(d) if isinstance(d, int) and not isinstance(d, bool) else d
@@ -105,8 +97,8 @@ class ReportSettings:
 
     def __post_init__(self) -> None:
         require(0 < self.level < 1, f"must be in (0, 1), got {self.level}", key="level")
-        require_at_least(self, 100, "n_boot")
-        require_at_least(self, 0, "bootstrap_seed")
+        check_fields(self, "n_boot", at_least=100)
+        check_fields(self, "bootstrap_seed", at_least=0)
 
 
 # ---------------------------------------------------------------- the whole file

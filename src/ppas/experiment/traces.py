@@ -6,14 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ppas.core.config import (
-    FieldError,
-    config_error,
-    from_table,
-    require,
-    require_at_least,
-    require_one_of,
-)
+from ppas.core.config import FieldError, check_fields, config_error, from_table, require
 from ppas.core.errors import PpasError
 from ppas.workload import Trace, gamma_trace, load_trace, parse_phases, phase_trace
 
@@ -42,7 +35,7 @@ class WorkloadTable:
     request_timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
-        require_one_of(self.kind, WORKLOAD_KINDS, "kind")
+        check_fields(self, "kind", one_of=WORKLOAD_KINDS)
         for kind, keys in _KIND_KEYS.items():
             for key in keys:
                 require(kind == self.kind or getattr(self, key) is None,
@@ -51,9 +44,9 @@ class WorkloadTable:
         seeds = self.seeds
         require(bool(seeds) and min(seeds) >= 0 and len(set(seeds)) == len(seeds),
                 f"must be distinct integers >= 0, got {list(seeds)!r}", key="seeds")
-        require_at_least(self, 1, "prompt_tokens", "output_tokens")
-        require_at_least(self, 0, "warmup_requests")
-        require_at_least(self, 0, "request_timeout_s", "burstiness", strict=True)
+        check_fields(self, "prompt_tokens", "output_tokens", at_least=1)
+        check_fields(self, "warmup_requests", at_least=0)
+        check_fields(self, "request_timeout_s", "burstiness", above=0)
         if self.kind == "trace":
             require(self.file is not None, "required with kind = \"trace\": a CSV/JSONL trace "
                     "file (ppas.workload)", key="file")
