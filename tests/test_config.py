@@ -11,9 +11,11 @@ from ppas.core.config import (
     FieldError,
     check_fields,
     check_keys,
+    config_string,
     from_table,
     parse_dataclass,
     require,
+    split_spec,
 )
 from ppas.core.errors import PpasError
 
@@ -103,3 +105,11 @@ def test_checks_read_alone() -> None:
         Outer("x", size=0)
     assert check_keys({"a": 1}, "w", ("a", "b")) == {"a": 1}
     assert check_keys({"rate": 1}, "w", Inner) == {"rate": 1}
+
+
+def test_config_string_reads_back() -> None:
+    o = Outer("x", 3, True, None, "b")
+    s = config_string("o", o, omit=("tags", "inner", "items"))
+    assert s == "o:name=x,size=3,on=true,cap=None,mode=b"
+    name, args = split_spec(s)
+    assert parse_dataclass(Outer, name, args) == o

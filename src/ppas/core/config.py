@@ -211,3 +211,13 @@ def parse_dataclass(cls: type[D], name: str, args: str) -> D:
             raise config_error(name, key, "given twice")
         table[key] = val.strip()
     return from_table(cls, table, name, text=True)
+
+
+def config_string(name: str, cfg: object, omit: Sequence[str] = ()) -> str:
+    """Dataclass ``cfg`` as the config string ``parse_dataclass`` reads back: ``NAME:`` and
+    every field but ``omit`` as ``key=value``, in field order (bools ``true``/``false``)."""
+    def text(v: object) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    args = [f"{k}={text(getattr(cfg, k))}" for k in init_fields(type(cfg)) if k not in omit]
+    return f"{name}:{','.join(args)}"
