@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ppas.core.decision import Knob
 from ppas.experiment.spec import ArmSpec, Experiment
 
 
@@ -29,7 +30,7 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
     """The arm's policy; a stock arm's own knobs as far as the simulator models them
     (``ArmSpec.sim_policy``), else its ``max_num_batched_tokens`` alone."""
     spec, _ = arm.sim_policy(vllm_version)
-    return spec if spec is not None else f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
+    return spec if spec is not None else f"mbt:{arm.stock_dict()[Knob.MAX_NUM_BATCHED_TOKENS]}"
 
 
 def estimate(exp: Experiment) -> dict[str, Any]:

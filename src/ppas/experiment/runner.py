@@ -334,7 +334,7 @@ class Runner:
         stock = arm.stock_dict()
         extra = list(e.args())
         for k, v in stock.items():
-            if k != "max_num_batched_tokens":
+            if k != Knob.MAX_NUM_BATCHED_TOKENS:
                 extra += [Knob(k).flag, str(v)]
         env = dict(e.env)
         if device is not None:
