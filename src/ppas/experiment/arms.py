@@ -10,6 +10,7 @@ from pathlib import Path
 from ppas.core.config import FieldError, check_fields, check_keys, config_error, from_table, require
 from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
+from ppas.live.versions import simulated_line
 from ppas.policies import make_policy
 from ppas.policies.vllm_stock import KNOB_PARAMS
 
@@ -20,6 +21,8 @@ FITTED_AUTO = "fitted:auto"
 STOCK_ARGS = (Knob.MAX_NUM_BATCHED_TOKENS, Knob.LONG_PREFILL_TOKEN_THRESHOLD,
               Knob.MAX_NUM_PARTIAL_PREFILLS, Knob.MAX_LONG_PARTIAL_PREFILLS)
 _ARM_NAME = re.compile(r"^[\w.:,=+-]+$")
+_ONE_KIND = ("give exactly one of policy = \"NAME:...\" (the ppas plugin) or [arms.stock] "
+             "(stock vLLM scheduler arguments)")
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,6 @@ class ArmSpec:
     def __post_init__(self) -> None:
         require(bool(_ARM_NAME.match(self.name)), "must be letters, digits and _.:,=+- only, "
                 f"got {self.name!r}", key="name")
-        require(self.plugin != bool(self.stock), "give exactly one of policy = \"NAME:...\" "
-                "(the ppas plugin) or [arms.stock] (stock vLLM scheduler arguments)")
         if self.policy is not None:
             try:
                 make_policy(self.policy)
@@ -48,6 +49,7 @@ class ArmSpec:
         check_fields(self, "max_num_batched_tokens", at_least=1)
         require(self.plugin or Knob.MAX_NUM_BATCHED_TOKENS in self.stock_dict(),
                 "required for a stock arm", key=f"stock.{Knob.MAX_NUM_BATCHED_TOKENS}")
+        require(not (self.plugin and self.stock), _ONE_KIND)
 
     @property
     def plugin(self) -> bool:
@@ -69,8 +71,6 @@ class ArmSpec:
         """(policy string the simulator runs for this arm, or None; why not). A stock arm
         runs as the ``vllm:`` policy of the release line of ``vllm_version`` (the vLLM
         the runs used; ``ppas.live.versions.simulated_line``)."""
-        from ppas.live.versions import simulated_line
-
         if self.policy is not None:
             return self.policy, ""
         s = self.stock_dict()
@@ -89,8 +89,7 @@ class ArmSpec:
         w = f"arms[{i}]"
         t = check_keys(obj, w, ArmSpec)
         if ("policy" in t) == ("stock" in t):
-            raise config_error(w, "", "give exactly one of policy = \"NAME:...\" (the ppas "
-                               "plugin) or [arms.stock] (stock vLLM scheduler arguments)")
+            raise config_error(w, "", _ONE_KIND)
         if "stock" in t:
             for k in ("cost_model", "max_num_batched_tokens"):
                 if k in t:
