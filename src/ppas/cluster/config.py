@@ -56,6 +56,7 @@ from ppas.core.errors import PpasError
 from ppas.policies import make_policy
 
 ROLES = ("mixed", "prefill", "decode")
+DEFAULT_ROUTER = "least-outstanding-tokens"
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class PoolConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     pools: tuple[PoolConfig, ...]
-    router: str = "least-outstanding-tokens"
+    router: str = DEFAULT_ROUTER
     link: LinkConfig = field(default_factory=LinkConfig)
     slo: SloConfig = field(default_factory=SloConfig)
 
@@ -187,7 +188,7 @@ class ClusterConfig:
 class RouterTable:
     """``[router]``: the router's config string (or ``router = "NAME"`` at the top)."""
 
-    name: str = "least-outstanding-tokens"
+    name: str = DEFAULT_ROUTER
 
 
 def cluster_from_dict(obj: object, where: str = "") -> ClusterConfig:
