@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ppas.analysis.reference import PAPER_BURSTS
+from ppas.core.config import config_string
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.metrics import geomean_improvement
 from ppas.core.view import SchedulerView, is_pending_prefill
@@ -68,25 +70,19 @@ from ppas.engine.simulator import EngineConfig, EngineSim, lower_bound_latency
 from ppas.engine.step_rules import enforced_budget
 from ppas.policies import Decision, Policy, make_policy
 from ppas.policies.predictive import limit_budget
+from ppas.policies.vllm_stock import VllmStockConfig
 from ppas.workload import PAPER_PHASES, RequestSpec, phase_trace
 
 #: The stock oracle's pick per burst: the lowest mean E2E over seeds 0-4 among
 #: ``policy_comparison.stock_grid()`` (vLLM 0.33) on RTX 5090 / Qwen2.5-3B, 25k/32.
 #: Settings only; every figure is measured by the run that prints it.
 ORACLE_SETTINGS: dict[float, str] = {
-    b: "vllm:mbt=32768," + knobs + ",version=0.33" for b, knobs in (
-        (0.4, "long_prefill_token_threshold=0,adaptive=false,prefill_schedule_interval=1,"
-              "max_num_active_seqs=1"),
-        (0.6, "long_prefill_token_threshold=0,adaptive=false,prefill_schedule_interval=1,"
-              "max_num_active_seqs=1"),
-        (0.8, "long_prefill_token_threshold=256,adaptive=true,prefill_schedule_interval=32,"
-              "max_num_active_seqs=2"),
-        (1.0, "long_prefill_token_threshold=4096,adaptive=true,prefill_schedule_interval=32,"
-              "max_num_active_seqs=2"),
-        (1.2, "long_prefill_token_threshold=0,adaptive=false,prefill_schedule_interval=1,"
-              "max_num_active_seqs=2"),
-        (1.4, "long_prefill_token_threshold=0,adaptive=false,prefill_schedule_interval=1,"
-              "max_num_active_seqs=2"))}
+    b: config_string("vllm", VllmStockConfig(32768, lpt, adaptive, psi,
+                                             max_num_active_seqs=active, version="0.33"),
+                     omit=(Knob.MAX_NUM_SEQS,))
+    for b, lpt, adaptive, psi, active in ((0.4, 0, False, 1, 1), (0.6, 0, False, 1, 1),
+                                          (0.8, 256, True, 32, 2), (1.0, 4096, True, 32, 2),
+                                          (1.2, 0, False, 1, 2), (1.4, 0, False, 1, 2))}
 
 #: Prefill caps tried at each decision step (besides the tokens left of the first 1-4
 #: pending prompts and the global MBT), and the admission limits each is combined with.

@@ -33,10 +33,13 @@ from collections.abc import Callable, Sequence
 from ppas.analysis.plot import plot_e2e_vs_burst
 from ppas.analysis.reference import PAPER_BURSTS
 from ppas.analysis.sweep import Grid, cell_means, improvement, run_grid, run_one
+from ppas.core.config import config_string
+from ppas.core.decision import Knob
 from ppas.core.metrics import geomean_improvement
 from ppas.cost.base import CostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.policies import make_policy
+from ppas.policies.vllm_stock import VllmStockConfig
 from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
 
 FIXED = ("mbt:512", "mbt:1024", "mbt:2048", "mbt:4096", "mbt:8192", "mbt:16384")
@@ -108,10 +111,9 @@ def stock_grid(version: str = "0.33") -> list[str]:
             for adaptive in ((False,) if lpt == 0 else (False, True)):
                 for psi in STOCK_PSI:
                     for active in STOCK_ACTIVE:
-                        out.append(f"vllm:mbt={mbt},long_prefill_token_threshold={lpt},"
-                                   f"adaptive={str(adaptive).lower()},"
-                                   f"prefill_schedule_interval={psi},"
-                                   f"max_num_active_seqs={active},version={version}")
+                        cfg = VllmStockConfig(mbt, lpt, adaptive, psi,
+                                              max_num_active_seqs=active, version=version)
+                        out.append(config_string("vllm", cfg, omit=(Knob.MAX_NUM_SEQS,)))
     return out
 
 

@@ -64,23 +64,34 @@ def test_load_disaggregated(tmp_path: Path) -> None:
     assert c.with_instances(16).pool("prefill").instances == 4  # keeps 1:3
 
 
+TOP = "allowed: pools, router, link, slo"
+
+
 @pytest.mark.parametrize("edit, needle", [
-    (lambda t: t.replace('"round-robin"', '"random"'), "unknown router 'random'; allowed"),
-    (lambda t: t.replace('role = "decode"', 'role = "decoder"'), "unknown role 'decoder'"),
+    (lambda t: t.replace('"round-robin"', '"random"'), "router: unknown router 'random'; allowed"),
+    (lambda t: t.replace('role = "decode"', 'role = "decoder"'),
+     "pools[1].role: must be one of mixed, prefill, decode, got 'decoder'"),
     (lambda t: t.replace('role = "decode"', 'role = "mixed"')
      .replace('deflection = "ladder:tbt_slo=0.04"', ''), "exactly one 'prefill'"),
-    (lambda t: t.replace("instances = 2", "instances = 0"), "instances must be >= 1"),
-    (lambda t: t.replace("instances = 2", 'instances = "2"'), "must be an integer"),
-    (lambda t: t.replace("bandwidth_gbs = 50", "bandwidth_gbs = 0"), "bandwidth_gbs must be > 0"),
-    (lambda t: t.replace('queue = "laps', 'queue = "sjf'), "unknown queue discipline 'sjf'"),
-    (lambda t: t.replace("mbt:8192", "fast"), "unknown policy 'fast'"),
-    (lambda t: t.replace("[slo]", "[slos]"), "unknown table 'slos'"),
-    (lambda t: t.replace("latency_s", "delay_s"), "unknown key 'delay_s'"),
+    (lambda t: t.replace("instances = 2", "instances = 0"),
+     "pools[0].instances: must be >= 1, got 0"),
+    (lambda t: t.replace("instances = 2", 'instances = "2"'),
+     "pools[0].instances: must be an integer, got '2'"),
+    (lambda t: t.replace("bandwidth_gbs = 50", "bandwidth_gbs = 0"),
+     "link.bandwidth_gbs: must be > 0"),
+    (lambda t: t.replace('queue = "laps', 'queue = "sjf'),
+     "pools[0].queue: unknown queue discipline 'sjf'"),
+    (lambda t: t.replace("mbt:8192", "fast"), "pools[0].policy: unknown policy 'fast'; allowed: "),
+    (lambda t: t.replace("[slo]", "[slos]"), f"slos: unknown key; {TOP}"),
+    (lambda t: t.replace("latency_s", "delay_s"),
+     "link.delay_s: unknown key; allowed: bandwidth_gbs, latency_s"),
     (lambda t: t.replace('deflection = "ladder', 'deflection = "always'), "deflection rule"),
     (lambda t: t + "\n[[pools]]\nname='x'\nhardware='h200'\nmodel='qwen2.5-3b'\n",
      "exactly one"),
-    (lambda t: t.replace("[[pools]]", "[[pool]]", 1), "unknown table 'pool'"),
+    (lambda t: t.replace("[[pools]]", "[[pool]]", 1), f"pool: unknown key; {TOP}"),
     (lambda t: t.replace("[link]", "[link"), "invalid TOML"),
+    (lambda t: t.replace('router = {name = "round-robin"}', 'router = {kind = "rr"}'),
+     "router.kind: unknown key; allowed: name"),
 ])
 def test_bad_files_one_line(tmp_path: Path, edit, needle: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(PpasError) as e:
@@ -243,7 +254,7 @@ def test_routers_and_queues_register_once() -> None:
             with pytest.raises(PpasError) as e:
                 make(bad)
             assert str(e.value) == msg
-    with pytest.raises(PpasError, match=r"^laps: unknown parameter 'x'; allowed: short_tokens$"):
+    with pytest.raises(PpasError, match=r"^laps\.x: unknown key; allowed: short_tokens$"):
         make_queue("laps:x=1")
     from ppas.cluster.deflection import DEFLECTIONS, Deflection
 

@@ -97,26 +97,30 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 BAD: list[tuple[dict[str, str], str]] = [
     ({"name = \"t\"": "name = \"t\"\ncolour = 3"}, "colour: unknown key; allowed: name"),
-    ({"name = \"t\"": "name = 4"}, "name: must be a non-empty string"),
+    ({"name = \"t\"": "name = 4"}, "name: must be a string, got 4"),
+    ({"name = \"t\"": "name = \"\""}, "name: must be a non-empty string"),
     ({"name = \"t\"": "name = \"t\"\ndescription = 5"}, "description: must be"),
-    ({"out_dir = ": "out_dir = 3 #"}, "out_dir: must be a non-empty string"),
+    ({"out_dir = ": "out_dir = 3 #"}, "out_dir: must be a string, got 3"),
+    ({"out_dir = ": "out_dir = \"\" #"}, "out_dir: must be a non-empty string"),
     ({"[model]\npath": "[model]\nsize = 1\npath"}, "model.size: unknown key; allowed: path, "
      "vocab_size"),
+    ({"[model]\npath": "[model]\n#path"}, "model.path: required"),
+    ({"[model]\npath": "model = 3\n#"}, "model: must be a table with keys path, vocab_size"),
     ({"path = \"": "path = \"./nowhere/at/all\" #"}, "model.path: no model folder"),
     ({"path = \"": "vocab_size = 999999\npath = \""}, "model.vocab_size: must be <= the "
      "model's vocab_size 5000"),
-    ({"path = \"": "vocab_size = 1\npath = \""}, "model.vocab_size: must be an integer >= 2"),
+    ({"path = \"": "vocab_size = 1\npath = \""}, "model.vocab_size: must be >= 2, got 1"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nflavour = 1"}, "engine.flavour: unknown key; "
      "allowed: dtype, max_model_len"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\ndtype = \"float8\""},
      "engine.dtype: must be one of auto, float32, float16, bfloat16"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100"},
      "prompt + output tokens (203) exceed engine.max_model_len (100)"),
-    ({"max_num_seqs = 16": "max_num_seqs = 0"}, "engine.max_num_seqs: must be an integer >= 1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 0"}, "engine.max_num_seqs: must be >= 1, got 0"),
     ({"max_num_seqs = 16": "max_num_seqs = 128"}, "max_num_batched_tokens 64 < "
      "engine.max_num_seqs 128"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 0"},
-     "engine.tensor_parallel_size: must be an integer >= 1"),
+     "engine.tensor_parallel_size: must be >= 1, got 0"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\ngpu_memory_utilization = 1.5"},
      "engine.gpu_memory_utilization: must be in (0, 1]"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nenable_prefix_caching = \"yes\""},
@@ -124,7 +128,7 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"max_num_seqs = 16": "max_num_seqs = 16\nenforce_eager = 1"},
      "engine.enforce_eager: must be true or false"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = -1"},
-     "engine.startup_timeout_s: must be a number > 0"),
+     "engine.startup_timeout_s: must be > 0, got -1.0"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = \"--x\""},
      "engine.extra_args: must be a list of strings"),
     ({"max_num_seqs = 16": "max_num_seqs = 16\nenv = { \"1A\" = \"x\" }"},
@@ -148,21 +152,23 @@ BAD: list[tuple[dict[str, str], str]] = [
      "\"gamma\""),
     ({"phases = ": "file = \"x.csv\"\nphases = "}, "workload.file: applies to kind = "
      "\"trace\""),
-    ({"prompt_tokens = 200": "prompt_tokens = 0"}, "workload.prompt_tokens: must be an "
-     "integer >= 1"),
+    ({"prompt_tokens = 200": "prompt_tokens = 0"}, "workload.prompt_tokens: must be >= 1, "
+     "got 0"),
     ({"output_tokens = 3": "output_tokens = 1.5"}, "workload.output_tokens: must be an integer"),
     ({"prompt_tokens = 200": "prompt_tokens = 5000"}, "exceed the model's "
      "max_position_embeddings (4096)"),
     ({"seeds = [0, 1]": "seeds = [0, 0]"}, "workload.seeds: must be distinct integers >= 0"),
-    ({"warmup_requests = 1": "warmup_requests = -1"}, "workload.warmup_requests: must be an "
-     "integer >= 0"),
+    ({"seeds = [0, 1]": "seeds = 3"}, "workload.seeds: must be a list of integers, got 3"),
+    ({"seeds = [0, 1]": "seeds = [0, true]"}, "workload.seeds[1]: must be an integer, got True"),
+    ({"warmup_requests = 1": "warmup_requests = -1"}, "workload.warmup_requests: must be >= 0, "
+     "got -1"),
     ({"request_timeout_s = 30": "request_timeout_s = 0"}, "workload.request_timeout_s: must "
-     "be a number > 0"),
+     "be > 0, got 0.0"),
     ({"phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]":
       "phases = \"0.5:{burst}\"\nburst_rates = [0.001]"}, "gives no requests"),
     ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\ncolour = 1"}, "arms[0].colour: unknown "
      "key; allowed: name, policy, stock"),
-    ({"name = \"small\"": "name = \"a b\""}, "arms[0].name: required: letters"),
+    ({"name = \"small\"": "name = \"a b\""}, "arms[0].name: must be letters, digits"),
     ({"name = \"large\"": "name = \"small\""}, "arm name 'small' is used twice"),
     ({"policy = \"mbt:64\"": "policy = \"nosuch:1\""}, "arms[0].policy: unknown policy "
      "'nosuch'; allowed:"),
@@ -173,7 +179,7 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"cost_model = \"fitted:auto\"": "cost_model = \"fitted:/no/such.json\""},
      "arms[2].cost_model: no file"),
     ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 0"},
-     "arms[0].max_num_batched_tokens: must be an integer >= 1"),
+     "arms[0].max_num_batched_tokens: must be >= 1, got 0"),
     ({"baseline = true": "baseline = 1"}, "arms[0].baseline: must be true or false"),
     ({"long_prefill_token_threshold = 64": "long_prefill_token_threshold = 64\nchunk = 3"},
      "arms[3].stock.chunk: unknown key; allowed: max_num_batched_tokens, "
@@ -186,15 +192,18 @@ BAD: list[tuple[dict[str, str], str]] = [
      "applies to plugin arms"),
     ({"+": "\n[run]\nspeed = 1\n"}, "run.speed: unknown key; allowed: devices"),
     ({"+": "\n[run]\ndevices = [\"0\", \"0\"]\n"}, "run.devices: must be a list of distinct"),
-    ({"+": "\n[run]\nserver_startup_s = -3\n"}, "run.server_startup_s: must be a number >= 0"),
+    ({"+": "\n[run]\nserver_startup_s = -3\n"}, "run.server_startup_s: must be >= 0, got -3.0"),
+    ({"+": "\n[run]\nserver_startup_s = true\n"}, "run.server_startup_s: must be a number"),
     ({"+": "\n[run]\nestimate_cost_model = \"roofline\"\n"}, "roofline needs run.hardware"),
     ({"+": "\n[run]\nestimate_cost_model = \"fitted:/no\"\n"}, "run.estimate_cost_model: "
      "must be roofline or fitted:FILE"),
     ({"+": "\n[run]\nhardware = \"tpu\"\n"}, "run.hardware: must be one of rtx5090"),
     ({"+": "\n[run]\ncatalog_model = \"gpt9\"\n"}, "run.catalog_model: must be one of"),
     ({"+": "\n[report]\nlevel = 1.5\n"}, "report.level: must be in (0, 1)"),
-    ({"+": "\n[report]\nn_boot = 5\n"}, "report.n_boot: must be an integer >= 100"),
-    ({"+": "\n[report]\nbootstrap_seed = -1\n"}, "report.bootstrap_seed: must be an integer"),
+    ({"+": "\n[report]\nlevel = 1\n"}, "report.level: must be in (0, 1), got 1.0"),
+    ({"+": "\n[report]\nn_boot = 5\n"}, "report.n_boot: must be >= 100, got 5"),
+    ({"+": "\n[report]\nn_boot = 100.0\n"}, "report.n_boot: must be an integer, got 100.0"),
+    ({"+": "\n[report]\nbootstrap_seed = -1\n"}, "report.bootstrap_seed: must be >= 0, got -1"),
     ({"+": "\n[report]\nstyle = 1\n"}, "report.style: unknown key; allowed: level"),
     ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
      "arms[4]: give exactly one of policy"),
@@ -216,7 +225,7 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path: Path, model: Path,
     p = _write(tmp_path, _text(tmp_path, model, **{"max_num_seqs = 16": "max_num_seqs = -2"}))
     assert main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "engine.max_num_seqs: must be an integer >= 1" in err
+    assert err.count("\n") == 1 and "engine.max_num_seqs: must be >= 1, got -2" in err
     assert not (tmp_path / "out").exists()  # nothing written
     assert main(["experiment", str(tmp_path / "missing.toml")]) == 2
     assert "cannot read experiment file" in capsys.readouterr().err

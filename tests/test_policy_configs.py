@@ -28,12 +28,12 @@ def test_configs_parse() -> None:
     ("nope", "allowed: "),
     ("ppas:b_cap=99999", "b_cap must be in"),
     ("ppas:n_th=0", "n_th must be >= 1"),
-    ("ppas:x=1", "unknown parameter 'x'; allowed: n_th, b_max, b_cap"),
+    ("ppas:x=1", "ppas.x: unknown key; allowed: n_th, b_max, b_cap"),
     ("ppas:n_th=2,b_max", "expected key=value"),
-    ("mbt:abc", "not a valid int"),
+    ("mbt:abc", "mbt.budget: must be an integer, got 'abc'"),
     ("mbt:0", "budget must be >= 1"),
-    ("mbt:1.5", "not a valid int"),
-    ("ppas:n_th=2,n_th=3", "given twice"),
+    ("mbt:1.5", "mbt.budget: must be an integer, got '1.5'"),
+    ("ppas:n_th=2,n_th=3", "ppas.n_th: given twice"),
     ("", "empty policy config"),
 ])
 def test_bad_configs(spec: str, needle: str) -> None:
@@ -55,8 +55,8 @@ def test_bad_configs(spec: str, needle: str) -> None:
     ("ppas-auto:max_loss=1.5", "max_loss must be in [0, 1)"),
     ("ppas-auto:c_limit=100", "c_limit must be >= 256"),
     ("predictive:c_min=4096,c_max=1024", "c_max must be >= c_min"),
-    ("predictive:bogus=1", "unknown parameter 'bogus'"),
-    ("sloweave:tpot_s=abc", "not a valid float"),
+    ("predictive:bogus=1", "predictive.bogus: unknown key; allowed: "),
+    ("sloweave:tpot_s=abc", "sloweave.tpot_s: must be a number, got 'abc'"),
     ("dlfp-completion:c_min=0", "dlfp-completion: c_min must be >= 1"),  # its own name
     ("ppas:n_th=0", "ppas: n_th must be >= 1"),
 ])

@@ -3,9 +3,11 @@ step-by-step check against vLLM's real Scheduler is tests/test_vllm_stock.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from ppas.core.decision import EngineKnobs, admission_limit
+from ppas.core.decision import EngineKnobs, Knob, admission_limit
 from ppas.core.errors import PpasError
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import simulate
@@ -80,3 +82,16 @@ def test_defaults_are_stock_mbt_and_032_ignores_the_interval() -> None:
     assert e2e("vllm:prefill_schedule_interval=8,version=0.32") == base
     assert e2e("vllm:prefill_schedule_interval=8,version=0.33") != base
     assert e2e("vllm:long_prefill_token_threshold=256") != base
+
+
+def test_knob_names_are_spelled_once() -> None:
+    """``Knob`` is the one spelling: every vLLM knob of ``EngineKnobs`` and every ``vllm:``
+    parameter but ``version`` names a knob, and flags derive from the names."""
+    from ppas.policies.vllm_stock import KNOB_PARAMS
+
+    ours = {"local_prefill_interval"}  # not a vLLM knob: the release line's behaviour
+    knobs = {Knob(f.name) for f in dataclasses.fields(EngineKnobs) if f.name not in ours}
+    assert set(KNOB_PARAMS) - {Knob.MAX_NUM_BATCHED_TOKENS} == knobs
+    assert KNOB_PARAMS[Knob.MAX_NUM_BATCHED_TOKENS] == "mbt"
+    assert Knob.MAX_NUM_ACTIVE_SEQS.flag == "--max-num-active-seqs"
+    assert f"{Knob.MAX_NUM_SEQS}" == "max_num_seqs" and Knob("max_num_seqs") is Knob.MAX_NUM_SEQS

@@ -44,14 +44,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ppas.core.config import require
+from ppas.cluster.deflection import make_deflection
+from ppas.cluster.queue import make_queue
+from ppas.cluster.router import make_router
+from ppas.core.config import FieldError, at, check_fields, check_keys, from_table, require
 from ppas.core.errors import PpasError
+from ppas.policies import make_policy
 
 ROLES = ("mixed", "prefill", "decode")
+DEFAULT_ROUTER = "least-outstanding-tokens"
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,9 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         require(math.isfinite(self.bandwidth_gbs) and self.bandwidth_gbs > 0,
-                f"link.bandwidth_gbs must be > 0, got {self.bandwidth_gbs}")
+                f"must be > 0, got {self.bandwidth_gbs}", key="bandwidth_gbs")
         require(math.isfinite(self.latency_s) and self.latency_s >= 0,
-                f"link.latency_s must be >= 0, got {self.latency_s}")
+                f"must be >= 0, got {self.latency_s}", key="latency_s")
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ class SloConfig:
     def __post_init__(self) -> None:
         for k in ("ttft_s", "tpot_s"):
             v = getattr(self, k)
-            require(v is None or (math.isfinite(v) and v > 0), f"slo.{k} must be > 0, got {v}")
+            require(v is None or (math.isfinite(v) and v > 0), f"must be > 0, got {v}", key=k)
 
 
 @dataclass(frozen=True)
@@ -100,27 +105,29 @@ class PoolConfig:
     deflection: str = "off"  # decode pools only: prefill deflection rule
 
     def __post_init__(self) -> None:
-        require(bool(self.name), "pool name must not be empty")
-        require(self.role in ROLES,
-                f"pool {self.name!r}: unknown role {self.role!r}; allowed: {', '.join(ROLES)}")
-        require(self.instances >= 1, f"pool {self.name!r}: instances must be >= 1")
-        require(self.tp >= 1, f"pool {self.name!r}: tp must be >= 1")
-        require(self.max_num_seqs >= 1, f"pool {self.name!r}: max_num_seqs must be >= 1")
-        require(self.num_kv_blocks is None or self.num_kv_blocks >= 1,
-                f"pool {self.name!r}: num_kv_blocks must be >= 1")
+        require(bool(self.name), "must not be empty", key="name")
+        check_fields(self, "role", one_of=ROLES)
+        check_fields(self, "instances", "tp", "max_num_seqs", "num_kv_blocks", at_least=1)
         require(self.queue == "fcfs" or self.role == "prefill",
-                f"pool {self.name!r}: queue applies to prefill pools only")
+                "applies to prefill pools only", key="queue")
         require(self.deflection == "off" or self.role == "decode",
-                f"pool {self.name!r}: deflection applies to decode pools only")
+                "applies to decode pools only", key="deflection")
         if self.cost_model == "roofline":
             require(bool(self.hardware and self.model),
-                    f"pool {self.name!r}: the roofline cost model needs hardware and model")
+                    "the roofline cost model needs hardware and model", key="cost_model")
+        # Config strings are checked now, each by its registry (one line, allowed values).
+        for key, make in (("policy", make_policy), ("queue", make_queue),
+                          ("deflection", make_deflection)):
+            try:
+                make(getattr(self, key))
+            except PpasError as e:
+                raise FieldError(key, str(e)) from None
 
 
 @dataclass(frozen=True)
 class ClusterConfig:
     pools: tuple[PoolConfig, ...]
-    router: str = "least-outstanding-tokens"
+    router: str = DEFAULT_ROUTER
     link: LinkConfig = field(default_factory=LinkConfig)
     slo: SloConfig = field(default_factory=SloConfig)
 
@@ -132,17 +139,10 @@ class ClusterConfig:
         require(all(r == "mixed" for r in roles) or roles == ["decode", "prefill"],
                 "pools must be all 'mixed' (colocated) or exactly one 'prefill' and one "
                 f"'decode' pool (disaggregated), got roles {roles}")
-        # Validate config strings now (one line naming the allowed values).
-        from ppas.cluster.deflection import make_deflection
-        from ppas.cluster.queue import make_queue
-        from ppas.cluster.router import make_router
-        from ppas.policies import make_policy
-
-        make_router(self.router)
-        for p in self.pools:
-            make_policy(p.policy)
-            make_queue(p.queue)
-            make_deflection(p.deflection)
+        try:
+            make_router(self.router)
+        except PpasError as e:
+            raise FieldError("router", str(e)) from None
 
     @property
     def disaggregated(self) -> bool:
@@ -184,56 +184,19 @@ class ClusterConfig:
             for p in self.pools))
 
 
-_TOP = ("pools", "router", "link", "slo")
+@dataclass(frozen=True)
+class RouterTable:
+    """``[router]``: the router's config string (or ``router = "NAME"`` at the top)."""
+
+    name: str = DEFAULT_ROUTER
 
 
-def _table(cls: type, where: str, obj: Any) -> Any:
-    if not isinstance(obj, dict):
-        raise PpasError(f"{where}: expected a table")
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    for k in obj:
-        if k not in allowed:
-            raise PpasError(f"{where}: unknown key {k!r}; allowed: {', '.join(allowed)}")
-    try:
-        return cls(**obj)
-    except TypeError as e:
-        raise PpasError(f"{where}: {e}") from None
-
-
-def cluster_from_dict(obj: dict[str, Any], where: str = "cluster") -> ClusterConfig:
-    for k in obj:
-        if k not in _TOP:
-            raise PpasError(f"{where}: unknown table {k!r}; allowed: {', '.join(_TOP)}")
-    pools = obj.get("pools")
-    if not isinstance(pools, list) or not pools:
-        raise PpasError(f"{where}: needs at least one [[pools]] table")
-    router = obj.get("router", {})
-    if isinstance(router, dict):
-        extra = [k for k in router if k != "name"]
-        if extra:
-            raise PpasError(f"{where}: [router] takes only 'name' (a router config string)")
-        router = router.get("name", "least-outstanding-tokens")
-    if not isinstance(router, str):
-        raise PpasError(f"{where}: router must be a config string")
-    _check_types(pools, where)
-    return ClusterConfig(
-        pools=tuple(_table(PoolConfig, f"{where}: pools[{i}]", p) for i, p in enumerate(pools)),
-        router=router,
-        link=_table(LinkConfig, f"{where}: [link]", obj.get("link", {})),
-        slo=_table(SloConfig, f"{where}: [slo]", obj.get("slo", {})),
-    )
-
-
-def _check_types(pools: list[Any], where: str) -> None:
-    ints = ("instances", "tp", "max_num_seqs", "num_kv_blocks")
-    for i, p in enumerate(pools):
-        if not isinstance(p, dict):
-            continue
-        for k, v in p.items():
-            if k in ints and (isinstance(v, bool) or not isinstance(v, int)):
-                raise PpasError(f"{where}: pools[{i}].{k} must be an integer, got {v!r}")
-            if k not in ints and not isinstance(v, str):
-                raise PpasError(f"{where}: pools[{i}].{k} must be a string, got {v!r}")
+def cluster_from_dict(obj: object, where: str = "") -> ClusterConfig:
+    """A cluster from its parsed TOML (``ppas.core.config.from_table``: one-line errors)."""
+    t = check_keys(obj, where, ClusterConfig)
+    if isinstance(t.get("router"), Mapping):
+        t["router"] = from_table(RouterTable, t["router"], at(where, "router")).name
+    return from_table(ClusterConfig, t, where)
 
 
 def load_cluster(path: str | Path) -> ClusterConfig:
@@ -248,7 +211,6 @@ def load_cluster(path: str | Path) -> ClusterConfig:
     except tomllib.TOMLDecodeError as e:
         raise PpasError(f"{p}: invalid TOML: {e}") from None
     try:
-        return cluster_from_dict(obj, str(p))
+        return cluster_from_dict(obj)
     except PpasError as e:
-        msg = str(e)
-        raise PpasError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+        raise PpasError(f"{p}: {e}") from None

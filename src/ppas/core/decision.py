@@ -7,6 +7,7 @@ The token-budget view of a step is ``ppas.core.view``; the rules that apply a de
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,31 @@ class Decision:
     decodes_first: bool = False
 
 
+class Knob(StrEnum):
+    """Stock vLLM's scheduler knobs: the one spelling of their names (``SchedulerConfig``
+    fields; ``EngineKnobs`` fields, experiment stock arms and the ``vllm:`` policy's
+    parameters are named after them). A member is its name; ``flag`` is ``vllm serve``'s."""
+
+    MAX_NUM_BATCHED_TOKENS = "max_num_batched_tokens"
+    MAX_NUM_SEQS = "max_num_seqs"
+    MAX_NUM_ACTIVE_SEQS = "max_num_active_seqs"
+    LONG_PREFILL_TOKEN_THRESHOLD = "long_prefill_token_threshold"
+    LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE = "long_prefill_token_threshold_adaptive"
+    PREFILL_SCHEDULE_INTERVAL = "prefill_schedule_interval"
+    MAX_NUM_PARTIAL_PREFILLS = "max_num_partial_prefills"
+    MAX_LONG_PARTIAL_PREFILLS = "max_long_partial_prefills"
+
+    @property
+    def flag(self) -> str:
+        """``vllm serve``'s flag: ``max_num_seqs`` -> ``--max-num-seqs``."""
+        return "--" + self.value.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class EngineKnobs:
-    """vLLM's own prefill knobs an engine runs with beside the policy (names and defaults as
-    vLLM's ``SchedulerConfig``); their per-step rules are ``ppas.engine.step_rules`` (rule 4b).
+    """vLLM's own prefill knobs an engine runs with beside the policy (named as ``Knob``,
+    defaults as vLLM's ``SchedulerConfig``); their per-step rules are
+    ``ppas.engine.step_rules`` (rule 4b).
     Every policy but ``vllm:`` (stock vLLM's knobs as a baseline) runs with the defaults.
     ``local_prefill_interval``: whether the release line applies ``prefill_schedule_interval``
     without data parallelism (0.33: yes; 0.32: no, the knob does nothing there).

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ppas.core.decision import Knob
 from ppas.cost import CostModel, make_cost_model
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.folder import RunKey
@@ -52,7 +53,7 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
     """The arm's policy; a stock arm's own knobs as far as the simulator models them
     (``ArmSpec.sim_policy``), else its ``max_num_batched_tokens`` alone."""
     spec, _ = arm.sim_policy(vllm_version)
-    return spec if spec is not None else f"mbt:{arm.stock_dict()['max_num_batched_tokens']}"
+    return spec if spec is not None else f"mbt:{arm.stock_dict()[Knob.MAX_NUM_BATCHED_TOKENS]}"
 
 
 def estimate(exp: Experiment) -> Estimate:

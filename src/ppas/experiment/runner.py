@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ppas.calibrate.fit import fit_and_save
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.steplog import Step
 from ppas.cost import make_cost_model
@@ -125,8 +126,8 @@ class Runner:
                                 "max_num_batched_tokens or lower engine.max_num_seqs")
         extra = list(e.args())
         for k, v in arm.stock_dict().items():
-            if k != "max_num_batched_tokens":
-                extra += [f"--{k.replace('_', '-')}", str(v)]
+            if k != Knob.MAX_NUM_BATCHED_TOKENS:
+                extra += [Knob(k).flag, str(v)]
         env = dict(e.env)
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device

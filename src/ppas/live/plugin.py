@@ -4,7 +4,7 @@
         --additional-config '{"ppas": {"policy": "ppas:n_th=2,b_max=16384,b_cap=2048",
                                        "step_log": "/tmp/steps.jsonl"}}'
 
-Config keys under ``ppas`` (``CONFIG_KEYS``): ``policy`` (required, a policy config string),
+Config keys under ``ppas`` (``PluginConfig``): ``policy`` (required, a policy config string),
 ``step_log`` (JSONL path, ``ppas.core.steplog``: a header line per server run, then one line
 per step), ``step_log_flush`` (steps per write, default 1: each step reaches the OS when it
 completes, so a killed server loses at most the step being written),
@@ -53,7 +53,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, overload
 
 from vllm.logger import init_logger
@@ -63,6 +63,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
+from ppas.core.config import from_table, require
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.steplog import FORMAT_VERSION, StepLogHeader, StepLogRecord, StepLogWriter
 from ppas.core.view import RequestView, SchedulerView, StepRecord
@@ -72,9 +74,6 @@ from ppas.live.versions import ReleaseLine, check_scheduler
 from ppas.policies import Decision, Policy, make_policy, policy_names
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
-
-CONFIG_KEYS = ("policy", "step_log", "step_log_flush", "cost_model")
-
 
 def check_vllm_version(version: str) -> ReleaseLine:
     """The release line of ``version`` once the installed ``Scheduler``'s source confirms
@@ -91,9 +90,9 @@ def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str)
     dp = int(vllm_config.parallel_config.data_parallel_size)
     if release.prefill_interval_applies(interval, dp, bool(vllm_config.model_config.is_moe)):
         raise PpasError(
-            f"ppas.vllm: --prefill-schedule-interval {interval} makes vLLM {version} hold all "
-            f"prefill on {interval - 1} of every {interval} steps, so the policy's prefill "
-            f"budget would go unused there; drop it (allowed: 1, the policy decides each "
+            f"ppas.vllm: {Knob.PREFILL_SCHEDULE_INTERVAL.flag} {interval} makes vLLM {version} "
+            f"hold all prefill on {interval - 1} of every {interval} steps, so the policy's "
+            f"prefill budget would go unused there; drop it (allowed: 1, the policy decides each "
             f"step's prefill)"
         )
     logger.warning(
@@ -105,12 +104,20 @@ def check_prefill_interval(vllm_config: Any, release: ReleaseLine, version: str)
 
 @dataclass(frozen=True)
 class PluginConfig:
-    """The validated ``--additional-config '{"ppas": {...}}'`` section."""
+    """The validated ``--additional-config '{"ppas": {...}}'`` section (keys: its fields)."""
 
     policy: str
     step_log: str | None = None
     step_log_flush: int = 1
-    cost_model: str | None = None
+    cost_model: str | None = None  # a ppas.cost spec such as fitted:FILE
+
+    def __post_init__(self) -> None:
+        require(bool(self.policy.strip()), "must be a config string such as 'ppas:b_cap=2048'; "
+                f"policies: {', '.join(policy_names())}", key="policy")
+        require(self.step_log is None or bool(self.step_log), "must be a file path",
+                key="step_log")
+        require(self.step_log_flush >= 1, f"must be >= 1, got {self.step_log_flush}",
+                key="step_log_flush")
 
     @staticmethod
     def from_additional_config(additional: Mapping[str, Any] | None) -> PluginConfig:
@@ -126,28 +133,11 @@ class PluginConfig:
                 f"ppas.vllm: \"ppas\" must be a JSON object with a \"policy\" key, got "
                 f"{json.dumps(section)[:60]}; e.g. {example}"
             )
-        unknown = sorted(set(section) - set(CONFIG_KEYS))
-        if unknown:
-            raise PpasError(
-                f"ppas.vllm: unknown config key(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(CONFIG_KEYS)}"
-            )
-        policy = section.get("policy")
-        if not isinstance(policy, str) or not policy.strip():
-            raise PpasError(
-                f"ppas.vllm: 'policy' must be a config string such as 'ppas:b_cap=2048'; "
-                f"policies: {', '.join(policy_names())}"
-            )
-        step_log = section.get("step_log")
-        if step_log is not None and (not isinstance(step_log, str) or not step_log):
-            raise PpasError("ppas.vllm: 'step_log' must be a file path (string)")
-        flush = section.get("step_log_flush", 1)
-        if not isinstance(flush, int) or isinstance(flush, bool) or flush < 1:
-            raise PpasError(f"ppas.vllm: 'step_log_flush' must be an integer >= 1, got {flush!r}")
-        cost = section.get("cost_model")
-        if cost is not None and not isinstance(cost, str):
-            raise PpasError("ppas.vllm: 'cost_model' must be a cost-model spec such as fitted:FILE")
-        return PluginConfig(policy.strip(), step_log, flush, cost)
+        try:
+            cfg = from_table(PluginConfig, section, "ppas")
+        except PpasError as e:
+            raise PpasError(f"ppas.vllm: {e}") from None
+        return replace(cfg, policy=cfg.policy.strip())
 
 
 class _RequestAdapter:
@@ -303,7 +293,8 @@ class PolicyScheduler(Scheduler):
             raise PpasError(
                 f"ppas.vllm: policy {cfg.policy!r} runs with max_num_batched_tokens="
                 f"{policy.max_num_batched_tokens} but vLLM has {sc.max_num_batched_tokens}; "
-                f"start vLLM with --max-num-batched-tokens {policy.max_num_batched_tokens}"
+                f"start vLLM with {Knob.MAX_NUM_BATCHED_TOKENS.flag} "
+                f"{policy.max_num_batched_tokens}"
             )
         knobs = policy.engine_knobs  # vllm: baselines: vLLM applies the knobs itself
         if knobs.long_prefill_token_threshold and (
@@ -313,13 +304,13 @@ class PolicyScheduler(Scheduler):
         ):
             raise PpasError(
                 f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flags: start vLLM with "
-                f"--long-prefill-token-threshold {knobs.long_prefill_token_threshold}"
-                + (" --long-prefill-token-threshold-adaptive"
+                f"{Knob.LONG_PREFILL_TOKEN_THRESHOLD.flag} {knobs.long_prefill_token_threshold}"
+                + (f" {Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE.flag}"
                    if knobs.long_prefill_token_threshold_adaptive else "")
             )
         for flag, want, have in (
-                ("--max-num-seqs", knobs.max_num_seqs, sc.max_num_seqs),
-                ("--max-num-active-seqs", knobs.max_num_active_seqs,
+                (Knob.MAX_NUM_SEQS.flag, knobs.max_num_seqs, sc.max_num_seqs),
+                (Knob.MAX_NUM_ACTIVE_SEQS.flag, knobs.max_num_active_seqs,
                  getattr(sc, "max_num_active_seqs", None))):
             if want is not None and want != have:
                 raise PpasError(f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flag: "

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
 from ppas.core.processes import alive, start_time
 
@@ -176,8 +177,8 @@ class VllmServer:
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.model_dir,
             "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
-            "--max-num-seqs", str(self.max_num_seqs),
+            Knob.MAX_NUM_BATCHED_TOKENS.flag, str(self.max_num_batched_tokens),
+            Knob.MAX_NUM_SEQS.flag, str(self.max_num_seqs),
             *CPU_ARGS,
         ]
         if self.policy is not None:

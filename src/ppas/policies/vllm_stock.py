@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.core.config import require
-from ppas.core.decision import Decision, EngineKnobs
+from ppas.core.config import init_fields, require
+from ppas.core.decision import Decision, EngineKnobs, Knob
 from ppas.core.view import SchedulerView
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
@@ -59,6 +59,15 @@ class VllmStockConfig:
                 f"vllm: version must be one of {', '.join(VERSIONS)}, got {self.version!r}")
 
 
+#: The parameters named otherwise than their knob; every other one but ``version`` is its
+#: knob's name (``Knob``, checked on import).
+ALIASES = {"mbt": Knob.MAX_NUM_BATCHED_TOKENS,
+           "adaptive": Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE}
+#: Each knob the simulator models -> its ``vllm:`` parameter.
+KNOB_PARAMS: dict[Knob, str] = {ALIASES.get(p) or Knob(p): p
+                                for p in init_fields(VllmStockConfig) if p != "version"}
+
+
 @register("vllm")
 class VllmStock(Policy):
     """Stock vLLM: the global budget is the only per-step budget (as ``mbt:``); the engine
@@ -73,8 +82,10 @@ class VllmStock(Policy):
     @property
     def engine_knobs(self) -> EngineKnobs:
         c = self.config
-        return EngineKnobs(c.long_prefill_token_threshold, c.adaptive,
-                           c.prefill_schedule_interval, local_prefill_interval=c.version != "0.32",
+        return EngineKnobs(long_prefill_token_threshold=c.long_prefill_token_threshold,
+                           long_prefill_token_threshold_adaptive=c.adaptive,
+                           prefill_schedule_interval=c.prefill_schedule_interval,
+                           local_prefill_interval=c.version != "0.32",
                            max_num_seqs=c.max_num_seqs,
                            max_num_active_seqs=c.max_num_active_seqs)
 

@@ -1,0 +1,157 @@
+"""An experiment's ``[workload]``: the traces, one per (load, seed), the same for every arm
+(``ppas.experiment.spec``, the file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ppas.core.config import FieldError, check_fields, config_error, from_table, require
+from ppas.core.errors import PpasError
+from ppas.workload import Trace, gamma_trace, load_trace, parse_phases, phase_trace
+
+WORKLOAD_KINDS = ("phases", "gamma", "trace")
+#: The keys of one workload kind only.
+_KIND_KEYS = {"phases": ("phases", "burst_rates"),
+              "gamma": ("request_rates", "burstiness", "num_prompts"),
+              "trace": ("file",)}
+
+
+@dataclass(frozen=True)
+class WorkloadTable:
+    """``[workload]`` as written (None: not given); ``WorkloadSpec.parse`` resolves it."""
+
+    kind: str = "phases"
+    phases: str | None = None
+    burst_rates: tuple[float, ...] | None = None
+    request_rates: tuple[float, ...] | None = None
+    burstiness: float | None = None
+    num_prompts: Any = None  # an integer, or a list of them (one per request rate)
+    file: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    seeds: tuple[int, ...] = (0,)
+    warmup_requests: int = 1
+    request_timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        check_fields(self, "kind", one_of=WORKLOAD_KINDS)
+        for kind, keys in _KIND_KEYS.items():
+            for key in keys:
+                require(kind == self.kind or getattr(self, key) is None,
+                        f"applies to kind = \"{kind}\" only (this workload is kind = "
+                        f"\"{self.kind}\"); kinds: {', '.join(WORKLOAD_KINDS)}", key=key)
+        seeds = self.seeds
+        require(bool(seeds) and min(seeds) >= 0 and len(set(seeds)) == len(seeds),
+                f"must be distinct integers >= 0, got {list(seeds)!r}", key="seeds")
+        check_fields(self, "prompt_tokens", "output_tokens", at_least=1)
+        check_fields(self, "warmup_requests", at_least=0)
+        check_fields(self, "request_timeout_s", "burstiness", above=0)
+        if self.kind == "trace":
+            require(self.file is not None, "required with kind = \"trace\": a CSV/JSONL trace "
+                    "file (ppas.workload)", key="file")
+            for key in ("prompt_tokens", "output_tokens"):
+                require(getattr(self, key) is None, "does not apply to kind = \"trace\" (the "
+                        "file gives each request's lengths)", key=key)
+            return
+        key = self.rates_key
+        rates = getattr(self, key)
+        require(bool(rates), f"must be a non-empty list of numbers > 0, got {rates!r}", key=key)
+        require(min(rates) > 0 and len(set(rates)) == len(rates),
+                f"must be distinct finite numbers > 0, got {list(rates)!r}", key=key)
+        if self.kind == "phases":
+            require(self.phases is not None and "{burst}" in self.phases,
+                    "required: DURATION_S:RATE,... with {burst} where burst_rates go, e.g. "
+                    "\"10:0.1,20:{burst},10:0.1\"", key="phases")
+            assert self.phases is not None
+            try:
+                parse_phases(self.phases, rates[0])
+            except PpasError as e:
+                raise FieldError("phases", str(e)) from None
+        v = self.num_prompts if self.num_prompts is not None else 100
+        vals = v if isinstance(v, list) else [v]
+        require(all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in vals)
+                and bool(vals) and (not isinstance(v, list) or len(vals) == len(rates)),
+                f"must be an integer >= 1 or a list of {len(rates)} of them (one per request "
+                f"rate), got {v!r}", key="num_prompts")
+
+    @property
+    def rates_key(self) -> str:
+        return "burst_rates" if self.kind == "phases" else "request_rates"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The traces: one per (load, seed). ``loads`` are burst rates (phases), mean request
+    rates (gamma) or ``(0.0,)`` for a trace file (replayed as recorded)."""
+
+    kind: str
+    loads: tuple[float, ...]
+    seeds: tuple[int, ...]
+    prompt_tokens: int = 2000
+    output_tokens: int = 16
+    phases: str | None = None
+    burstiness: float = 1.0
+    #: Prompts per trace (gamma): one for every rate, or one per rate (``request_rates`` order).
+    num_prompts: tuple[int, ...] = (100,)
+    file: str | None = None
+    warmup_requests: int = 1
+    request_timeout_s: float = 1800.0
+
+    @staticmethod
+    def parse(obj: object) -> WorkloadSpec:
+        t = from_table(WorkloadTable, obj, "workload")
+        common: dict[str, Any] = dict(
+            seeds=t.seeds, prompt_tokens=t.prompt_tokens or 2000,
+            output_tokens=t.output_tokens or 16, warmup_requests=t.warmup_requests,
+            request_timeout_s=t.request_timeout_s)
+        if t.kind == "trace":
+            spec = WorkloadSpec("trace", (0.0,), file=t.file, **common)
+            _ = spec.trace(0.0, t.seeds[0])  # readable, non-empty
+            return spec
+        loads = getattr(t, t.rates_key)
+        if t.kind == "phases":
+            spec = WorkloadSpec("phases", loads, phases=t.phases, **common)
+        else:
+            n = t.num_prompts if t.num_prompts is not None else 100
+            spec = WorkloadSpec("gamma", loads, burstiness=t.burstiness or 1.0,
+                                num_prompts=tuple(n) if isinstance(n, list) else (n,),
+                                **common)
+        for load in spec.loads:
+            for s in spec.seeds:
+                if len(spec.trace(load, s)) == 0:
+                    raise config_error("workload", t.rates_key, f"load {load:g} with seed {s} "
+                                       "gives no requests; raise the rates or lengthen the "
+                                       "phases")
+        return spec
+
+    def trace(self, load: float, seed: int) -> Trace:
+        """The arrivals of one (load, seed): the same for every arm."""
+        if self.kind == "phases":
+            assert self.phases is not None
+            return phase_trace(self.phases, seed, self.prompt_tokens, self.output_tokens,
+                               burst=load)
+        if self.kind == "gamma":
+            return gamma_trace(load, self.prompts_at(load), seed, self.burstiness,
+                               self.prompt_tokens, self.output_tokens)
+        assert self.file is not None
+        try:
+            tr = load_trace(self.file)
+        except PpasError as e:
+            raise config_error("workload", "file", str(e)) from None
+        if len(tr) == 0:
+            raise config_error("workload", "file", f"{self.file!r} has no requests")
+        return tr
+
+    def prompts_at(self, load: float) -> int:
+        """The number of prompts in a trace at request rate ``load`` (gamma)."""
+        if len(self.num_prompts) == 1:
+            return self.num_prompts[0]
+        return self.num_prompts[self.loads.index(load)]
+
+    def load_label(self, load: float) -> str:
+        return "trace" if self.kind == "trace" else f"{load:g}"
+
+    @property
+    def load_name(self) -> str:
+        return {"phases": "burst", "gamma": "rate", "trace": "trace"}[self.kind]
