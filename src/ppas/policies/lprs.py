@@ -31,7 +31,7 @@ from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pendi
 from ppas.cost.base import CostModel
 from ppas.cost.steps import chunk_shape
 from ppas.policies.base import Policy
-from ppas.policies.predictive import candidate_chunks
+from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
 
 
