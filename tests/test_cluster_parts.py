@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ppas.cluster.config import ClusterConfig, LinkConfig, PoolConfig, load_cluster
 from ppas.cluster.deflection import make_deflection
+from ppas.cluster.events import Arrival, StepStart, TransferLanded
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router, router_names
 from ppas.cluster.transfer import Link, kv_bytes_per_token
@@ -269,3 +270,11 @@ def test_routers_and_queues_register_once() -> None:
         make_deflection("off:x=1")
     with pytest.raises(PpasError, match=r"^empty policy config; allowed: .*mbt"):
         make_policy(" ")
+
+
+def test_events_at_equal_times_land_transfers_then_arrivals_then_steps() -> None:
+    evs = [StepStart(1.0, 0, 1), Arrival(1.0, 3), TransferLanded(1.0, 2, 0), Arrival(0.5, 1)]
+    assert sorted(evs, key=lambda e: (e.time, e.order)) == [
+        Arrival(0.5, 1), TransferLanded(1.0, 2, 0), Arrival(1.0, 3), StepStart(1.0, 0, 1)]
+    with pytest.raises(AttributeError):
+        evs[0].time = 2.0  # type: ignore[misc]

@@ -16,13 +16,9 @@ from ppas.cost.fitted import FittedCostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies import make_policy
-from ppas.policies.predictive import (
-    Predictive,
-    arrival_rate,
-    kv_admission_cap,
-    limit_budget,
-    project,
-)
+from ppas.policies.candidates import candidate_chunks
+from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
+from ppas.policies.projection import arrival_rate, project
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -226,3 +222,9 @@ def test_arrival_rate_is_unbiased_on_poisson_arrivals(n: int) -> None:
     old = sum((n - 1) / (v.now - v.requests[0].arrival_time) for v in views) / len(views)
     assert old == pytest.approx(rate * (n - 1) / (n - 2), rel=0.05)
     assert arrival_rate(view([dec(0), wait(1)])) == 0.0  # two requests: no unbiased estimate
+
+
+def test_candidate_chunks_are_powers_of_two_then_c_max() -> None:
+    assert candidate_chunks(512, 32768) == (512, 1024, 2048, 4096, 8192, 16384, 32768)
+    assert candidate_chunks(256, 1000) == (256, 512, 1000)
+    assert candidate_chunks(512, 512) == (512,)

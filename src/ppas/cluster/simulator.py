@@ -1,16 +1,17 @@
 """The cluster simulator: N engine simulators under one event clock.
 
-Each instance is a ``ppas.engine.simulator.EngineSim`` (vLLM V1 step semantics, its own policy,
-cost model and paged KV cache); this module only moves requests between them. Events, in
-time order (at equal times: transfers land, then arrivals, then steps start, so a step
-starting at ``t`` sees every request that arrived at or before ``t``, as in ``simulate``):
+Each instance (``ppas.cluster.instance``) is an ``EngineSim`` with its own policy, cost
+model and paged KV cache; this module only moves requests between them. The loop
+(``simulate_cluster``) is Vidur's: pop the first event, hand it to the handler of its
+kind, book the events the handler returns. Events (``ppas.cluster.events``), in time
+order (at equal times: transfers land, then arrivals, then steps start):
 
-* arrival -> colocated: the router picks an instance. Disaggregated: the deflection rule
-  may send the prompt to a decode node; otherwise it joins the prefill pool's queue and
-  free prefill instances take batches from it (``ppas.cluster.queue``).
-* step of instance i at t -> first the requests its previous step finished (at t) are
-  handed on, then the engine advances (``EngineSim.advance``: one step, or a run of
-  decode-only steps) and its next step is booked at the end. A prefill instance with
+* ``Arrival`` -> colocated: the router picks an instance. Disaggregated: the deflection
+  rule may send the prompt to a decode node; otherwise it joins the prefill pool's queue
+  and free prefill instances take batches from it (``ppas.cluster.queue``).
+* ``StepStart`` of instance i at t -> first the requests its previous step finished (at
+  t) are handed on, then the engine advances (``EngineSim.advance``: one step, or a run
+  of decode-only steps) and its next step is booked at the end. A prefill instance with
   nothing left takes the next batch first.
 * running ahead: a run of decode-only steps changes nothing any other instance or rule
   sees (it stops before any request finishes), so instances whose state no rule reads
@@ -22,11 +23,11 @@ starting at ``t`` sees every request that arrived at or before ``t``, as in ``si
 * a prefill finished on a prefill instance (the prompt computed, one token sampled) -> the
   router picks a decode instance; the KV of the prompt crosses that instance's link
   (FIFO, ``ppas.cluster.transfer.Link``), never starting before the prefill's end.
-* transfer landed -> the prefill instance frees the prompt's KV (it held it until now, and
-  stalls, taking no new prompt, while held KV leaves no room for one); the request joins
-  the decode instance with ``prompt - 1`` tokens
-  computed (as vLLM's KV connectors do: the last prompt token is recomputed there and
-  samples the first output token, which is the client's first token).
+* ``TransferLanded`` -> the prefill instance frees the prompt's KV (it held it until now,
+  and stalls, taking no new prompt, while held KV leaves no room for one); the request
+  joins the decode instance with ``prompt - 1`` tokens computed (as vLLM's KV connectors
+  do: the last prompt token is recomputed there and samples the first output token,
+  which is the client's first token).
 
 Invariants (tests): every request finishes (or fails) exactly once; no instance's KV
 blocks exceed its capacity; no transfer starts before its prefill ended. One mixed
@@ -36,123 +37,23 @@ instance behind ``pass-through`` reproduces ``simulate`` exactly.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from ppas.cluster.config import ClusterConfig, PoolConfig
 from ppas.cluster.deflection import make_deflection
+from ppas.cluster.events import Arrival, Event, StepStart, TransferLanded
+from ppas.cluster.instance import ClusterRequest, Instance, build_instances
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router
-from ppas.cluster.transfer import Link, kv_bytes_per_token
-from ppas.core.metrics import RequestMetrics, tpot_of
-from ppas.cost import CostModel, make_cost_model
+from ppas.core.metrics import RequestMetrics
+from ppas.cost import CostModel
 from ppas.cost.base import StepShape
-from ppas.cost.steps import StepCosts
-from ppas.engine.simulator import EngineConfig, EngineSim, SimRequest
-from ppas.policies import make_policy
+from ppas.engine.simulator import SimRequest
 from ppas.workload import RequestSpec, Trace
 
-# Event kinds; the order breaks ties at equal times.
-_XFER, _ARRIVE, _STEP = 0, 1, 2
-
-
-class Instance:
-    """One engine of the cluster, with what routers and the deflection rule read."""
-
-    def __init__(self, index: int, pool: PoolConfig, cost_model: CostModel,
-                 engine: EngineSim, link: Link | None) -> None:
-        self.index = index
-        self.pool = pool
-        self.role = pool.role
-        self.cost_model = cost_model
-        self.engine = engine
-        self.link = link
-        self.busy = False  # a step event is booked
-        self.version = 0  # of the booked step event (older ones are stale)
-        self.owners: list[ClusterRequest] = []  # by the engine's request index
-        self.outstanding_tokens = 0  # tokens still to compute for requests placed here
-        self.max_kv_blocks_used = 0
-        self._costs: StepCosts | None = None
-
-    # -- loads (O(requests on the instance); computed when a rule asks) --------------
-    def load(self) -> tuple[int, int, int]:
-        """(prompt tokens not yet computed, running decodes, their context tokens)."""
-        backlog = n_dec = ctx = 0
-        for r in self.engine.running:
-            c = r.num_computed_tokens
-            if c < r.prompt_tokens:
-                backlog += r.prompt_tokens - c
-            else:
-                n_dec += 1
-                ctx += c
-        for r in self.engine.waiting:
-            backlog += r.prompt_tokens - r.num_computed_tokens
-        return backlog, n_dec, ctx
-
-    @property
-    def kv_free_tokens(self) -> int:
-        e = self.engine
-        return e.free_blocks * e.block_size if e.total_blocks is not None else 1 << 62
-
-    def costs(self) -> StepCosts:
-        if self._costs is None:
-            self._costs = StepCosts(self.cost_model, (self.engine.mbt,))
-        return self._costs
-
-    def predicted_finish(self, prompt_tokens: int, output_tokens: int, now: float) -> float:
-        """Ours [I]: after the step in flight (the engine's clock), the prompts queued here
-        drain at the instance's MBT chunk, then this prompt, each prefill step carrying the
-        running decodes; then ``output - 1`` decode steps beside them. Linearised with
-        ``StepCosts`` (tables built once)."""
-        backlog, n_dec, ctx = self.load()
-        k = self.costs()
-        c = self.engine.mbt
-        steps = -(-(backlog + prompt_tokens) // c)
-        t = (k.prefill_time(c, 0, min(backlog, c)) * (backlog / c if backlog > c else 1.0)
-             if backlog else 0.0)
-        t += k.prefill_time(c, 0, prompt_tokens) + steps * n_dec * k.dec_ride
-        t += (output_tokens - 1) * (k.dec_base + (n_dec + 1) * k.dec_alone
-                                    + k.dec_kv * (ctx + prompt_tokens))
-        return max(now, self.engine.now) + t
-
-
-class ClusterRequest:
-    """A request's life across instances (``prefill`` = its first engine-side copy:
-    the whole request when colocated or deflected)."""
-
-    __slots__ = ("index", "spec", "prefill", "decode", "instance", "decode_instance",
-                 "transfer_start", "transfer_end", "deflected", "finishes", "failed")
-
-    def __init__(self, index: int, spec: RequestSpec) -> None:
-        self.index = index
-        self.spec = spec
-        self.prefill: SimRequest | None = None
-        self.decode: SimRequest | None = None
-        self.instance = -1
-        self.decode_instance = -1
-        self.transfer_start: float | None = None
-        self.transfer_end: float | None = None
-        self.deflected = False
-        self.finishes = 0  # times the request completed (invariant: exactly 1)
-        self.failed: str | None = None
-
-    @property
-    def last(self) -> SimRequest | None:
-        """The engine-side copy that emits the client's tokens."""
-        return self.decode if self.decode is not None else self.prefill
-
-    def metrics(self) -> RequestMetrics | None:
-        r = self.last
-        if self.failed or r is None or r.finish_time is None or r.first_token_time is None:
-            return None
-        s = self.spec
-        return RequestMetrics(
-            arrival_s=s.arrival_s, ttft=r.first_token_time - s.arrival_s,
-            e2e=r.finish_time - s.arrival_s,
-            tpot=tpot_of(r.first_token_time, r.finish_time, s.output_tokens),
-            output_tokens=s.output_tokens, ttft_slo=s.ttft_slo, tpot_slo=s.tpot_slo,
-            slo_class=s.slo_class)
+_INF = float("inf")
 
 
 @dataclass
@@ -171,30 +72,6 @@ class ClusterResult:
     @property
     def num_deflected(self) -> int:
         return sum(1 for r in self.requests if r.deflected)
-
-
-def build_instances(config: ClusterConfig,
-                    cost_model_for: Callable[[PoolConfig, int], CostModel] | None = None,
-                    record_steps: bool = False) -> list[Instance]:
-    """Every pool's engines, in pool order. ``cost_model_for(pool, mbt)`` overrides the
-    cost model (tests); by default ``make_cost_model`` from the pool's settings."""
-    out: list[Instance] = []
-    for pool in config.pools:
-        for _ in range(pool.instances):
-            policy = make_policy(pool.policy)
-            mbt = policy.max_num_batched_tokens
-            cm = (cost_model_for(pool, mbt) if cost_model_for is not None else
-                  make_cost_model(pool.cost_model, pool.hardware, pool.model, pool.tp, mbt))
-            # A prefill instance holds a prompt's KV until its transfer ends.
-            eng = EngineSim(policy, cm, EngineConfig(max_num_seqs=pool.max_num_seqs,
-                                                     num_kv_blocks=pool.num_kv_blocks,
-                                                     hold_finished_kv=pool.role == "prefill"),
-                            record_steps=record_steps)
-            link = None
-            if pool.role == "decode":
-                link = Link(config.link, kv_bytes_per_token(cm, pool.model), pool.tp)
-            out.append(Instance(len(out), pool, cm, eng, link))
-    return out
 
 
 def with_default_slos(specs: Sequence[RequestSpec], config: ClusterConfig) -> list[RequestSpec]:
@@ -218,34 +95,150 @@ def simulate_cluster(
     False keeps every instance at the next arrival (slower; the same results: tests)."""
     given = trace.requests if isinstance(trace, Trace) else tuple(trace)
     specs = sorted(with_default_slos(given, config), key=lambda s: s.arrival_s)
-    reqs = [ClusterRequest(i, s) for i, s in enumerate(specs)]
-    insts = build_instances(config, cost_model_for, record_steps)
-    router = make_router(config.router)
-    disagg = config.disaggregated
-    if disagg:
-        pre = [x for x in insts if x.role == "prefill"]
-        dec = [x for x in insts if x.role == "decode"]
-        dpool = config.pool("decode")
-        deflection = make_deflection(dpool.deflection)
-        queue = make_queue(config.pool("prefill").queue)
-    else:
-        pre, dec, deflection, queue = [], [], None, make_queue("fcfs")
-    heap: list[tuple[float, int, int, int, int]] = []  # (time, kind, seq, a, b)
-    seq = 0
-    n, n_done, nxt, events = len(reqs), 0, 0, 0
-    inf = float("inf")
-    # Instances whose state a rule reads at arrivals run no further than the next arrival;
-    # the others run ahead freely (decode runs) and are rewound when a request joins them.
-    bounded = {x.index for x in insts if not run_ahead
-               or (router.reads_state and x.role != "prefill")
-               or (x.role == "decode" and deflection is not None)}
+    cluster = Cluster(specs, config, cost_model_for, record_steps, run_ahead)
+    heap: list[tuple[float, int, int, Event]] = []  # (time, kind's order, seq, event)
+    seq = num_events = 0
+    while cluster.num_done < len(specs):
+        event = cluster.arrival_before(heap) or heappop(heap)[3]
+        num_events += 1
+        for booked in cluster.handle(event):
+            seq += 1
+            heappush(heap, (booked.time, booked.order, seq, booked))
+    return ClusterResult(cluster.requests, cluster.instances, num_events)
 
-    def push(t: float, kind: int, a: int, b: int = 0) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (t, kind, seq, a, b))
 
-    def sync(inst: Instance, now: float) -> None:
+class Cluster:
+    """The cluster between two events: instances, requests, the prefill pool's queue.
+    Each ``on_*`` handler applies one event and returns the events it books, in booking
+    order; the helpers it calls append theirs to the same list (``out``)."""
+
+    def __init__(self, specs: Sequence[RequestSpec], config: ClusterConfig,
+                 cost_model_for: Callable[[PoolConfig, int], CostModel] | None,
+                 record_steps: bool, run_ahead: bool) -> None:
+        self.requests = [ClusterRequest(i, s) for i, s in enumerate(specs)]
+        self.instances = insts = build_instances(config, cost_model_for, record_steps)
+        self.router = make_router(config.router)
+        self.disaggregated = config.disaggregated
+        self.prefill_pool = [x for x in insts if x.role == "prefill"]
+        self.decode_pool = [x for x in insts if x.role == "decode"]
+        self.deflection = (make_deflection(config.pool("decode").deflection)
+                           if self.disaggregated else None)
+        self.queue = make_queue(config.pool("prefill").queue if self.disaggregated else "fcfs")
+        self.next_arrival = 0  # position in ``requests`` of the next one to arrive
+        self.num_done = 0  # requests finished or failed
+        # Instances whose state a rule reads at arrivals run no further than the next
+        # arrival; the others run ahead freely (decode runs) and are rewound when a
+        # request joins them.
+        self.bounded = {x.index for x in insts if not run_ahead
+                        or (self.router.reads_state and x.role != "prefill")
+                        or (x.role == "decode" and self.deflection is not None)}
+
+    # -- the clock ---------------------------------------------------------------------
+    def arrival_before(self, heap: list[tuple[float, int, int, Event]]) -> Arrival | None:
+        """The next arrival when it comes before every booked event (arrivals are read
+        off the sorted trace, never booked), taking it; else None."""
+        i = self.next_arrival
+        if i >= len(self.requests):
+            return None
+        t = self.requests[i].spec.arrival_s
+        if heap and (heap[0][0] < t or (heap[0][0] == t and heap[0][1] < Arrival.order)):
+            return None
+        self.next_arrival = i + 1
+        return Arrival(t, i)
+
+    def next_arrival_time(self) -> float:
+        i = self.next_arrival
+        return self.requests[i].spec.arrival_s if i < len(self.requests) else _INF
+
+    def handle(self, event: Event) -> list[Event]:
+        match event:
+            case StepStart():
+                return self.on_step(event)
+            case Arrival():
+                return self.on_arrival(event)
+            case TransferLanded():
+                return self.on_transfer(event)
+
+    # -- handlers, one per kind of event -----------------------------------------------
+    def on_step(self, ev: StepStart) -> list[Event]:
+        """Hand on what the previous step finished, then advance the engine."""
+        inst = self.instances[ev.instance]
+        if ev.version != inst.version:
+            return []  # superseded by a rewind
+        out: list[Event] = []
+        eng = inst.engine
+        if eng.finished:
+            for r in eng.finished:
+                self.finish(inst, r, out)
+            eng.finished.clear()
+        if inst.role == "prefill" and len(self.queue) and not eng.has_work():
+            self.dispatch(inst, ev.time, out)
+        if not eng.has_work():
+            inst.busy = False
+            return out
+        eng.advance(self.next_arrival_time() if inst.index in self.bounded else _INF)
+        if eng.stalled:  # held KV (transfers in flight): resumes at a release
+            inst.busy = False
+            return out
+        out.append(StepStart(eng.now, inst.index, ev.version))
+        used = eng.total_blocks - eng.free_blocks if eng.total_blocks else 0
+        if used > inst.max_kv_blocks_used:
+            inst.max_kv_blocks_used = used
+        return out
+
+    def on_arrival(self, ev: Arrival) -> list[Event]:
+        """Route the request (colocated), deflect it to a decode node, or queue it for
+        the prefill pool."""
+        cr = self.requests[ev.request]
+        s, now = cr.spec, ev.time
+        out: list[Event] = []
+        if not self.disaggregated:
+            j = self.route(self.instances, s, now, out)
+            cr.instance = j
+            cr.prefill = self.place(cr, self.instances[j], s, now, out)
+            return out
+        k = None
+        if self.deflection is not None:
+            for x in self.decode_pool:
+                self.sync(x, now, out)
+            k = self.deflection.choose(s.prompt_tokens, s.output_tokens, self.decode_pool,
+                                       self.pool_ttft(s.prompt_tokens))
+        if k is not None:
+            cr.instance, cr.deflected = self.decode_pool[k].index, True
+            cr.prefill = self.place(cr, self.decode_pool[k], s, now, out)
+            return out
+        self.queue.push(ev.request, s.prompt_tokens)
+        for x in self.prefill_pool:
+            if not x.busy and not x.engine.has_work():
+                self.dispatch(x, now, out)
+                if not len(self.queue):
+                    break
+        return out
+
+    def on_transfer(self, ev: TransferLanded) -> list[Event]:
+        """The prefill instance frees the prompt's KV; the request joins the decode
+        instance with all but the last prompt token computed."""
+        cr = self.requests[ev.request]
+        s, now = cr.spec, ev.time
+        out: list[Event] = []
+        src = self.instances[cr.instance]
+        assert cr.prefill is not None
+        src.engine.release_kv(cr.prefill, now)
+        if not src.busy and src.engine.has_work():
+            self.wake(src, out)
+        cr.decode = self.place(cr, self.decode_pool[ev.decode],
+                               dataclasses.replace(s, arrival_s=now), now, out,
+                               computed=s.prompt_tokens - 1)
+        return out
+
+    # -- what the handlers share -------------------------------------------------------
+    def wake(self, inst: Instance, out: list[Event]) -> None:
+        """Book the next step of an idle instance (at its engine's clock)."""
+        inst.busy = True
+        inst.version += 1
+        out.append(StepStart(inst.engine.now, inst.index, inst.version))
+
+    def sync(self, inst: Instance, now: float, out: list[Event]) -> None:
         """Bring ``inst`` back to ``now`` if a decode run took it past (``rewind``); its
         booked step event moves with it."""
         eng = inst.engine
@@ -254,57 +247,45 @@ def simulate_cluster(
             eng.rewind(now)
             if eng.now != t:
                 inst.version += 1
-                push(eng.now, _STEP, inst.index, inst.version)
+                out.append(StepStart(eng.now, inst.index, inst.version))
 
-    def place(cr: ClusterRequest, inst: Instance, spec: RequestSpec, now: float,
-              computed: int = 0) -> SimRequest:
+    def place(self, cr: ClusterRequest, inst: Instance, spec: RequestSpec, now: float,
+              out: list[Event], computed: int = 0) -> SimRequest:
         """Hand a request copy to ``inst`` (``computed`` tokens already in its KV)."""
-        nonlocal n_done
-        sync(inst, now)
+        self.sync(inst, now, out)
         r = inst.engine.add_request(spec)
         inst.owners.append(cr)  # engine-local index r.index -> cluster request
         if r.failed:
             cr.failed = r.failed
             cr.finishes += 1
-            n_done += 1
+            self.num_done += 1
             return r
         r.num_computed_tokens = computed
         inst.outstanding_tokens += spec.prompt_tokens + spec.output_tokens - computed
         if not inst.busy:
-            inst.busy = True
-            inst.version += 1
-            push(inst.engine.now, _STEP, inst.index, inst.version)
+            self.wake(inst, out)
         return r
 
-    def dispatch(inst: Instance, now: float) -> None:
+    def dispatch(self, inst: Instance, now: float, out: list[Event]) -> None:
         """A free prefill instance takes the next batch from the pool queue: the prompt
         alone, one token sampled (the KV connector's prefill request)."""
-        for i in queue.pop_batch(inst.engine.mbt):
-            cr = reqs[i]
+        for i in self.queue.pop_batch(inst.engine.mbt):
+            cr = self.requests[i]
             cr.instance = inst.index
-            cr.prefill = place(cr, inst, dataclasses.replace(cr.spec, arrival_s=now,
-                                                             output_tokens=1), now)
+            cr.prefill = self.place(cr, inst, dataclasses.replace(
+                cr.spec, arrival_s=now, output_tokens=1), now, out)
 
-    def pool_ttft(prompt: int) -> float:
-        """The prefill pool's predicted TTFT: queue + execution (+ transfer, first step)."""
-        k = pre[0].costs()
-        c = pre[0].engine.mbt
-        per_tok = k.prefill_time(c, 0, c) / c
-        backlog = queue.queued_tokens + sum(x.load()[0] for x in pre)
-        link = dec[0].link
-        t_first = dec[0].cost_model.step_time(StepShape(1, 1, prompt, prompt, 0, 0))
-        return (backlog * per_tok / len(pre) + k.prefill_time(c, 0, prompt)
-                + (link.duration(prompt) if link is not None else 0.0) + t_first)
-
-    def route(cands: list[Instance], s: RequestSpec, now: float) -> int:
-        if router.reads_state:
+    def route(self, cands: list[Instance], s: RequestSpec, now: float,
+              out: list[Event]) -> int:
+        if self.router.reads_state:
             for x in cands:
-                sync(x, now)
-        return router.route(s.prompt_tokens, s.output_tokens, cands, now)
+                self.sync(x, now, out)
+        return self.router.route(s.prompt_tokens, s.output_tokens, cands, now)
 
-    def finish(inst: Instance, r: SimRequest) -> int:
-        """A request copy finished on ``inst`` at ``r.finish_time``; 1 when the request
-        is done (its decode copy, or a copy that also decodes)."""
+    def finish(self, inst: Instance, r: SimRequest, out: list[Event]) -> None:
+        """A request copy finished on ``inst`` at ``r.finish_time``: the request is done
+        (its decode copy, or a copy that also decodes), or its KV starts crossing to the
+        decode instance the router picks."""
         cr = inst.owners[r.index]
         s = cr.spec
         inst.outstanding_tokens -= (r.max_output_tokens + r.prompt_tokens
@@ -314,80 +295,24 @@ def simulate_cluster(
         if inst.role == "prefill" and s.output_tokens > 1:
             t = r.finish_time
             assert t is not None
-            j = route(dec, s, t)
-            d = dec[j]
+            j = self.route(self.decode_pool, s, t, out)
+            d = self.decode_pool[j]
             assert d.link is not None
             cr.transfer_start, cr.transfer_end = d.link.schedule(t, s.prompt_tokens)
             cr.decode_instance = d.index
-            push(cr.transfer_end, _XFER, cr.index, j)
-            return 0
+            out.append(TransferLanded(cr.transfer_end, cr.index, j))
+            return
         cr.finishes += 1
-        return 1
+        self.num_done += 1
 
-    while n_done < n:
-        if heap and (nxt >= n or heap[0][0] < reqs[nxt].spec.arrival_s
-                     or (heap[0][0] == reqs[nxt].spec.arrival_s and heap[0][1] < _ARRIVE)):
-            now, kind, _, a, b = heapq.heappop(heap)
-        else:
-            now, kind, a, b = reqs[nxt].spec.arrival_s, _ARRIVE, nxt, 0
-            nxt += 1
-        events += 1
-        if kind == _STEP:
-            inst = insts[a]
-            if b != inst.version:
-                continue  # superseded by a rewind
-            eng = inst.engine
-            if eng.finished:
-                for r in eng.finished:
-                    n_done += finish(inst, r)
-                eng.finished.clear()
-            if disagg and inst.role == "prefill" and len(queue) and not eng.has_work():
-                dispatch(inst, now)
-            if eng.has_work():
-                eng.advance(reqs[nxt].spec.arrival_s if a in bounded and nxt < n else inf)
-                if eng.stalled:  # held KV (transfers in flight): resumes at a release
-                    inst.busy = False
-                    continue
-                push(eng.now, _STEP, a, b)
-                used = eng.total_blocks - eng.free_blocks if eng.total_blocks else 0
-                if used > inst.max_kv_blocks_used:
-                    inst.max_kv_blocks_used = used
-            else:
-                inst.busy = False
-        elif kind == _ARRIVE:
-            cr = reqs[a]
-            s = cr.spec
-            if not disagg:
-                j = route(insts, s, now)
-                cr.instance = j
-                cr.prefill = place(cr, insts[j], s, now)
-                continue
-            k = None
-            if deflection is not None:
-                for x in dec:
-                    sync(x, now)
-                k = deflection.choose(s.prompt_tokens, s.output_tokens, dec,
-                                      pool_ttft(s.prompt_tokens))
-            if k is not None:
-                cr.instance, cr.deflected = dec[k].index, True
-                cr.prefill = place(cr, dec[k], s, now)
-                continue
-            queue.push(a, s.prompt_tokens)
-            for x in pre:
-                if not x.busy and not x.engine.has_work():
-                    dispatch(x, now)
-                    if not len(queue):
-                        break
-        else:  # _XFER: the KV landed on decode instance dec[b]
-            cr = reqs[a]
-            s = cr.spec
-            src = insts[cr.instance]  # the prefill instance frees the prompt's KV now
-            assert cr.prefill is not None
-            src.engine.release_kv(cr.prefill, now)
-            if not src.busy and src.engine.has_work():
-                src.busy = True
-                src.version += 1
-                push(src.engine.now, _STEP, src.index, src.version)
-            cr.decode = place(cr, dec[b], dataclasses.replace(s, arrival_s=now), now,
-                              computed=s.prompt_tokens - 1)
-    return ClusterResult(reqs, insts, events)
+    def pool_ttft(self, prompt: int) -> float:
+        """The prefill pool's predicted TTFT: queue + execution (+ transfer, first step)."""
+        pre, dec = self.prefill_pool, self.decode_pool
+        k = pre[0].costs()
+        c = pre[0].engine.mbt
+        per_tok = k.prefill_time(c, 0, c) / c
+        backlog = self.queue.queued_tokens + sum(x.load()[0] for x in pre)
+        link = dec[0].link
+        t_first = dec[0].cost_model.step_time(StepShape.one_chunk(1, prompt - 1))
+        return (backlog * per_tok / len(pre) + k.prefill_time(c, 0, prompt)
+                + (link.duration(prompt) if link is not None else 0.0) + t_first)

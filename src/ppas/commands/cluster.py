@@ -8,7 +8,11 @@ import json
 import sys
 from typing import Any
 
+from ppas.analysis.plot import check_plot_path, plot_cluster_sweep
 from ppas.cluster.config import ClusterConfig, load_cluster
+from ppas.cluster.report import cluster_record, table
+from ppas.cluster.simulator import simulate_cluster
+from ppas.commands.trace_args import build_trace
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_INSTANCES, MAX_TIME_S, float_arg
 from ppas.workload import Trace, mixed_trace
@@ -70,37 +74,29 @@ def configs(base: ClusterConfig, instances: str | None, ratios: str | None
     return out
 
 
-def build_trace(args: argparse.Namespace) -> Trace:
+def cluster_trace(args: argparse.Namespace) -> Trace:
+    """``--mixed`` arrivals, else the trace a single-engine run would replay."""
     if args.mixed:
         if args.trace:
             raise PpasError("--mixed and --trace are exclusive")
         if args.request_rate is None:
             raise PpasError("--mixed needs --request-rate")
         return mixed_trace(args.request_rate, args.duration, args.seed)
-    from ppas.commands.simulate import build_trace as single
-
-    return single(args)[0]
+    return build_trace(args)[0]
 
 
 def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise PpasError("--seed must be >= 0")
     if args.plot:
-        from ppas.analysis.plot import check_plot_path
-
         check_plot_path(args.plot)
     base = load_cluster(args.cluster)
     cfgs = configs(base, args.instances, args.pd_ratios)
-    trace = build_trace(args)
-    from ppas.cluster.report import cluster_record, table
-    from ppas.cluster.simulator import simulate_cluster
-
+    trace = cluster_trace(args)
     records: list[dict[str, Any]] = []
     for c in cfgs:
         records.append(cluster_record(simulate_cluster(trace, c), c))
     if args.plot:
-        from ppas.analysis.plot import plot_cluster_sweep
-
         plot_cluster_sweep(records, args.plot)
     if args.json:
         json.dump(records, sys.stdout, indent=1)

@@ -7,6 +7,7 @@ import argparse
 import math
 
 from ppas.analysis.sweep import mean_lower_bound
+from ppas.commands import cluster
 from ppas.commands.common import (
     add_cost_args,
     add_shape_args,
@@ -17,54 +18,22 @@ from ppas.commands.common import (
     print_json,
     split_configs,
 )
+from ppas.commands.trace_args import add_trace_arguments, build_trace
 from ppas.core.errors import PpasError
-from ppas.core.limits import (
-    MAX_BURSTINESS,
-    MAX_RATE,
-    MAX_REQUESTS,
-    MAX_SEED,
-    MIN_BURSTINESS,
-    float_arg,
-    int_arg,
-)
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
-from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("exit codes: 0 success; 1 a run completed no request; 2 bad input (one line)"
                 "")
-    p.add_argument("--phases", default=None,
-                   help=f"DURATION:RATE,... (default {PAPER_PHASES} with --burst-rate)")
-    p.add_argument("--burst-rate", type=float_arg(0, MAX_RATE, lo_open=True), default=1.0,
-                   help="value of {burst} in --phases")
-    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
-    p.add_argument("--trace", help="replay a CSV/JSONL trace file instead of --phases")
-    p.add_argument("--request-rate", type=float_arg(0, MAX_RATE, lo_open=True, allow_inf=True),
-                   help="gamma arrivals (vllm bench serve style)")
-    p.add_argument("--num-prompts", type=int_arg(1, MAX_REQUESTS), default=100)
-    p.add_argument("--burstiness", type=float_arg(MIN_BURSTINESS, MAX_BURSTINESS), default=1.0)
+    add_trace_arguments(p)
     p.add_argument("--enable-prefix-caching", action="store_true",
                    help="vLLM's automatic prefix caching (traces share prompt prefixes through "
                         "their 'prefix' field)")
     add_shape_args(p)
     add_cost_args(p)
-    from ppas.commands import cluster
-
     cluster.add_arguments(p)
-
-
-def build_trace(args: argparse.Namespace) -> tuple[Trace, float | None]:
-    if args.trace:
-        return load_trace(args.trace), None
-    if args.request_rate is not None:
-        return gamma_trace(args.request_rate, args.num_prompts, args.seed, args.burstiness,
-                           args.prompt_tokens, args.output_tokens), None
-    phases = args.phases or PAPER_PHASES
-    trace = phase_trace(phases, args.seed, args.prompt_tokens, args.output_tokens,
-                        args.burst_rate)
-    return trace, args.burst_rate
 
 
 def _f(v: float) -> str:
@@ -73,8 +42,6 @@ def _f(v: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.cluster:
-        from ppas.commands import cluster
-
         return cluster.run(args)
     if args.mixed or args.instances or args.pd_ratios or args.plot:
         raise PpasError("--mixed, --instances, --pd-ratios and --plot need --cluster FILE")

@@ -37,7 +37,7 @@ from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy
-from ppas.policies.predictive import candidate_chunks
+from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
 
 

@@ -30,7 +30,7 @@ from ppas.core.decision import Decision
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy, last_prefill_token_time
-from ppas.policies.predictive import candidate_chunks
+from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
 
 
