@@ -34,6 +34,7 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
 
 def estimate(exp: Experiment) -> dict[str, Any]:
     """``{"startup": s, "runs": {(arm, load, seed): s}, "model": str}``."""
+    from ppas.engine.setup import engine_for
     from ppas.engine.simulator import EngineConfig, simulate
     from ppas.live.versions import installed_vllm_version
     from ppas.policies import make_policy
@@ -49,13 +50,15 @@ def estimate(exp: Experiment) -> dict[str, Any]:
             est = span
             if cm is not None:
                 spec = _sim_policy(arm, version)
-                pol = make_policy(spec)
-                eng = EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
-                                   max_num_batched_tokens=arm.max_num_batched_tokens)
-                res = simulate(trace, pol, cm, eng).summary()
+                eng = engine_for(spec, exp.run.hardware, exp.run.catalog_model,
+                                 cost_model=exp.run.estimate_cost_model,
+                                 tp=exp.engine.tensor_parallel_size, config=EngineConfig(
+                                     max_num_seqs=exp.engine.max_num_seqs,
+                                     max_num_batched_tokens=arm.max_num_batched_tokens))
+                res = simulate(trace, eng.policy, eng.cost_model, eng.config).summary()
                 first = trace.requests[0]
                 warm = simulate([type(first)(0.0, first.prompt_tokens, first.output_tokens)],
-                                make_policy(spec), cm, eng).summary()
+                                make_policy(spec), eng.cost_model, eng.config).summary()
                 mk = float(res["makespan"]) if res.get("makespan") == res.get("makespan") \
                     else span
                 first_run = (load, seed) == exp.cells()[0]
