@@ -38,9 +38,14 @@ WAITING_LEN = 2000
 
 def measure(reps: int, warmup: int) -> dict[str, Any]:
     """Runs inside one venv: median schedule() time and hook calls per variant."""
-    sys.path.insert(0, str(ROOT / "tests"))
     import vllm
-    from vllm_fakes import fake_output, make_request, make_scheduler, tiny_model_dir
+
+    from ppas.live.scheduler_harness import (
+        fake_output,
+        make_request,
+        make_scheduler,
+        tiny_model_dir,
+    )
 
     model = tiny_model_dir()
     line = ".".join(vllm.__version__.split(".")[:2])

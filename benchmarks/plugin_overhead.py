@@ -21,12 +21,10 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from vllm.v1.core.sched.scheduler import Scheduler
 
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm_fakes import fake_output, make_request, make_scheduler, tiny_model_dir  # noqa: E402
+from ppas.live.scheduler_harness import fake_output, make_request, make_scheduler, tiny_model_dir
 
 MBT = 16384
 NUM_DECODES = 256
