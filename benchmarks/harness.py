@@ -93,7 +93,8 @@ _SPEC = re.compile(r"(?:.?[<>^=])?[+\- ]?z?#?0?(\d*)")
 class Table:
     """A table of columns ``(title, spec)``: each cell is ``format(value, spec)``, each
     title padded to the spec's width and aligned as its spec aligns (default right);
-    columns joined by ``sep``, every line after ``indent``."""
+    columns joined by ``sep``, every line after ``indent``, trailing blanks dropped (an
+    empty last cell leaves no padding)."""
 
     def __init__(self, *columns: tuple[str, str], sep: str = " ", indent: str = "") -> None:
         self.columns, self.sep, self.indent = columns, sep, indent
@@ -105,12 +106,12 @@ class Table:
             width = m.group(1) if m and m.group(1) else ""
             align = "<" if spec[1:2] == "<" or spec[:1] == "<" else ">"
             cells.append(format(title, f"{align}{width}"))
-        return self.indent + self.sep.join(cells)
+        return (self.indent + self.sep.join(cells)).rstrip()
 
     def row(self, *values: object) -> str:
         assert len(values) == len(self.columns), (values, self.columns)
-        return self.indent + self.sep.join(
-            format(v, spec) for v, (_, spec) in zip(values, self.columns, strict=True))
+        return (self.indent + self.sep.join(
+            format(v, spec) for v, (_, spec) in zip(values, self.columns, strict=True))).rstrip()
 
     def print_header(self) -> None:
         print(self.header())
