@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppas.core.errors import PpasError
 from ppas.cost import CostModel, make_cost_model
 from ppas.cost.roofline import RooflineCostModel, RooflineParams
 from ppas.engine.simulator import EngineConfig
@@ -45,7 +46,7 @@ def engine_for(policy: Policy | str, hardware: str | None, model: str | None, *,
     mbt = cfg.max_num_batched_tokens or pol.max_num_batched_tokens
     if params is not None:  # calibration trials: the roofline under other constants
         if not hardware or not model:
-            raise ValueError("a roofline with params needs hardware and model")
+            raise PpasError("the roofline cost model needs hardware and model")
         cm: CostModel = RooflineCostModel(hardware, model, params, tp, max_num_batched_tokens=mbt)
     else:
         cm = make_cost_model(cost_model, hardware, model, tp, mbt)
