@@ -13,7 +13,7 @@ admission stop switched off, to show what the stop saves. Target: plugin on 0.33
 
     .venv/bin/python benchmarks/admission_scan.py            # builds neither venv:
         [--python-032 .venv/bin/python] [--python-033 .venv-vllm033/bin/python]
-        [--reps 300] [--warmup 30]                           # make venv / make test-vllm033
+        [--reps 300] [--warmup 30] [--json OUT]              # make venv / make test-vllm033
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import Table, finish, parser, start
+
 ROOT = Path(__file__).resolve().parent.parent
 MBT = 16384
 POLICY = "ppas:n_th=2,b_max=16384,b_cap=2048"
@@ -38,9 +40,14 @@ WAITING_LEN = 2000
 
 def measure(reps: int, warmup: int) -> dict[str, Any]:
     """Runs inside one venv: median schedule() time and hook calls per variant."""
-    sys.path.insert(0, str(ROOT / "tests"))
     import vllm
-    from vllm_fakes import fake_output, make_request, make_scheduler, tiny_model_dir
+
+    from ppas.live.scheduler_harness import (
+        fake_output,
+        make_request,
+        make_scheduler,
+        tiny_model_dir,
+    )
 
     model = tiny_model_dir()
     line = ".".join(vllm.__version__.split(".")[:2])
@@ -117,24 +124,26 @@ def run_in(python: str, reps: int, warmup: int) -> dict[str, Any]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--python-032", default=str(ROOT / ".venv/bin/python"))
     ap.add_argument("--python-033", default=str(ROOT / ".venv-vllm033/bin/python"))
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(measure(a.reps, a.warmup)))
         return 0
+    start(a, argv)
     r32 = run_in(a.python_032, a.reps, a.warmup)
     r33 = run_in(a.python_033, a.reps, a.warmup)
     print(f"schedule() per step: cap ({POLICY}) spent by running prefills, {NUM_DECODES} "
           f"decodes, {NUM_WAITING} x {WAITING_LEN}-token prompts waiting, prefix caching on, "
           f"{a.reps} reps; median us (hook calls per step)")
-    print(f"{'variant':28s} {'vLLM ' + r32['vllm']:>20s} {'vLLM ' + r33['vllm']:>20s} "
-          f"{'0.33/0.32':>10s}")
+    t = Table(("variant", "<28"), ("vLLM " + r32["vllm"], ">20"), ("vLLM " + r33["vllm"], ">20"),
+              ("0.33/0.32", ">10"))
+    t.print_header()
     for name in r33["median_us"]:
         cells = []
         for r in (r32, r33):
@@ -143,11 +152,12 @@ def main() -> int:
                          else f"{'-':>9s} {'':7s}")
         ratio = (f"{r33['median_us'][name] / r32['median_us'][name]:10.2f}"
                  if name in r32["median_us"] else f"{'-':>10s}")
-        print(f"{name:28s} {cells[0]:>20s} {cells[1]:>20s} {ratio}")
+        t.print_row(name, cells[0], cells[1], ratio)
     ratio = r33["median_us"]["plugin"] / r32["median_us"]["plugin"]
     print(f"plugin, 0.33 vs 0.32: {ratio:.2f}x (target <= 1.5x: "
           f"{'met' if ratio <= 1.5 else 'NOT met'})")
     print("reproduce: make venv test-vllm033 && .venv/bin/python benchmarks/admission_scan.py")
+    finish(a, {"vllm_0.32": r32, "vllm_0.33": r33}, argv)
     return 0
 
 

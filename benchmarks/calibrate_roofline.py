@@ -12,13 +12,14 @@ or per-GPU constant is fitted. The §2 whole-prefill figures of the 0.5B and 7B 
 held out (``benchmarks/paper_grid.py`` and ``benchmarks/cost_models.py`` print them).
 
     .venv/bin/python benchmarks/calibrate_roofline.py [--maxiter 120] [--warm-start]
+        [--out FILE] [--json OUT]
 
-Writes src/ppas/data/roofline_calibration.json and prints the fit (about 5 minutes here).
+Writes src/ppas/data/roofline_calibration.json (or ``--out``) and prints the fit (about 5
+minutes here).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -27,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness import finish, parser, start
 from scipy.optimize import minimize
 
 from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy, reference_runs
 from ppas.analysis.sweep import Grid, improvement, run_grid
+from ppas.core.outputs import write_atomic
 from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel, RooflineParams
-from ppas.policies import make_policy
+from ppas.engine.setup import engine_for
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "ppas" / "data" / "roofline_calibration.json"
 FREE = ("gemm_tail_waves", "attn_tail_waves", "step_overhead_s", "eager_layer_overhead_s",
@@ -66,8 +69,7 @@ def anchor_times(p: RooflineParams) -> dict[str, float]:
 
 def simulate_grid(p: RooflineParams, seeds: tuple[int, ...]) -> list[dict]:  # type: ignore[type-arg]
     grid = Grid(PAPER_CONFIGS, PAPER_BURSTS, seeds)
-    return run_grid(grid, lambda c: RooflineCostModel(
-        "rtx5090", "qwen2.5-3b", p, max_num_batched_tokens=make_policy(c).max_num_batched_tokens))
+    return run_grid(grid, lambda c: engine_for(c, "rtx5090", "qwen2.5-3b", params=p).cost_model)
 
 
 def loss(p: RooflineParams, seeds: tuple[int, ...]) -> float:
@@ -94,13 +96,15 @@ def to_params(x: np.ndarray, base: RooflineParams) -> RooflineParams:
     return replace(base, **vals)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
     ap.add_argument("--maxiter", type=int, default=150,
                     help="most loss evaluations (each simulates the 210-run grid)")
     ap.add_argument("--warm-start", action="store_true",
                     help="start from the current calibration instead of the defaults")
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(OUT), help="the calibration file to write")
+    args = ap.parse_args(argv)
+    start(args, argv)
     base = RooflineParams.calibrated() if args.warm_start else RooflineParams()
     x0 = np.log([min(max(getattr(base, n), BOUNDS[n][0]), BOUNDS[n][1]) for n in FREE])
     seeds = (0, 1, 2, 3, 4)
@@ -120,11 +124,10 @@ def main() -> None:
            "command": "python benchmarks/calibrate_roofline.py", "loss": res.fun,
            "params": asdict(p), "fit": report,
            "anchors": {k: [v, anchor_times(p)[k]] for k, v in ANCHORS.items()}}
-    tmp = OUT.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(OUT)
+    write_atomic(args.out, json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
     print(f"{res.nfev} evaluations in {time.perf_counter() - t0:.0f} s")
+    finish(args, doc, argv)
 
 
 if __name__ == "__main__":

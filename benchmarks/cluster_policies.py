@@ -1,7 +1,8 @@
 """Prefill deflection and LAPS in a disaggregated cluster, beside the papers' figures.
 
     .venv/bin/python benchmarks/cluster_policies.py [--rates 12,16,20,24] [--seeds 3]
-        [--duration 120] [--prefill 2] [--decode 6]
+        [--duration 120] [--prefill 2] [--decode 6] [--hardware h200 --model llama3.2-3b]
+        [--json OUT]
 
 Setup (ours, documented in README): ``--prefill`` + ``--decode`` H200s serving
 Llama-3.2-3B (roofline cost model), prefill instances at ``mbt:8192`` taking batches from
@@ -32,22 +33,23 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from harness import Table, finish, parser, start
 
 from ppas.cluster.config import ClusterConfig, LinkConfig, PoolConfig, SloConfig
 from ppas.cluster.simulator import ClusterResult, simulate_cluster
 from ppas.core.metrics import percentiles
 from ppas.workload import mixed_trace
 
-HW, MODEL = "h200", "llama3.2-3b"
 SHORT = 256
 
 
-def cluster(n_p: int, n_d: int, *, deflect: bool, queue: str = "fcfs") -> ClusterConfig:
+def cluster(args: argparse.Namespace, *, deflect: bool, queue: str = "fcfs") -> ClusterConfig:
     dec_policy = "tbt-ladder:tbt_slo=0.05" if deflect else "mbt:4096"
+    hw, model, n_p, n_d = args.hardware, args.model, args.prefill, args.decode
     return ClusterConfig(
-        (PoolConfig("prefill", role="prefill", instances=n_p, hardware=HW, model=MODEL,
+        (PoolConfig("prefill", role="prefill", instances=n_p, hardware=hw, model=model,
                     policy="mbt:8192", queue=queue),
-         PoolConfig("decode", role="decode", instances=n_d, hardware=HW, model=MODEL,
+         PoolConfig("decode", role="decode", instances=n_d, hardware=hw, model=model,
                     policy=dec_policy, deflection="ladder:tbt_slo=0.05" if deflect else "off")),
         router="least-outstanding-tokens", link=LinkConfig(25.0, 0.0005),
         slo=SloConfig(ttft_s=1.0, tpot_s=0.05))
@@ -84,43 +86,48 @@ def pct(new: float, old: float) -> str:
     return f"{(new / old - 1) * 100:+.0f}%"
 
 
-def routers(args: argparse.Namespace) -> None:
+def routers(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     rates = [float(x) for x in args.colocated_rates.split(",")]
     print(f"\n3. Routers, {args.colocated} colocated instances under P-PAS (mean of "
           f"{args.seeds} seeds)")
-    print(f"{'rate':>5} {'router':>26} | {'P50 TTFT':>9} {'P95 TTFT':>9} {'P99 TTFT':>9} "
-          f"{'P95 TPOT':>9} {'P50 E2E':>8} {'P95 E2E':>8} {'TTFT att':>9}")
+    t = Table(("rate", ">5g"), ("router", ">26"), ("|", ""), ("P50 TTFT", ">9"),
+              ("P95 TTFT", ">9"), ("P99 TTFT", ">9"), ("P95 TPOT", ">9"), ("P50 E2E", ">8"),
+              ("P95 E2E", ">8"), ("TTFT att", ">9.1%"))
+    t.print_header()
+    out = {}
     for rate in rates:
         for router in ("round-robin", "least-outstanding-tokens", "earliest-completion"):
-            cfg = ClusterConfig((PoolConfig("gpu", instances=args.colocated, hardware=HW,
-                                            model=MODEL,
+            cfg = ClusterConfig((PoolConfig("gpu", instances=args.colocated,
+                                            hardware=args.hardware, model=args.model,
                                             policy="ppas:n_th=2,b_max=8192,b_cap=2048"),),
                                 router=router, slo=SloConfig(ttft_s=1.0, tpot_s=0.05))
             rows = [percentiles(simulate_cluster(mixed_trace(rate, args.duration, seed),
                                                  cfg).request_metrics())
                     for seed in range(args.seeds)]
-            m = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
-            print(f"{rate:>5g} {router:>26} | {m['ttft_p50']:>8.3f}s {m['ttft_p95']:>8.3f}s "
-                  f"{m['ttft_p99']:>8.3f}s {m['tpot_p95'] * 1e3:>7.1f}ms {m['e2e_p50']:>7.3f}s "
-                  f"{m['e2e_p95']:>7.3f}s {m['ttft_attainment']:>9.1%}")
+            m = out[f"{router} @{rate:g}"] = {k: statistics.fmean(r[k] for r in rows)
+                                              for k in rows[0]}
+            t.print_row(rate, router, "|", f"{m['ttft_p50']:>8.3f}s", f"{m['ttft_p95']:>8.3f}s",
+                        f"{m['ttft_p99']:>8.3f}s", f"{m['tpot_p95'] * 1e3:>7.1f}ms",
+                        f"{m['e2e_p50']:>7.3f}s", f"{m['e2e_p95']:>7.3f}s",
+                        m["ttft_attainment"])
+    return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__, hardware="h200", model="llama3.2-3b", seeds=3)
     ap.add_argument("--rates", default="12,16,20,24")
-    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--prefill", type=int, default=2)
     ap.add_argument("--decode", type=int, default=6)
     ap.add_argument("--colocated", type=int, default=8)
     ap.add_argument("--colocated-rates", default="24,32")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    start(args, argv)
     rates = [float(x) for x in args.rates.split(",")]
     t0 = time.perf_counter()
-    runs = {"none": cluster(args.prefill, args.decode, deflect=False),
-            "deflect": cluster(args.prefill, args.decode, deflect=True),
-            "laps": cluster(args.prefill, args.decode, deflect=False,
-                            queue=f"laps:short_tokens={SHORT}")}
+    runs = {"none": cluster(args, deflect=False),
+            "deflect": cluster(args, deflect=True),
+            "laps": cluster(args, deflect=False, queue=f"laps:short_tokens={SHORT}")}
     table: dict[tuple[str, float], dict[str, float]] = {}
     n_req: dict[float, float] = {}
     for rate in rates:
@@ -134,39 +141,47 @@ def main() -> int:
         n_req[rate] = statistics.fmean(counts)
         for name in runs:
             table[(name, rate)] = mean_over_seeds(per[name])
-    print(f"{args.prefill}P:{args.decode}D x {HW} / {MODEL}, mixed prompts, "
+    print(f"{args.prefill}P:{args.decode}D x {args.hardware} / {args.model}, mixed prompts, "
           f"{args.duration:g} s per trace, mean of {args.seeds} seeds; TTFT SLO 1 s, TPOT 50 ms")
     print("\n1. Prefill deflection vs none (paper: P95 TTFT up to -81%, attainment up to +79%)")
-    print(f"{'rate':>5} {'reqs':>6} | {'P95 TTFT none':>13} {'deflect':>8} {'change':>7} | "
-          f"{'TTFT att none':>13} {'deflect':>8} {'change':>12} | {'P95 TPOT none':>13} "
-          f"{'deflect':>8} | {'deflected':>9}")
+    t = Table(("rate", ">5g"), ("reqs", ">6.0f"), ("|", ""), ("P95 TTFT none", ">13"),
+              ("deflect", ">8"), ("change", ">7"), ("|", ""), ("TTFT att none", ">13.1%"),
+              ("deflect", ">8.1%"), ("change", ">12"), ("|", ""), ("P95 TPOT none", ">13"),
+              ("deflect", ">8"), ("|", ""), ("deflected", ">9.0%"))
+    t.print_header()
     best_ttft, best_att = 0.0, 0.0
     for rate in rates:
         a, b = table[("none", rate)], table[("deflect", rate)]
         best_ttft = min(best_ttft, b["ttft_p95"] / a["ttft_p95"] - 1)
         best_att = max(best_att, b["ttft_att"] / a["ttft_att"] - 1)
-        print(f"{rate:>5g} {n_req[rate]:>6.0f} | {a['ttft_p95']:>12.3f}s {b['ttft_p95']:>7.3f}s "
-              f"{pct(b['ttft_p95'], a['ttft_p95']):>7} | {a['ttft_att']:>13.1%} "
-              f"{b['ttft_att']:>8.1%} {(b['ttft_att'] - a['ttft_att']) * 100:>+5.1f} pt "
-              f"{pct(b['ttft_att'], a['ttft_att']):>5} | {a['tpot_p95'] * 1e3:>11.1f}ms "
-              f"{b['tpot_p95'] * 1e3:>6.1f}ms | {b['deflected']:>9.0%}")
+        t.print_row(rate, n_req[rate], "|", f"{a['ttft_p95']:>12.3f}s", f"{b['ttft_p95']:>7.3f}s",
+                    pct(b["ttft_p95"], a["ttft_p95"]), "|", a["ttft_att"], b["ttft_att"],
+                    f"{(b['ttft_att'] - a['ttft_att']) * 100:>+5.1f} pt "
+                    f"{pct(b['ttft_att'], a['ttft_att']):>5}", "|",
+                    f"{a['tpot_p95'] * 1e3:>11.1f}ms", f"{b['tpot_p95'] * 1e3:>6.1f}ms", "|",
+                    b["deflected"])
     print(f"   best over rates: P95 TTFT {best_ttft:+.0%} (paper -81%), attainment "
           f"{best_att:+.0%} relative (paper +79%)")
     print(f"\n2. LAPS vs FCFS on the prefill pool, prompts <= {SHORT} tokens (paper: > 30% "
           "lower prefill latency)")
-    print(f"{'rate':>5} | {'short mean FCFS':>15} {'LAPS':>7} {'change':>7} | "
-          f"{'short P95 FCFS':>14} {'LAPS':>7} {'change':>7} | {'long mean FCFS':>14} "
-          f"{'LAPS':>7} {'change':>7}")
+    t = Table(("rate", ">5g"), ("|", ""), ("short mean FCFS", ">15"), ("LAPS", ">7"),
+              ("change", ">7"), ("|", ""), ("short P95 FCFS", ">14"), ("LAPS", ">7"),
+              ("change", ">7"), ("|", ""), ("long mean FCFS", ">14"), ("LAPS", ">7"),
+              ("change", ">7"))
+    t.print_header()
     for rate in rates:
         a, b = table[("none", rate)], table[("laps", rate)]
-        print(f"{rate:>5g} | {a['short_mean']:>14.3f}s {b['short_mean']:>6.3f}s "
-              f"{pct(b['short_mean'], a['short_mean']):>7} | {a['short_p95']:>13.3f}s "
-              f"{b['short_p95']:>6.3f}s {pct(b['short_p95'], a['short_p95']):>7} | "
-              f"{a['long_mean']:>13.3f}s {b['long_mean']:>6.3f}s "
-              f"{pct(b['long_mean'], a['long_mean']):>7}")
-    routers(args)
+        t.print_row(rate, "|", f"{a['short_mean']:>14.3f}s", f"{b['short_mean']:>6.3f}s",
+                    pct(b["short_mean"], a["short_mean"]), "|", f"{a['short_p95']:>13.3f}s",
+                    f"{b['short_p95']:>6.3f}s", pct(b["short_p95"], a["short_p95"]), "|",
+                    f"{a['long_mean']:>13.3f}s", f"{b['long_mean']:>6.3f}s",
+                    pct(b["long_mean"], a["long_mean"]))
+    colocated = routers(args)
     print(f"\n{len(rates) * args.seeds * len(runs)} disaggregated runs and the router runs in "
           f"{time.perf_counter() - t0:.1f} s")
+    finish(args, {"disaggregated": {f"{name} @{rate:g}": row
+                                    for (name, rate), row in table.items()},
+                  "routers": colocated}, argv)
     return 0
 
 

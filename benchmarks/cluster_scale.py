@@ -1,7 +1,7 @@
 """Scale of the cluster simulator: one hour of a 16-instance cluster at 50 requests/s.
 
     .venv/bin/python benchmarks/cluster_scale.py [--instances 16] [--rate 50]
-        [--duration 3600] [--router least-outstanding-tokens] [--profile]
+        [--duration 3600] [--router least-outstanding-tokens] [--profile] [--json OUT]
 
 Simulates ``--duration`` seconds of Poisson arrivals with mixed prompt lengths
 (``workload.mixed_trace``: half 32-256-token prompts, 35% 512-4k, 15% 8k-32k; outputs
@@ -22,6 +22,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from harness import Table, finish, parser, start
 
 from ppas.cluster.config import ClusterConfig, PoolConfig
 from ppas.cluster.simulator import simulate_cluster
@@ -47,22 +49,20 @@ def one(args: argparse.Namespace, duration: float) -> dict[str, float]:
             "failed": res.num_failed, "ttft_p95": p["ttft_p95"], "tpot_p95": p["tpot_p95"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__, hardware="h200", model="llama3.2-3b", seed=0)
     ap.add_argument("--instances", type=int, default=16)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--duration", type=float, default=3600.0)
     ap.add_argument("--router", default="least-outstanding-tokens")
     ap.add_argument("--policy", default="ppas:n_th=2,b_max=8192,b_cap=2048")
-    ap.add_argument("--hardware", default="h200")
-    ap.add_argument("--model", default="llama3.2-3b")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--one", type=float, help=argparse.SUPPRESS)  # child: one duration
     ap.add_argument("--profile", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.one is not None:
         print(json.dumps(one(args, args.one)))
         return 0
+    start(args, argv)
     if args.profile:
         import cProfile
         import pstats
@@ -72,9 +72,10 @@ def main() -> int:
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     print(f"{args.instances} x {args.hardware} / {args.model}, {args.policy}, router "
           f"{args.router}, mixed prompts at {args.rate:g} requests/s")
-    head = (f"{'duration':>9} {'requests':>9} {'wall s':>8} {'cpu s':>8} {'req/wall s':>11} "
-            f"{'steps':>10} {'peak RSS MB':>12} {'P95 TTFT':>9} {'P95 TPOT':>9}")
-    print(head)
+    t = Table(("duration", ">9"), ("requests", ">9d"), ("wall s", ">8.1f"), ("cpu s", ">8.1f"),
+              ("req/wall s", ">11.0f"), ("steps", ">10d"), ("peak RSS MB", ">12.0f"),
+              ("P95 TTFT", ">9"), ("P95 TPOT", ">9"))
+    t.print_header()
     rows = []
     for frac in (0.25, 0.5, 1.0):
         cmd = [sys.executable, __file__, "--one", repr(args.duration * frac)]
@@ -83,10 +84,9 @@ def main() -> int:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         rows.append(r)
-        print(f"{r['duration_s']:>8.0f}s {r['requests']:>9d} {r['wall_s']:>8.1f} "
-              f"{r['cpu_s']:>8.1f} {r['req_per_wall_s']:>11.0f} {r['steps']:>10d} "
-              f"{r['peak_rss_mb']:>12.0f} {r['ttft_p95']:>8.3f}s {r['tpot_p95'] * 1e3:>7.1f}ms",
-              flush=True)
+        t.print_row(f"{r['duration_s']:>8.0f}s", r["requests"], r["wall_s"], r["cpu_s"],
+                    r["req_per_wall_s"], r["steps"], r["peak_rss_mb"], f"{r['ttft_p95']:>8.3f}s",
+                    f"{r['tpot_p95'] * 1e3:>7.1f}ms")
     full = rows[-1]
     load = os.getloadavg()[0]
     print(f"{full['requests']} requests: {full['wall_s']:.1f} s wall ("
@@ -96,6 +96,7 @@ def main() -> int:
     print(f"per request: {full['cpu_s'] / full['requests'] * 1e6:.0f} us CPU, "
           f"{(full['peak_rss_mb'] - full['trace_rss_mb']) * 1024 / full['requests']:.2f} KiB "
           f"of peak memory beyond the trace")
+    finish(args, rows, argv)
     return 0
 
 

@@ -7,15 +7,15 @@ the mean of each part over the slowest 5% of those requests and over all of them
 the deflected requests' P95 TTFT, on the README's sweep:
 
     .venv/bin/python benchmarks/cluster_ttft_breakdown.py [--config FILE] [--rate 40]
-        [--duration 120] [--instances 8,16] [--pd-ratios 1:3,1:1] [--seed 0]
+        [--duration 120] [--instances 8,16] [--pd-ratios 1:3,1:1] [--seed 0] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
+from harness import Table, finish, parser, start
 
 from ppas.cluster.config import load_cluster
 from ppas.cluster.simulator import simulate_cluster
@@ -43,13 +43,12 @@ def breakdown(res) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, seed=0)
     ap.add_argument("--config", default="examples/cluster-disaggregated.toml")
     ap.add_argument("--rate", type=float, default=40.0)
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--instances", default="8,16")
     ap.add_argument("--pd-ratios", default="1:3,1:1")
-    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     try:
         base = load_cluster(a.config)
@@ -62,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         print("cluster_ttft_breakdown: --config must have prefill and decode pools",
               file=sys.stderr)
         return 2
+    start(a, argv)
     print(f"{len(trace)} requests, rate {a.rate:g}/s for {a.duration:g} s, seed {a.seed}; "
           f"mean seconds per part of TTFT for requests through the prefill pool")
-    print(f"{'layout':>7} {'pool n':>7} {'which':>10} " + " ".join(f"{p:>16}" for p in PARTS)
-          + f" {'deflected P95 TTFT':>19}")
+    t = Table(("layout", ">7"), ("pool n", ">7"), ("which", ">10"), *((p, "16.3f") for p in PARTS),
+              ("deflected P95 TTFT", ">19"))
+    t.print_header()
+    results = {}
     for cfg in cfgs:
         res = simulate_cluster(trace, cfg)
         parts, defl = breakdown(res)
@@ -77,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         tot = parts.sum(axis=1)
         slow = parts[tot >= np.percentile(tot, 95)]
         for which, rows in (("slowest 5%", slow), ("all", parts)):
-            print(f"{name:>7} {len(parts):>7} {which:>10} "
-                  + " ".join(f"{v:16.3f}" for v in rows.mean(axis=0))
-                  + (f" {d95:>19}" if which == "all" else ""))
+            means = rows.mean(axis=0)
+            t.print_row(name, len(parts), which, *means, d95 if which == "all" else "")
+            results[f"{name} {which}"] = dict(zip(PARTS, map(float, means), strict=True))
+        results[f"{name} deflected"] = {"ttft_p95": d95}
+    finish(a, results, argv)
     return 0
 
 

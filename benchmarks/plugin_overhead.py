@@ -12,21 +12,20 @@ written per step (the default: durable under SIGKILL) and with a 256-step buffer
 pre-issue-11 default) side by side.
 
     PPAS_TINY_MODEL=.cache/tiny-qwen2 .venv/bin/python benchmarks/plugin_overhead.py
+        [--reps 1500] [--warmup 100] [--json OUT]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from harness import Table, finish, parser, start
+from vllm.v1.core.sched.scheduler import Scheduler
 
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm_fakes import fake_output, make_request, make_scheduler, tiny_model_dir  # noqa: E402
+from ppas.live.scheduler_harness import fake_output, make_request, make_scheduler, tiny_model_dir
 
 MBT = 16384
 NUM_DECODES = 256
@@ -67,11 +66,12 @@ class Mix:
         return (t1 - t0) + (t3 - t2)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
     ap.add_argument("--reps", type=int, default=1500)
     ap.add_argument("--warmup", type=int, default=100)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    start(args, argv)
     model = tiny_model_dir()
     log_dir = tempfile.mkdtemp(prefix="ppas-overhead-")
     variants: dict[str, Scheduler] = {
@@ -105,12 +105,16 @@ def main() -> int:
     base = statistics.median(times["stock"])
     print(f"schedule()+update_from_output() per step, {NUM_DECODES} running decodes + "
           f"{NUM_PREFILLS} x {PREFILL_LEN}-token prefills, MBT {MBT}, {args.reps} reps")
-    print(f"{'variant':32s} {'median us':>10s} {'ratio':>7s}")
+    t = Table(("variant", "<32"), ("median us", "10.1f"), ("ratio", "7.3f"))
+    t.print_header()
+    results = {}
     for name in names:
         med = statistics.median(times[name])
-        print(f"{name:32s} {med / 1000:10.1f} {med / base:7.3f}")
+        results[name] = {"median_us": med / 1000, "ratio": med / base}
+        t.print_row(name, med / 1000, med / base)
     print("reproduce: PPAS_TINY_MODEL=.cache/tiny-qwen2 .venv/bin/python "
           "benchmarks/plugin_overhead.py")
+    finish(args, results, argv)
     return 0
 
 

@@ -17,18 +17,19 @@
 
     .venv/bin/python benchmarks/policy_comparison.py [--hardware H --model M]
         [--prompt-tokens N] [--output-tokens N] [--seeds 5] [--no-slo] [--plot FILE.png]
+        [--json OUT]
 
 Everything is simulated with the roofline cost model of the chosen hardware and model.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
+
+from harness import Table, finish, parser, start
 
 from ppas.analysis.plot import plot_e2e_vs_burst
 from ppas.analysis.reference import PAPER_BURSTS
@@ -38,6 +39,7 @@ from ppas.core.decision import Knob
 from ppas.core.metrics import geomean_improvement
 from ppas.cost.base import CostModel
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.setup import engine_for
 from ppas.policies import make_policy
 from ppas.policies.vllm_stock import VllmStockConfig
 from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
@@ -53,8 +55,7 @@ Record = dict[str, float | int | str]
 
 def cost_model_for(hw: str, model: str) -> Callable[[str], CostModel]:
     def make(config: str) -> CostModel:
-        mbt = make_policy(config).max_num_batched_tokens
-        return RooflineCostModel(hw, model, max_num_batched_tokens=mbt)
+        return engine_for(config, hw, model).cost_model
     return make
 
 
@@ -69,21 +70,22 @@ def print_grid(recs: list[Record]) -> dict[str, float]:
     configs = list(dict.fromkeys(str(r["config"]) for r in recs))
     best = {b: min(m[(c, b)] for c in FIXED) for b in PAPER_BURSTS}
     print("mean E2E latency (s), mean over seeds")
-    print(f"{'policy':>20} " + " ".join(f"{b:>7g}" for b in PAPER_BURSTS)
-          + f" {'vs 2k':>7} {'vs 16k':>7}   gap to best fixed budget per burst")
+    t = Table(("policy", ">20"), *((f"{b:g}", "7.3f") for b in PAPER_BURSTS), ("vs 2k", ">7"),
+              ("vs 16k", ">7"), ("  gap to best fixed budget per burst", ""))
+    t.print_header()
     worst_gap: dict[str, float] = {}
     for c in configs:
-        row = " ".join(f"{m[(c, b)]:7.3f}" for b in PAPER_BURSTS)
         i2 = improvement(recs, c, "mbt:2048", "avg_latency")
         i16 = improvement(recs, c, "mbt:16384", "avg_latency")
         gaps = [m[(c, b)] / best[b] - 1 for b in PAPER_BURSTS]
         worst_gap[c] = max(gaps)
-        print(f"{c:>20} {row} {i2:6.1f}% {i16:6.1f}%   "
-              + " ".join(f"{100 * g:+5.1f}%" for g in gaps))
+        t.print_row(c, *(m[(c, b)] for b in PAPER_BURSTS), f"{i2:6.1f}%", f"{i16:6.1f}%",
+                    "  " + " ".join(f"{100 * g:+5.1f}%" for g in gaps))
     env = [best[b] for b in PAPER_BURSTS]
-    print(f"{'best fixed (oracle)':>20} " + " ".join(f"{v:7.3f}" for v in env)
-          + f" {geomean_improvement(env, [m[('mbt:2048', b)] for b in PAPER_BURSTS]):6.1f}%"
-          + f" {geomean_improvement(env, [m[('mbt:16384', b)] for b in PAPER_BURSTS]):6.1f}%")
+    t.print_row("best fixed (oracle)", *env,
+                f"{geomean_improvement(env, [m[('mbt:2048', b)] for b in PAPER_BURSTS]):6.1f}%",
+                f"{geomean_improvement(env, [m[('mbt:16384', b)] for b in PAPER_BURSTS]):6.1f}%",
+                "")
     print("(vs 2k / vs 16k: geometric-mean improvement over bursts, P-PAS Eq. 1-2; the issue's"
           " bar: >= 15% vs both and every gap <= +2%)")
     return worst_gap
@@ -268,17 +270,13 @@ def plot(recs: list[Record], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--hardware", default="rtx5090")
-    p.add_argument("--model", default="qwen2.5-3b")
+    p = parser(__doc__, hardware="rtx5090", model="qwen2.5-3b", seeds=5)
     p.add_argument("--prompt-tokens", type=int, default=25000)
     p.add_argument("--output-tokens", type=int, default=32, help="paper grid and oracle")
-    p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--no-slo", action="store_true", help="paper grid only")
     p.add_argument("--plot", metavar="FILE.png")
     a = p.parse_args(argv)
-    print("$ .venv/bin/python benchmarks/policy_comparison.py "
-          + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])))
+    start(a, argv)
     print(f"hardware {a.hardware}, model {a.model}, prompt {a.prompt_tokens}, "
           f"output {a.output_tokens}, "
           f"seeds 0-{a.seeds - 1}\n")
@@ -312,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in classes), fres, fnames, configs)
         claims(recs, res, fres, fnames, best_fixed)
     print(f"\n({time.perf_counter() - t0:.1f} s wall)")
+    finish(a, {"paper_grid": recs}, argv)
     return 0
 
 

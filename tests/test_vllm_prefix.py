@@ -21,7 +21,8 @@ from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
-from vllm_fakes import (  # noqa: E402
+
+from ppas.live.scheduler_harness import (  # noqa: E402
     BLOCK_SIZE,
     drive,
     fake_output,

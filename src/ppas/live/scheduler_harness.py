@@ -1,7 +1,9 @@
 """Build vLLM's real V1 scheduler on CPU without a model, as vLLM's own tests do
 (``tests/v1/core/utils.py::create_scheduler``), and drive it with hand-made model outputs.
 
-Shared by ``tests/test_vllm_scheduler.py`` and ``benchmarks/plugin_overhead.py``.
+The tests of the plugin (``tests/test_vllm_*.py``, ``tests/test_differential.py``) and the
+scheduler benchmarks (``benchmarks/plugin_overhead.py``, ``benchmarks/admission_scan.py``)
+build their schedulers here. Imports vLLM and torch: load it only where vLLM is installed.
 """
 
 from __future__ import annotations

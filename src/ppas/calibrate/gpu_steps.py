@@ -1,0 +1,173 @@
+"""One engine step's device time measured on a GPU, beside the roofline's prediction.
+
+Held-out check of the cost model (``ppas.cost.roofline``): its engine and wave-tail
+constants were fitted on RTX 5090 / Qwen2.5-3B runs alone; a GPU's own kernels run the
+exact per-step work of a catalog model (``ppas.calibrate.gpu_timer``) and the roofline
+predicts the same steps for that GPU from the catalog's throughputs. Nothing is fitted.
+Here: the steps measured (``GpuStep``, ``full_steps``), the measured records
+(``RECORD_KEYS``, ``load_records``) and their comparison with the roofline
+(``predict``, ``comparison``). No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ppas.core.errors import PpasError
+from ppas.cost.base import StepShape
+from ppas.cost.catalog import HARDWARE, MODELS, ModelArch
+from ppas.cost.roofline import RooflineCostModel
+
+PROMPT = 25000  # the paper grid's prompt
+
+
+@dataclass(frozen=True)
+class GpuStep:
+    """One engine step: prefill chunks (tokens, cached context) and ``decodes`` requests
+    each with ``decode_ctx`` tokens of context."""
+
+    name: str
+    chunks: tuple[tuple[int, int], ...] = ()
+    decodes: int = 0
+    decode_ctx: int = 0
+
+    @property
+    def shape(self) -> StepShape:
+        return StepShape.of(list(self.chunks), [self.decode_ctx] * self.decodes)
+
+    @property
+    def kind(self) -> str:
+        if self.chunks and self.decodes:
+            return "mixed"
+        return "prefill" if self.chunks else "decode"
+
+
+def full_steps(model: str) -> list[GpuStep]:
+    """The shapes that decide the paper grid's schedules: whole and chunked prefills (the
+    §2 comparison: eight 2k chunks of a 16k prompt vs one 16k chunk), decode-only steps of
+    one to many requests on 25k contexts, and decodes riding a chunk."""
+    steps = [GpuStep(f"prefill {c} @0", ((c, 0),)) for c in (512, 2048, 8192, 16384, PROMPT)]
+    steps += [GpuStep(f"s2 2k-chunk {i}", ((2048, 2048 * i),)) for i in range(8)]
+    steps += [GpuStep(f"prefill {c} @{p}", ((c, p),))
+              for c, p in ((64, 8192), (512, 8192), (2048, 16384), (8192, 16384),
+                           (16384, 8192))]
+    big = model != "qwen2.5-3b"  # 4x the KV per token: fewer long decodes fit
+    for n in (1, 2, 8) if big else (1, 2, 8, 32):
+        steps.append(GpuStep(f"decode {n} @25k", (), n, PROMPT))
+    steps.append(GpuStep("decode 128 @2k", (), 128, 2048))
+    steps += [GpuStep(f"mixed {c}@8192 + {n} decode", ((c, 8192),), n, PROMPT)
+              for c, n in ((64, 1), (512, 1), (2048, 2), (16384, 2))]
+    return steps
+
+
+def smoke_steps() -> list[GpuStep]:
+    return [GpuStep("prefill 64 @0", ((64, 0),)), GpuStep("prefill 32 @64", ((32, 64),)),
+            GpuStep("decode 4 @96", (), 4, 96),
+            GpuStep("mixed 16@32 + 2 decode", ((16, 32),), 2, 48)]
+
+
+SMOKE_MODEL = ModelArch("smoke-tiny", 2, 128, 4, 2, 32, 256, 512, True)
+
+
+def predict(cm: RooflineCostModel, step: GpuStep) -> dict[str, float]:
+    """The roofline's device time for the step, and its GEMM and attention parts."""
+    shape = step.shape
+    n = shape.num_tokens
+    layers = cm.model.layers
+    gemm = layers * sum(cm.gemm_time(n, i) for i in range(4))
+    attn = layers * (cm.prefill_attention_time(shape)
+                     + cm.decode_attention_time(shape.decode_ctx_tokens))
+    return {"predicted_all_s": cm.device_time(shape), "predicted_gemm_s": gemm,
+            "predicted_attention_s": attn}
+
+
+def comparison(records: list[dict[str, Any]]) -> list[str]:
+    """Side-by-side table and summaries of measured vs predicted (re-predicted now)."""
+    lines = []
+    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by_model.setdefault((r["hardware"], r["model"]), []).append(r)
+    for (hw, model), recs in by_model.items():
+        if model not in MODELS or hw not in HARDWARE:
+            lines.append(f"{hw} / {model}: not in the catalog; measured only")
+            continue
+        cm = RooflineCostModel(hw, model)
+        lines.append(f"\n{hw} / {model} ({recs[0].get('device_name', '?')}, "
+                     f"torch {recs[0].get('torch', '?')}): device time per step, ms")
+        lines.append(f"{'step':<30} {'measured':>9} {'roofline':>9} {'err':>7}   "
+                     f"{'GEMMs m/p':>15} {'attention m/p':>15}  backend")
+        errs: dict[str, list[float]] = {}
+        named: dict[str, tuple[float, float, float, float]] = {}
+        for r in recs:
+            step = GpuStep(r["step"], tuple(tuple(c) for c in r["chunks"]),  # type: ignore[misc]
+                        r["decodes"], r["decode_ctx"])
+            p = predict(cm, step)
+            m_all, p_all = r["measured_all_s"], p["predicted_all_s"]
+            err = p_all / m_all - 1
+            errs.setdefault(step.kind, []).append(err)
+            named[step.name] = (m_all, p_all, r["measured_gemm_s"], p["predicted_gemm_s"])
+            lines.append(
+                f"{step.name:<30} {m_all * 1e3:9.2f} {p_all * 1e3:9.2f} {err:+7.1%}   "
+                f"{r['measured_gemm_s'] * 1e3:7.2f}/{p['predicted_gemm_s'] * 1e3:<7.2f} "
+                f"{r['measured_attention_s'] * 1e3:7.2f}/{p['predicted_attention_s'] * 1e3:<7.2f}"
+                f"  {r.get('backend', '')}")
+        allerr = [e for v in errs.values() for e in v]
+        lines.append("median |error|: " + ", ".join(
+            f"{k} {statistics.median(abs(e) for e in v):.1%} (n={len(v)})"
+            for k, v in sorted(errs.items()))
+            + f"; all {statistics.median(abs(e) for e in allerr):.1%}, "
+            f"worst {max(allerr, key=abs):+.1%}")
+        lines += ratio_lines(named)
+    return lines
+
+
+def ratio_lines(named: dict[str, tuple[float, float, float, float]]) -> list[str]:
+    """The ratios the schedules depend on, measured vs predicted (whole steps, or their
+    GEMMs alone: ``part`` 0 or 2)."""
+    out = []
+
+    def ratio(label: str, num: Sequence[str], den: Sequence[str], part: int = 0) -> None:
+        if all(k in named for k in (*num, *den)):
+            mv = sum(named[k][part] for k in num) / sum(named[k][part] for k in den)
+            pv = sum(named[k][part + 1] for k in num) / sum(named[k][part + 1] for k in den)
+            out.append(f"  {label}: measured {mv:.3f}, roofline {pv:.3f}")
+
+    s2 = [f"s2 2k-chunk {i}" for i in range(8)]
+    ratio("§2: eight 2k chunks / one 16k chunk (16k prompt)", s2, ["prefill 16384 @0"])
+    ratio("§2, GEMMs alone: eight 2k chunks / one 16k chunk", s2, ["prefill 16384 @0"], 2)
+    ratio("decode-only step: 2 requests / 1 (25k contexts)", ["decode 2 @25k"],
+          ["decode 1 @25k"])
+    ratio("16k chunk + 2 decodes / decode-only step of 2", ["mixed 16384@8192 + 2 decode"],
+          ["decode 2 @25k"])
+    ratio("64-token chunk + 1 decode / decode-only step of 1", ["mixed 64@8192 + 1 decode"],
+          ["decode 1 @25k"])
+    ratio("whole 25k prompt / 16k chunk @0", ["prefill 25000 @0"], ["prefill 16384 @0"])
+    if out:
+        out.insert(0, "ratios the schedules rest on:")
+    return out
+
+
+RECORD_KEYS = ("hardware", "model", "step", "chunks", "decodes", "decode_ctx",
+               "measured_all_s", "measured_gemm_s", "measured_attention_s")
+
+
+def load_records(path: str) -> list[dict[str, Any]]:
+    """The step records of a JSON-lines file as ``benchmarks/gpu_step_times.py --out``
+    writes them; a file that cannot be read or holds anything else is a ``PpasError``."""
+    try:
+        with open(path) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+    except OSError as e:
+        raise PpasError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PpasError(f"{path} is not JSON lines ({e.msg} at line {e.lineno})") from None
+    for i, r in enumerate(recs, 1):
+        missing = [k for k in RECORD_KEYS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise PpasError(f"{path} line {i} is not a step record (as --out writes): it "
+                            f"lacks {', '.join(missing)}")
+    return recs
