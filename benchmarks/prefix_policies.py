@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 
 from harness import Table, finish, parser, start
 
+from ppas.engine.result import SimResult
 from ppas.engine.setup import engine_for
-from ppas.engine.simulator import EngineConfig, SimResult, simulate
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.workload import (
     RequestSpec,
     Trace,

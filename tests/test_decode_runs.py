@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
-from ppas.engine.simulator import EngineConfig, EngineSim, SimResult, simulate
+from ppas.engine.result import SimResult
+from ppas.engine.simulator import EngineConfig, EngineSim, simulate
 from ppas.policies import make_policy, policy_names
 from ppas.workload import RequestSpec, mixed_trace
 

@@ -50,7 +50,8 @@ from ppas.core.view import (
     pending_prefills,  # noqa: E402
 )
 from ppas.cost.fitted import FittedCostModel  # noqa: E402
-from ppas.engine.simulator import EngineConfig, StepTrace, simulate  # noqa: E402
+from ppas.engine.result import StepTrace  # noqa: E402
+from ppas.engine.simulator import EngineConfig, simulate  # noqa: E402
 from ppas.engine.step_rules import StepTally  # noqa: E402
 from ppas.live.plugin import PolicyScheduler  # noqa: E402
 from ppas.live.scheduler_harness import (  # noqa: E402

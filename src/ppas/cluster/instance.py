@@ -17,7 +17,8 @@ from ppas.core.metrics import RequestMetrics, tpot_of
 from ppas.core.view import is_prefill_chunk
 from ppas.cost import CostModel, make_cost_model
 from ppas.cost.steps import StepCosts
-from ppas.engine.simulator import EngineConfig, EngineSim, SimRequest
+from ppas.engine.request import SimRequest
+from ppas.engine.simulator import EngineConfig, EngineSim
 from ppas.policies import make_policy
 from ppas.workload import RequestSpec
 

@@ -50,7 +50,7 @@ from ppas.cluster.router import make_router
 from ppas.core.metrics import RequestMetrics
 from ppas.cost import CostModel
 from ppas.cost.base import StepShape
-from ppas.engine.simulator import SimRequest
+from ppas.engine.request import SimRequest
 from ppas.workload import RequestSpec, Trace
 
 _INF = float("inf")

@@ -49,15 +49,16 @@ import copy
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
-from ppas.core.metrics import RequestMetrics, RunSummary, tpot_of
 from ppas.core.view import SchedulerView, StepRecord
 from ppas.cost.base import CostModel, StepShape
 from ppas.engine import step_rules
-from ppas.engine.prefix_cache import CachedBlocks, PrefixCache, chained_block_hashes
+from ppas.engine.kv import KvPool
+from ppas.engine.request import SimRequest, rejection
+from ppas.engine.result import SimResult, StepTrace
 from ppas.policies.base import Policy
 from ppas.workload import RequestSpec, Trace
 
@@ -89,56 +90,6 @@ class EngineConfig:
         require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len >= 1")
 
 
-class SimRequest:
-    """Mutable engine-side request; also the ``RequestView`` policies read. Carries vLLM's
-    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.engine.step_rules``."""
-
-    __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
-                 "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
-                 "first_token_time", "last_token_time", "finish_time", "blocks",
-                 "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
-                 "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens")
-
-    def __init__(self, index: int, spec: RequestSpec) -> None:
-        self.request_id = str(index)
-        self.index = index
-        self.arrival_time = spec.arrival_s
-        self.prompt_tokens = self.num_prompt_tokens = spec.prompt_tokens
-        self.max_output_tokens = spec.output_tokens
-        self.ttft_slo = spec.ttft_slo
-        self.tpot_slo = spec.tpot_slo
-        self.slo_class = spec.slo_class
-        self.num_computed_tokens = 0
-        self.num_output_tokens = 0
-        self.is_running = False
-        self.first_token_time: float | None = None
-        self.last_token_time: float | None = None
-        self.finish_time: float | None = None
-        self.blocks = 0
-        self.num_preemptions = 0
-        self.failed: str | None = None
-        # Prefix caching (EngineConfig.prefix_caching): the chained hashes of the full
-        # blocks of prompt + outputs, this request's blocks in the pool, the pool itself.
-        self.block_hashes: list[int] = []
-        self.kv: CachedBlocks | None = None
-        self.cache: PrefixCache | None = None
-        self.first_scheduled_time: float | None = None
-        self.num_hit_tokens = 0  # prompt tokens taken from the cache, all admissions
-
-    @property
-    def num_cached_tokens(self) -> int:
-        """RequestView: the prefix-cache hit this request would get if admitted now."""
-        if self.cache is None or self.is_running:
-            return 0
-        n = self.prompt_tokens + self.num_output_tokens
-        return len(self.cache.lookup(self.block_hashes, n)) * self.cache.block_size
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus the output tokens sampled so far (vLLM's ``Request.num_tokens``)."""
-        return self.prompt_tokens + self.num_output_tokens
-
-
 class _Chain(Sequence[SimRequest]):
     """Running then waiting, without copying (policies rarely iterate)."""
 
@@ -163,169 +114,6 @@ class _Chain(Sequence[SimRequest]):
         yield from self.b
 
 
-class _KvPool:
-    """The paged KV cache: block counts only (``cache`` None, prefix caching off: the
-    fast path, identical to vLLM for prompts nobody shares), or vLLM's block pool with
-    automatic prefix caching (``ppas.engine.prefix_cache``). A request's ``blocks`` is the
-    number of blocks it holds either way."""
-
-    __slots__ = ("cache", "bs", "_free")
-
-    def __init__(self, total_blocks: int | None, bs: int, caching: bool) -> None:
-        self.bs = bs
-        self.cache = PrefixCache(total_blocks, bs) if caching else None
-        self._free = total_blocks if total_blocks is not None else 1 << 62
-
-    @property
-    def free(self) -> int:
-        return self._free if self.cache is None else self.cache.num_free
-
-    def register(self, r: SimRequest, spec: RequestSpec) -> None:
-        """Content of the request's tokens: its shared prefix segments, then a unique
-        rest of prompt, then its outputs (unique: nobody else samples them)."""
-        if self.cache is None:
-            return
-        rest = r.prompt_tokens - spec.prefix_tokens
-        segs: list[tuple[object, int]] = list(spec.prefix)
-        if rest > 0:
-            segs.append((("prompt", r.index), rest))
-        segs.append((("output", r.index), r.max_output_tokens))
-        r.block_hashes = chained_block_hashes(segs, self.bs)
-        r.kv = CachedBlocks()
-        r.cache = self.cache
-
-    def lookup(self, r: SimRequest) -> list[int]:
-        """The prefix-cache hit (block ids) of a request about to be admitted."""
-        if self.cache is None:
-            return []
-        return self.cache.lookup(r.block_hashes, r.prompt_tokens + r.num_output_tokens)
-
-    def needed(self, r: SimRequest, n: int, hit: Sequence[int] = ()) -> int:
-        """Free blocks that ``n`` more tokens (after ``hit``) take."""
-        if self.cache is None or r.kv is None:
-            return -(-(r.num_computed_tokens + n) // self.bs) - r.blocks
-        return self.cache.blocks_needed(r.kv, r.num_computed_tokens, hit, n)
-
-    def grow(self, r: SimRequest, n: int, hit: Sequence[int] = ()) -> None:
-        """Allocate for ``hit`` and ``n`` new tokens (the caller checked ``needed``); a
-        hit moves ``num_computed_tokens`` past the cached blocks."""
-        if self.cache is None or r.kv is None:
-            extra = -(-(r.num_computed_tokens + n) // self.bs) - r.blocks
-            r.blocks += extra
-            self._free -= extra
-            return
-        ok = self.cache.allocate(r.kv, r.block_hashes, r.num_computed_tokens, hit, n,
-                                 r.prompt_tokens + r.num_output_tokens)
-        assert ok, "allocate after a successful needed() check"
-        r.blocks = len(r.kv.block_ids)
-        if hit:
-            r.num_computed_tokens += len(hit) * self.bs
-            if r.first_scheduled_time is None:
-                r.num_hit_tokens = len(hit) * self.bs
-
-    def take(self, blocks: int) -> None:
-        """Decode runs (no prefix caching): ``blocks`` more held (fewer when rewound)."""
-        assert self.cache is None
-        self._free -= blocks
-
-    def release(self, r: SimRequest) -> None:
-        if self.cache is None or r.kv is None:
-            self._free += r.blocks
-        else:
-            self.cache.free(r.kv)
-        r.blocks = 0
-
-
-@dataclass(frozen=True, slots=True)
-class StepTrace:
-    """Per-step record kept with ``record_steps=True`` (tests, plots).
-
-    Token classes follow ``ppas.engine.step_rules`` (rule 5): ``num_prefill_tokens`` are the
-    tokens of prefill chunks (inside a prompt: what the policy's cap limits),
-    ``num_recompute_tokens`` those of recompute tails after a preemption (priced as
-    prefill, not capped), ``num_decode_tokens`` the single-token decodes;
-    ``num_decode_reqs`` counts the requests past their prompt that got tokens (decodes and
-    recompute tails: the N_d side). ``scheduled`` lists (request id, tokens) in schedule order,
-    ``preempted`` the ids preempted this step, in order.
-    """
-
-    time: float
-    duration_s: float
-    prefill_budget: int
-    num_prefill_tokens: int
-    num_recompute_tokens: int
-    num_decode_tokens: int
-    num_decode_reqs: int
-    pending_prefills: int
-    running_decodes: int
-    kv_blocks_used: int
-    scheduled: tuple[tuple[str, int], ...]
-    preempted: tuple[str, ...]
-
-    @property
-    def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_recompute_tokens + self.num_decode_tokens
-
-    @property
-    def num_preempted(self) -> int:
-        return len(self.preempted)
-
-
-@dataclass
-class SimResult:
-    requests: list[SimRequest]
-    num_steps: int
-    num_preemptions: int
-    kv_blocks_total: int | None
-    steps: list[StepTrace] = field(default_factory=list)
-
-    @property
-    def prefix_hit_rate(self) -> float:
-        """Prompt tokens served from the prefix cache at first admission over all prompt
-        tokens of the requests admitted (0 with prefix caching off)."""
-        done = [r for r in self.requests if r.first_scheduled_time is not None]
-        total = sum(r.prompt_tokens for r in done)
-        return sum(r.num_hit_tokens for r in done) / total if total else 0.0
-
-    def request_metrics(self) -> list[RequestMetrics]:
-        out = []
-        for r in self.requests:
-            if r.failed or r.finish_time is None or r.first_token_time is None:
-                continue
-            out.append(RequestMetrics(
-                arrival_s=r.arrival_time, ttft=r.first_token_time - r.arrival_time,
-                e2e=r.finish_time - r.arrival_time,
-                tpot=tpot_of(r.first_token_time, r.finish_time, r.max_output_tokens),
-                output_tokens=r.max_output_tokens, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
-                slo_class=r.slo_class))
-        return out
-
-    def summary(self) -> dict[str, float | int]:
-        failed = sum(1 for r in self.requests if r.failed)
-        return RunSummary.of(self.request_metrics(), failed).record()
-
-    def failure_reasons(self) -> dict[str, int]:
-        """Failed requests per reason (empty when all finished)."""
-        out: dict[str, int] = {}
-        for r in self.requests:
-            if r.failed:
-                out[r.failed] = out.get(r.failed, 0) + 1
-        return out
-
-
-def rejection(r: SimRequest, total_blocks: int | None, block_size: int,
-              max_model_len: int | None) -> str | None:
-    """Why vLLM would refuse ``r`` outright, or None. vLLM answers HTTP 400 when prompt +
-    max_tokens exceed max_model_len; a request whose prompt + outputs can never fit in the
-    whole KV cache could never run (vLLM refuses to start with such a max_model_len)."""
-    n = r.prompt_tokens + r.max_output_tokens
-    if max_model_len is not None and n > max_model_len:
-        return f"longer than max_model_len ({max_model_len} tokens)"
-    if total_blocks is not None and -(-n // block_size) > total_blocks:
-        return f"never fits in the KV cache ({total_blocks * block_size} tokens)"
-    return None
-
-
 class EngineSim:
     """One simulated vLLM V1 engine under ``policy``, on its own clock ``now``."""
 
@@ -347,7 +135,7 @@ class EngineSim:
             self.total_blocks = max(1, cost_model.kv_capacity_tokens // engine.block_size)
         else:
             self.total_blocks = None
-        self.pool = _KvPool(self.total_blocks, engine.block_size, engine.prefix_caching)
+        self.pool = KvPool(self.total_blocks, engine.block_size, engine.prefix_caching)
         self.hold_kv = engine.hold_finished_kv
         self.num_held = 0  # finished requests whose KV is held (hold_finished_kv)
         self.stalled = False  # the last advance found nothing to run for the held KV
