@@ -84,7 +84,7 @@ def _read_burstgpt(p: Path, text: str, block_size: int) -> Read:
     the earliest row."""
     rows, ix = _csv_table(p, text, _SIGNATURES["burstgpt"][1])
     t, q, a = ix["Timestamp"], ix["Request tokens"], ix["Response tokens"]
-    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1.0), _tokens(p, n,
+    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1), _tokens(p, n,
                         "Request tokens", r[q]), _tokens(p, n, "Response tokens", r[a]), ())
                        for n, r in rows])
 
@@ -103,7 +103,7 @@ def _read_mooncake(p: Path, text: str, block_size: int) -> Read:
         if missing:
             raise PpasError(f"{p}:{n}: missing {', '.join(missing)} (mooncake format)")
         pt = _tokens(p, n, "input_length", obj["input_length"])
-        out.append((n, _seconds(p, n, "timestamp", obj["timestamp"], 1e-3), pt,
+        out.append((n, _seconds(p, n, "timestamp", obj["timestamp"], 1000), pt,
                     _tokens(p, n, "output_length", obj["output_length"]),
                     _blocks(p, n, obj["hash_ids"], pt, block_size)))
     return _public(p, out)
@@ -172,15 +172,16 @@ def _tokens(p: Path, n: int, field: str, value: object) -> int:
     return int(v)
 
 
-def _seconds(p: Path, n: int, field: str, value: object, unit_s: float) -> float:
+def _seconds(p: Path, n: int, field: str, value: object, per_s: int) -> float:
+    """A time in seconds (``per_s`` 1) or milliseconds (``per_s`` 1000), as seconds."""
     try:
-        v = float(value) * unit_s  # type: ignore[arg-type]
+        v = float(value) / per_s  # type: ignore[arg-type]
     except (ValueError, TypeError, OverflowError):
         v = math.nan
     if not (math.isfinite(v) and abs(v) <= MAX_TIME_S) or isinstance(value, bool):
-        unit = "ms" if unit_s != 1.0 else "s"
+        unit = "ms" if per_s == 1000 else "s"
         raise PpasError(f"{p}:{n}: {field} must be a number of {unit} (at most "
-                        f"{MAX_TIME_S / unit_s:g}), got {value!r:.40}")
+                        f"{MAX_TIME_S * per_s:g}), got {value!r:.40}")
     return v
 
 
