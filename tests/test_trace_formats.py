@@ -12,8 +12,11 @@ import pytest
 from ppas.cli import main
 from ppas.commands import bench
 from ppas.core.errors import PpasError
+from ppas.cost import make_cost_model
 from ppas.engine.prefix_cache import chained_block_hashes
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.traces import WorkloadSpec
+from ppas.policies import make_policy
 from ppas.workload import RequestSpec, Trace, TraceTransform, load_trace, parse_window
 from ppas.workload.files import detect_format
 
@@ -120,23 +123,20 @@ def test_mooncake_requests_share_k_blocks_of_prompt_for_k_common_hash_ids() -> N
         load_trace(MOONCAKE, "mooncake", block_size=1024)  # 79 ids for a 40160-token prompt
 
 
-def test_mooncake_prefix_reuse_gives_prefix_cache_hits_in_the_simulator(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["simulate", "--hardware", "h100-sxm-80gb", "--model", "qwen3-8b",
-            "--configs", "mbt:8192", "--enable-prefix-caching", "--json"]
-    rc, out, _ = run_cli([*base, "--trace", str(MOONCAKE)], capsys)
-    assert rc == 0
-    hit = json.loads(out)[0]["prefix_hit_rate"]
-    # the same requests with no shared content: no hit at all
-    plain = tmp_path / "plain.jsonl"
-    plain.write_text("".join(json.dumps({"arrival_s": r.arrival_s, "prompt_tokens":
-                                         r.prompt_tokens, "output_tokens": r.output_tokens})
-                             + "\n" for r in load_trace(MOONCAKE)))
-    rc, out, _ = run_cli([*base, "--trace", str(plain)], capsys)
-    assert rc == 0 and json.loads(out)[0]["prefix_hit_rate"] == 0
-    # lines 18 and 20 repeat line 16's 2752-token prompt (5 shared 512-token blocks) and
-    # line 19 reuses line 17's first 28 blocks: hits are seen
-    assert hit > 0.05
+def test_mooncake_prefix_reuse_gives_prefix_cache_hits_in_the_simulator() -> None:
+    tr = load_trace(MOONCAKE)
+    cm = make_cost_model("roofline", "h100-sxm-80gb", "qwen3-8b", 1, 8192)
+    res = simulate(tr, make_policy("mbt:8192"), cm, EngineConfig(prefix_caching=True))
+    hits = [r.num_hit_tokens for r in res.requests]
+    # line 18 shares 5 of its 6 hash ids with line 16; line 19 shares 28 with line 17; line
+    # 20 repeats line 16's whole 2752-token prompt (a hit stops one token short, floored
+    # to 16-token blocks); no other line shares its first id with an earlier one
+    assert hits == [0] * 17 + [5 * 512, 28 * 512, 2751 // 16 * 16]
+    assert res.prefix_hit_rate > 0
+    plain = Trace(tuple(RequestSpec(r.arrival_s, r.prompt_tokens, r.output_tokens)
+                        for r in tr), tr.duration_s)
+    res = simulate(plain, make_policy("mbt:8192"), cm, EngineConfig(prefix_caching=True))
+    assert res.prefix_hit_rate == 0  # the same lengths without the hash ids: no hit
 
 
 def test_burstgpt_zero_token_failures_are_dropped_and_counted() -> None:
