@@ -279,9 +279,7 @@ def test_simulate_prints_and_records_every_transformation_and_drop(
 
 
 def test_simulate_cluster_takes_the_trace_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    cluster = Path(__file__).parent.parent / "examples" / "cluster_colocated.toml"
-    if not cluster.exists():
-        cluster = next((Path(__file__).parent.parent / "examples").glob("*.toml"))
+    cluster = Path(__file__).parent.parent / "examples" / "cluster-colocated.toml"
     rc, out, err = run_cli(["simulate", "--cluster", str(cluster), "--trace", str(AZURE),
                             "--length-scale", "0.1", "--json"], capsys)
     assert rc == 0, err
