@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from test_cli import run_cli
 
-from ppas.cli import main
 from ppas.commands import bench
 from ppas.core.errors import PpasError
 from ppas.cost import make_cost_model
@@ -24,15 +24,6 @@ DATA = Path(__file__).parent / "data" / "traces"
 AZURE = DATA / "azure-2023-code-head.csv"
 MOONCAKE = DATA / "mooncake-synthetic-slice.jsonl"
 BURSTGPT = DATA / "burstgpt-synthetic.csv"
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        rc = main(args)
-    except SystemExit as e:  # argparse errors
-        rc = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _edit(src: Path, tmp: Path, line: int, new: str) -> Path:
