@@ -229,7 +229,7 @@ def detect_format(p: Path, text: str) -> str:
     """The format whose columns the CSV header (or the first JSONL object's keys) has; ppas
     when none matches (its reader then names what is missing)."""
     if _is_csv(p):
-        names = {h.strip() for h in next(csv.reader(text.splitlines()[:1]), [])}
+        names = {h.strip() for h in next(csv.reader([text.split("\n", 1)[0]]), [])}
     else:
         first = next((line for line in text.splitlines() if line.strip()), "")
         try:
