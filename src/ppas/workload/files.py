@@ -74,8 +74,9 @@ def _read_azure(p: Path, text: str, block_size: int) -> Read:
     ``ContextTokens``, ``GeneratedTokens``; arrival = seconds after the earliest row."""
     rows, ix = _csv_table(p, text, _SIGNATURES["azure"][1])
     t, c, g = ix["TIMESTAMP"], ix["ContextTokens"], ix["GeneratedTokens"]
-    return _public(p, [(n, _datetime_s(p, n, "TIMESTAMP", r[t]), _tokens(p, n, "ContextTokens",
-                        r[c]), _tokens(p, n, "GeneratedTokens", r[g]), ()) for n, r in rows])
+    return _public(p, [(n, _datetime_s(p, n, "TIMESTAMP", r[t]),
+                        _tokens(p, n, "ContextTokens", r[c]),
+                        _tokens(p, n, "GeneratedTokens", r[g]), ()) for n, r in rows])
 
 
 def _read_burstgpt(p: Path, text: str, block_size: int) -> Read:
@@ -84,9 +85,9 @@ def _read_burstgpt(p: Path, text: str, block_size: int) -> Read:
     the earliest row."""
     rows, ix = _csv_table(p, text, _SIGNATURES["burstgpt"][1])
     t, q, a = ix["Timestamp"], ix["Request tokens"], ix["Response tokens"]
-    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1), _tokens(p, n,
-                        "Request tokens", r[q]), _tokens(p, n, "Response tokens", r[a]), ())
-                       for n, r in rows])
+    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1),
+                        _tokens(p, n, "Request tokens", r[q]),
+                        _tokens(p, n, "Response tokens", r[a]), ()) for n, r in rows])
 
 
 def _read_mooncake(p: Path, text: str, block_size: int) -> Read:
