@@ -407,15 +407,15 @@ def test_stock_arms_are_simulated_as_stock_vllm(tmp_path: Path, model: Path) -> 
         assert stock.sim_policy(unknown)[0] == (
             f"vllm:mbt=512,long_prefill_token_threshold=64,version={FALLBACK_LINE}")
     assert simulated_line("0.32.0") == "0.32" and FALLBACK_LINE == "0.32"
-    partial = parse_experiment(_text(tmp_path, model, **{
-        "long_prefill_token_threshold = 64": "long_prefill_token_threshold = 64\n"
-        "max_num_partial_prefills = 2"}), "t").arm("stock")
-    assert partial.sim_policy("0.32.0") == (None, (
-        "stock vLLM max_num_partial_prefills is not modelled by the simulator, which models "
-        "max_num_batched_tokens, long_prefill_token_threshold"))
+    # vLLM removed the partial-prefill knobs before 0.32: a stock arm cannot set them (issue
+    # 19), and every knob it can set is modelled
+    with pytest.raises(PpasError, match=r"arms\[3\]\.stock\.max_num_partial_prefills: "
+                                        "unknown key"):
+        parse_experiment(_text(tmp_path, model, **{
+            "long_prefill_token_threshold = 64": "long_prefill_token_threshold = 64\n"
+            "max_num_partial_prefills = 2"}), "t")
     # the plan's estimate runs the threshold too (it differs from MBT alone under load)
     assert _sim_policy(stock, "0.32.0") == stock.sim_policy("0.32.0")[0]
-    assert _sim_policy(partial, "0.32.0") == "mbt:512"
     from ppas.cost.fitted import FittedCostModel
     from ppas.engine.simulator import EngineConfig, simulate
 

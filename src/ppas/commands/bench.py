@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ppas.commands.trace_args import add_trace_file_arguments, check_no_file_flags, trace_file
 from ppas.core.errors import NO_SUCCESS, PpasError
 from ppas.core.limits import (
     MAX_BURSTINESS,
@@ -43,7 +44,7 @@ from ppas.live.results import (
     save_result,
     summarize,
 )
-from ppas.workload import PAPER_PHASES, Trace, gamma_trace, load_trace, phase_trace
+from ppas.workload import PAPER_PHASES, Trace, gamma_trace, phase_trace
 
 
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +61,7 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-prompts", type=int_arg(1, MAX_REQUESTS), default=100,
                    help="requests with --request-rate (default 100)")
     g.add_argument("--trace", metavar="FILE", help="a CSV/JSONL trace file (ppas.workload)")
+    add_trace_file_arguments(g)
     g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
                    help="arrivals and prompt prefixes (default 0)")
     g.add_argument("--prompt-tokens", type=int_arg(1, MAX_PROMPT_TOKENS),
@@ -78,7 +80,8 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
         if args.prompt_tokens is not None or args.output_tokens is not None:
             raise PpasError("--prompt-tokens/--output-tokens do not apply to --trace "
                             "(the file gives each request's lengths)")
-        return load_trace(args.trace)
+        return trace_file(args)
+    check_no_file_flags(args)
     pt = 25000 if args.prompt_tokens is None else args.prompt_tokens
     ot = 32 if args.output_tokens is None else args.output_tokens
     if args.request_rate is not None:

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         cm = cost_model_for(args, c)
         res = simulate(trace, make_policy(c), cm, engine)
         lb = mean_lower_bound(trace, cm)
-        records.append({"config": c, "burst_rate": burst, "seed": args.seed, **res.summary(),
+        records.append({"config": c, "burst_rate": burst, "seed": args.seed,
+                        "trace": trace.description, "trace_dropped": dict(trace.dropped),
+                        **res.summary(),
                         "failure_reasons": res.failure_reasons(),
                         "num_preemptions": res.num_preemptions, "num_steps": res.num_steps,
                         "prefix_hit_rate": res.prefix_hit_rate,
@@ -67,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return no_success_exit(records, "simulate")
-    print(f"trace: {trace.description}, {len(trace)} requests")
+    print(f"trace: {trace.description}, {len(trace)} requests"
+          + (f" ({sum(n for _, n in trace.dropped)} dropped)" if trace.dropped else ""))
     cols = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot", "p95_tpot",
             "makespan")
     w = max(10, *(len(c) for c in configs))

@@ -38,8 +38,6 @@ class Knob(StrEnum):
     LONG_PREFILL_TOKEN_THRESHOLD = "long_prefill_token_threshold"
     LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE = "long_prefill_token_threshold_adaptive"
     PREFILL_SCHEDULE_INTERVAL = "prefill_schedule_interval"
-    MAX_NUM_PARTIAL_PREFILLS = "max_num_partial_prefills"
-    MAX_LONG_PARTIAL_PREFILLS = "max_long_partial_prefills"
 
     @property
     def flag(self) -> str:

@@ -15,11 +15,16 @@ from ppas.policies import make_policy
 from ppas.policies.vllm_stock import KNOB_PARAMS
 
 FITTED_AUTO = "fitted:auto"
-#: Stock vLLM scheduler knobs an arm may set (no plugin); each becomes ``Knob.flag`` N. The
-#: simulator models those that are ``vllm:`` parameters (``KNOB_PARAMS``); an arm setting
-#: another gets no prediction.
+#: Stock vLLM scheduler knobs an arm may set (no plugin): every knob of the supported
+#: release lines (``ppas.live.versions``) that shapes prefill or admission. Each becomes
+#: ``Knob.flag`` N (a boolean: the flag alone when true). The simulator models those that
+#: are ``vllm:`` parameters (``KNOB_PARAMS``); an arm setting another gets no prediction.
 STOCK_ARGS = (Knob.MAX_NUM_BATCHED_TOKENS, Knob.LONG_PREFILL_TOKEN_THRESHOLD,
-              Knob.MAX_NUM_PARTIAL_PREFILLS, Knob.MAX_LONG_PARTIAL_PREFILLS)
+              Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE, Knob.PREFILL_SCHEDULE_INTERVAL,
+              Knob.MAX_NUM_SEQS, Knob.MAX_NUM_ACTIVE_SEQS)
+#: The stock knobs that are switches (true or false in the file; 1 or 0 in ``ArmSpec.stock``);
+#: every other one is an integer >= 1.
+_STOCK_SWITCHES = (Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE,)
 _ARM_NAME = re.compile(r"^[\w.:,=+-]+$")
 _ONE_KIND = ("give exactly one of policy = \"NAME:...\" (the ppas plugin) or [arms.stock] "
              "(stock vLLM scheduler arguments)")
@@ -50,6 +55,9 @@ class ArmSpec:
         require(self.plugin or Knob.MAX_NUM_BATCHED_TOKENS in self.stock_dict(),
                 "required for a stock arm", key=f"stock.{Knob.MAX_NUM_BATCHED_TOKENS}")
         require(not (self.plugin and self.stock), _ONE_KIND)
+        sim, _ = self.sim_policy()
+        if not self.plugin and sim is not None:
+            make_policy(sim)  # vLLM's own range checks (max_num_seqs <= mbt, ...)
 
     @property
     def plugin(self) -> bool:
@@ -67,6 +75,19 @@ class ArmSpec:
     def stock_dict(self) -> dict[str, int]:
         return dict(self.stock)
 
+    def stock_flags(self) -> list[str]:
+        """``vllm serve`` flags for the stock knobs, but the two every server gets from its
+        launch (``max_num_batched_tokens``, ``max_num_seqs``)."""
+        out: list[str] = []
+        for k, v in self.stock:
+            if k in (Knob.MAX_NUM_BATCHED_TOKENS, Knob.MAX_NUM_SEQS):
+                continue
+            if k in _STOCK_SWITCHES:
+                out += [Knob(k).flag] if v else []
+            else:
+                out += [Knob(k).flag, str(v)]
+        return out
+
     def sim_policy(self, vllm_version: str | None = None) -> tuple[str | None, str]:
         """(policy string the simulator runs for this arm, or None; why not). A stock arm
         runs as the ``vllm:`` policy of the release line of ``vllm_version`` (the vLLM
@@ -79,7 +100,9 @@ class ArmSpec:
             modelled = ", ".join(k for k in STOCK_ARGS if k in KNOB_PARAMS)
             return None, (f"stock vLLM {', '.join(other)} is not modelled by the simulator, "
                           f"which models {modelled}")
-        args = [f"{KNOB_PARAMS[Knob(k)]}={v}" for k, v in s.items()]
+        args = [f"{KNOB_PARAMS[Knob(k)]}="
+                + (("true" if v else "false") if k in _STOCK_SWITCHES else str(v))
+                for k, v in s.items()]
         return f"vllm:{','.join(args)},version={simulated_line(vllm_version)}", ""
 
     @staticmethod
@@ -97,9 +120,13 @@ class ArmSpec:
                                        "stock arm sets [arms.stock] max_num_batched_tokens")
             st = check_keys(t["stock"], f"{w}.stock", STOCK_ARGS)
             for k, v in st.items():
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                if k in _STOCK_SWITCHES:
+                    if not isinstance(v, bool):
+                        raise config_error(f"{w}.stock", k, f"must be true or false, got {v!r}")
+                elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise config_error(f"{w}.stock", k, f"must be an integer >= 1, got {v!r}")
-            t["stock"] = tuple((str(k), st[k]) for k in STOCK_ARGS if k in st)
+            # a switch is kept as 1 or 0 (the arm's stock values are integers)
+            t["stock"] = tuple((str(k), int(st[k])) for k in STOCK_ARGS if k in st)
             t["max_num_batched_tokens"] = st.get(Knob.MAX_NUM_BATCHED_TOKENS)
         arm = from_table(ArmSpec, t, w)
         _check_cost_model(arm.cost_model, w)

@@ -124,15 +124,13 @@ class Runner:
                 raise PpasError(f"arm {arm.name}: its policy's max_num_batched_tokens {mbt} "
                                 f"< engine.max_num_seqs {e.max_num_seqs}; set the arm's "
                                 "max_num_batched_tokens or lower engine.max_num_seqs")
-        extra = list(e.args())
-        for k, v in arm.stock_dict().items():
-            if k != Knob.MAX_NUM_BATCHED_TOKENS:
-                extra += [Knob(k).flag, str(v)]
+        extra = [*e.args(), *arm.stock_flags()]
+        seqs = arm.stock_dict().get(Knob.MAX_NUM_SEQS, e.max_num_seqs)
         env = dict(e.env)
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         f = self.folder
-        return Launch(arm, self.exp.model.path, mbt, e.max_num_seqs, arm.policy, cost,
+        return Launch(arm, self.exp.model.path, mbt, seqs, arm.policy, cost,
                       f.step_log(arm.name) if arm.plugin else None, f.server_log(arm.name),
                       f.pid_file(arm.name), tuple(extra), env, e.startup_timeout_s)
 

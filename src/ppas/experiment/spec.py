@@ -9,11 +9,12 @@
     [workload]  kind = "phases" (phases = "10:0.1,20:{burst}", burst_rates = [...])
                      | "gamma"  (request_rates = [...], burstiness, num_prompts = N or
                                  [N per request rate])
-                     | "trace"  (file = "trace.jsonl")
+                     | "trace"  (file = "trace.jsonl", format, block_size, window,
+                                 time_scale or rate, length_scale, drop_longer_than)
                 prompt_tokens, output_tokens, seeds = [...], warmup_requests (sent before
                 the first run on each server start), request_timeout_s
     [[arms]]    name, and one of: policy = "ppas:..." (the ppas plugin) or
-                [arms.stock] max_num_batched_tokens = N, long_prefill_token_threshold = N
+                [arms.stock] max_num_batched_tokens = N and any of ``arms.STOCK_ARGS``
                 (stock vLLM, no plugin); optional cost_model = "fitted:auto" | "fitted:FILE"
                 | "roofline", max_num_batched_tokens (plugin arms), baseline = true
     [run]       devices = ["0", "1"] (arms in parallel, one per GPU), server_startup_s,

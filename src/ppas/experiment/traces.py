@@ -8,13 +8,23 @@ from typing import Any
 
 from ppas.core.config import FieldError, check_fields, config_error, from_table, require
 from ppas.core.errors import PpasError
-from ppas.workload import Trace, gamma_trace, load_trace, parse_phases, phase_trace
+from ppas.workload import (
+    TRACE_FORMATS,
+    Trace,
+    TraceTransform,
+    gamma_trace,
+    load_trace,
+    parse_phases,
+    parse_window,
+    phase_trace,
+)
 
 WORKLOAD_KINDS = ("phases", "gamma", "trace")
 #: The keys of one workload kind only.
 _KIND_KEYS = {"phases": ("phases", "burst_rates"),
               "gamma": ("request_rates", "burstiness", "num_prompts"),
-              "trace": ("file",)}
+              "trace": ("file", "format", "block_size", "window", "time_scale", "rate",
+                        "length_scale", "drop_longer_than")}
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,13 @@ class WorkloadTable:
     burstiness: float | None = None
     num_prompts: Any = None  # an integer, or a list of them (one per request rate)
     file: str | None = None
+    format: str | None = None  # the file's format and transformations (ppas.workload)
+    block_size: int | None = None
+    window: str | None = None
+    time_scale: float | None = None
+    rate: float | None = None
+    length_scale: float | None = None
+    drop_longer_than: int | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     seeds: tuple[int, ...] = (0,)
@@ -53,6 +70,14 @@ class WorkloadTable:
             for key in ("prompt_tokens", "output_tokens"):
                 require(getattr(self, key) is None, "does not apply to kind = \"trace\" (the "
                         "file gives each request's lengths)", key=key)
+            check_fields(self, "format", one_of=TRACE_FORMATS)
+            check_fields(self, "block_size", at_least=1)
+            if self.window is not None:
+                try:
+                    parse_window(self.window)
+                except PpasError as e:
+                    raise FieldError("window", str(e)) from None
+            _ = self.transform
             return
         key = self.rates_key
         rates = getattr(self, key)
@@ -76,6 +101,13 @@ class WorkloadTable:
                 f"rate), got {v!r}", key="num_prompts")
 
     @property
+    def transform(self) -> TraceTransform:
+        """The trace file's transformations (checked when built)."""
+        return TraceTransform(None if self.window is None else parse_window(self.window),
+                              self.time_scale, self.rate, self.length_scale,
+                              self.drop_longer_than)
+
+    @property
     def rates_key(self) -> str:
         return "burst_rates" if self.kind == "phases" else "request_rates"
 
@@ -95,6 +127,9 @@ class WorkloadSpec:
     #: Prompts per trace (gamma): one for every rate, or one per rate (``request_rates`` order).
     num_prompts: tuple[int, ...] = (100,)
     file: str | None = None
+    file_format: str = "auto"
+    block_size: int = 512
+    transform: TraceTransform = TraceTransform()
     warmup_requests: int = 1
     request_timeout_s: float = 1800.0
 
@@ -106,7 +141,9 @@ class WorkloadSpec:
             output_tokens=t.output_tokens or 16, warmup_requests=t.warmup_requests,
             request_timeout_s=t.request_timeout_s)
         if t.kind == "trace":
-            spec = WorkloadSpec("trace", (0.0,), file=t.file, **common)
+            spec = WorkloadSpec("trace", (0.0,), file=t.file, file_format=t.format or "auto",
+                                block_size=t.block_size or 512, transform=t.transform,
+                                **common)
             _ = spec.trace(0.0, t.seeds[0])  # readable, non-empty
             return spec
         loads = getattr(t, t.rates_key)
@@ -136,9 +173,13 @@ class WorkloadSpec:
                                self.prompt_tokens, self.output_tokens)
         assert self.file is not None
         try:
-            tr = load_trace(self.file)
+            tr = load_trace(self.file, self.file_format, self.block_size)
         except PpasError as e:
             raise config_error("workload", "file", str(e)) from None
+        try:
+            tr = self.transform.apply(tr) if self.transform else tr
+        except PpasError as e:
+            raise config_error("workload", "", str(e)) from None
         if len(tr) == 0:
             raise config_error("workload", "file", f"{self.file!r} has no requests")
         return tr

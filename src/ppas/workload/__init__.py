@@ -5,7 +5,8 @@
 * ``phases``: the P-PAS paper's phase traces (piecewise Poisson, bit-identical).
 * ``arrivals``: gamma, constant-rate and mixed arrivals; token-length distributions.
 * ``prefixes``: traces whose prompts share prefixes (prefix groups, sessions).
-* ``files``: trace files (CSV, JSONL), one reader per format.
+* ``files``: trace files (ours, Azure, Mooncake, BurstGPT), one reader per format.
+* ``transforms``: a replayed trace's window, rescaling, length scaling and filter.
 
 Every name below is importable from ``ppas.workload``.
 """
@@ -17,7 +18,7 @@ from ppas.workload.arrivals import (
     mixed_trace,
     parse_lengths,
 )
-from ppas.workload.files import load_trace, save_trace
+from ppas.workload.files import TRACE_FORMATS, load_trace, save_trace
 from ppas.workload.phases import (
     PAPER_PHASES,
     Phase,
@@ -27,9 +28,11 @@ from ppas.workload.phases import (
 )
 from ppas.workload.prefixes import prefix_group_trace, session_trace
 from ppas.workload.requests import RequestSpec, Segments, SloClass, Trace, assign_slo_classes
+from ppas.workload.transforms import TraceTransform, parse_window
 
 __all__ = [
-    "PAPER_PHASES", "LengthDist", "Phase", "RequestSpec", "Segments", "SloClass", "Trace",
+    "PAPER_PHASES", "TRACE_FORMATS", "TraceTransform", "parse_window",
+    "LengthDist", "Phase", "RequestSpec", "Segments", "SloClass", "Trace",
     "assign_slo_classes", "constant_trace", "gamma_trace", "load_trace", "mixed_trace",
     "parse_lengths", "parse_phases", "phase_arrivals", "phase_trace", "prefix_group_trace",
     "save_trace", "session_trace",

@@ -1,6 +1,7 @@
-"""Trace files: ``load_trace`` reads a CSV or JSONL trace (``READERS``, by suffix), checks
-every row against the limits and names the file and line of a bad one; ``save_trace``
-writes JSONL."""
+"""Trace files: ``load_trace`` reads a trace in our own CSV/JSONL format or a public one as
+published (Azure LLM inference, Mooncake/Kimi, BurstGPT; ``READERS``, one per format,
+detected from the CSV header or the JSONL keys), checks every row against the limits and
+names the file, line and field of a bad one; ``save_trace`` writes JSONL."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import csv
 import json
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_REQUESTS, MAX_TIME_S
 from ppas.core.outputs import write_atomic
-from ppas.workload.requests import RequestSpec, Segments, Trace
+from ppas.workload.requests import Dropped, RequestSpec, Segments, Trace
 
 _FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
 _OPTIONAL = ("ttft_slo", "tpot_slo", "slo_class")
@@ -53,38 +55,230 @@ def _csv_rows(p: Path, text: str) -> Rows:
             for n, row in enumerate(reader, 2)]
 
 
-#: Trace formats by file suffix. A reader turns a file's text into ``Rows`` with
-#: ``_parse_row``'s column names, which validates every row the same way; a new format
-#: (a public trace's own columns) is one reader that maps its columns, added here.
-READERS: dict[str, Callable[[Path, str], Rows]] = {
-    ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".ndjson": _jsonl_rows, ".csv": _csv_rows,
+#: A reader's result: the requests (any order) and the rows it left out, by reason.
+Read = tuple[list[RequestSpec], Dropped]
+_ZERO = "with 0 prompt or output tokens (failed requests)"
+
+
+def _read_ppas(p: Path, text: str, block_size: int) -> Read:
+    """Our own format: CSV (``.csv``) or JSONL, the columns of ``load_trace``'s docstring."""
+    rows = (_csv_rows if _is_csv(p) else _jsonl_rows)(p, text)
+    _check_count(p, len(rows))
+    reqs = [_parse_row(p, n, obj) for n, obj in rows]
+    return reqs, ()
+
+
+def _read_azure(p: Path, text: str, block_size: int) -> Read:
+    """Azure LLM inference trace (2023 and 2024 releases): ``TIMESTAMP`` a wall-clock
+    datetime as published (``2023-11-16 18:17:03.9799600``, optionally with a UTC offset),
+    ``ContextTokens``, ``GeneratedTokens``; arrival = seconds after the earliest row."""
+    rows, ix = _csv_table(p, text, _SIGNATURES["azure"][1])
+    t, c, g = ix["TIMESTAMP"], ix["ContextTokens"], ix["GeneratedTokens"]
+    return _public(p, [(n, _datetime_s(p, n, "TIMESTAMP", r[t]),
+                        _tokens(p, n, "ContextTokens", r[c]),
+                        _tokens(p, n, "GeneratedTokens", r[g]), ()) for n, r in rows])
+
+
+def _read_burstgpt(p: Path, text: str, block_size: int) -> Read:
+    """BurstGPT: ``Timestamp`` (seconds), ``Request tokens``, ``Response tokens`` (0 = a
+    failed request, dropped and counted), ``Model``, ``Log Type``; arrival = seconds after
+    the earliest row."""
+    rows, ix = _csv_table(p, text, _SIGNATURES["burstgpt"][1])
+    t, q, a = ix["Timestamp"], ix["Request tokens"], ix["Response tokens"]
+    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1),
+                        _tokens(p, n, "Request tokens", r[q]),
+                        _tokens(p, n, "Response tokens", r[a]), ()) for n, r in rows])
+
+
+def _read_mooncake(p: Path, text: str, block_size: int) -> Read:
+    """Mooncake / Kimi: ``timestamp`` (ms), ``input_length``, ``output_length``,
+    ``hash_ids`` (one id per ``block_size``-token prompt block; equal ids = equal prefixes
+    up to that block). Block ``i`` becomes the prefix segment ``("kv<id>", tokens of block
+    i)``, so two requests agreeing on their first k ids share their first k blocks'
+    tokens in the prefix cache (``RequestSpec.prefix``)."""
+    rows = _jsonl_rows(p, text)
+    _check_count(p, len(rows))
+    out = []
+    for n, obj in rows:
+        missing = [k for k in _SIGNATURES["mooncake"][1] if k not in obj]
+        if missing:
+            raise PpasError(f"{p}:{n}: missing {', '.join(missing)} (mooncake format)")
+        pt = _tokens(p, n, "input_length", obj["input_length"])
+        out.append((n, _seconds(p, n, "timestamp", obj["timestamp"], 1000), pt,
+                    _tokens(p, n, "output_length", obj["output_length"]),
+                    _blocks(p, n, obj["hash_ids"], pt, block_size)))
+    return _public(p, out)
+
+
+def _blocks(p: Path, n: int, ids: object, prompt_tokens: int, block_size: int) -> Segments:
+    full = -(-prompt_tokens // block_size)
+    if not (isinstance(ids, list) and all(isinstance(i, int | str) for i in ids)
+            and len(ids) <= full):
+        raise PpasError(f"{p}:{n}: hash_ids must be a list of at most {full} block ids "
+                        f"(input_length / block_size {block_size}, rounded up), got {ids!r:.60}")
+    return tuple((f"kv{h}", min(block_size, prompt_tokens - i * block_size))
+                 for i, h in enumerate(ids))
+
+
+def _public(p: Path, rows: list[tuple[int, float, int, int, Segments]]) -> Read:
+    """Requests from a public trace's rows ``(line, seconds, prompt, output, prefix)``:
+    arrivals from the earliest row; rows with 0 tokens dropped and counted."""
+    if not rows:
+        return [], ()
+    t0 = min(r[1] for r in rows)
+    reqs, zero = [], 0
+    for n, t, pt, ot, prefix in rows:
+        if pt == 0 or ot == 0:
+            zero += 1
+            continue
+        if t - t0 > MAX_TIME_S:
+            raise PpasError(f"{p}:{n}: arrival {t - t0:g} s after the first row; the limit is "
+                            f"{MAX_TIME_S:g} s")
+        reqs.append(RequestSpec(t - t0, pt, ot, prefix=prefix))
+    return reqs, ((_ZERO, zero),) if zero else ()
+
+
+def _csv_table(p: Path, text: str, need: tuple[str, ...]
+               ) -> tuple[list[tuple[int, list[str]]], dict[str, int]]:
+    """A CSV's rows (line number, cells) and the column index of each ``need``ed column."""
+    lines = text.splitlines()
+    reader = csv.reader(lines)
+    header = [h.strip() for h in next(reader, [])]
+    missing = [f for f in need if f not in header]
+    if missing:
+        raise PpasError(f"{p}:1: CSV header lacks {', '.join(missing)}; need {', '.join(need)}")
+    _check_count(p, len(lines) - 1)
+    ix = {f: header.index(f) for f in need}
+    width = max(ix.values()) + 1
+    rows = []
+    for n, row in enumerate(reader, 2):
+        if not row:
+            continue
+        if len(row) < width:
+            raise PpasError(f"{p}:{n}: {len(row)} fields; the header has {len(header)} "
+                            f"({', '.join(need)} needed)")
+        rows.append((n, row))
+    return rows, ix
+
+
+def _tokens(p: Path, n: int, field: str, value: object) -> int:
+    """A token count: an integer in [0, the limit] (0 is a failed request, dropped later)."""
+    hi = MAX_OUTPUT_TOKENS if field in _OUTPUT_COLUMNS else MAX_PROMPT_TOKENS
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError, OverflowError):
+        v = math.nan
+    if not (math.isfinite(v) and v.is_integer() and 0 <= v <= hi) or isinstance(value, bool):
+        raise PpasError(f"{p}:{n}: {field} must be an integer in [0, {hi}], got {value!r:.40}")
+    return int(v)
+
+
+def _seconds(p: Path, n: int, field: str, value: object, per_s: int) -> float:
+    """A time in seconds (``per_s`` 1) or milliseconds (``per_s`` 1000), as seconds."""
+    try:
+        v = float(value) / per_s  # type: ignore[arg-type]
+    except (ValueError, TypeError, OverflowError):
+        v = math.nan
+    if not (math.isfinite(v) and abs(v) <= MAX_TIME_S) or isinstance(value, bool):
+        unit = "ms" if per_s == 1000 else "s"
+        raise PpasError(f"{p}:{n}: {field} must be a number of {unit} (at most "
+                        f"{MAX_TIME_S * per_s:g}), got {value!r:.40}")
+    return v
+
+
+def _datetime_s(p: Path, n: int, field: str, value: str) -> float:
+    """A published wall-clock time (ISO 8601, any number of fractional digits, optional UTC
+    offset; no offset = UTC) as POSIX seconds."""
+    try:
+        d = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise PpasError(f"{p}:{n}: {field} must be a date and time like "
+                        f"2023-11-16 18:17:03.9799600, got {value!r:.40}") from None
+    return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
+
+
+def _check_count(p: Path, rows: int) -> None:
+    if rows > MAX_REQUESTS:
+        raise PpasError(f"{p}: {rows} requests; the limit is {MAX_REQUESTS:,} per trace")
+
+
+def _is_csv(p: Path) -> bool:
+    return p.suffix.lower() == ".csv"
+
+
+_OUTPUT_COLUMNS = ("GeneratedTokens", "Response tokens", "output_length")
+#: Each format: the file kind it comes in and the columns (CSV header) or keys (JSONL) that
+#: identify it; auto-detection picks the first whose columns are all present.
+_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ppas": ("either", _FIELDS),
+    "azure": ("csv", ("TIMESTAMP", "ContextTokens", "GeneratedTokens")),
+    "burstgpt": ("csv", ("Timestamp", "Request tokens", "Response tokens", "Model",
+                         "Log Type")),
+    "mooncake": ("jsonl", ("timestamp", "input_length", "output_length", "hash_ids")),
 }
+#: Trace formats by name. A reader turns a file's text into requests and the rows it left
+#: out; a new format is one reader and one signature.
+READERS: dict[str, Callable[[Path, str, int], Read]] = {
+    "ppas": _read_ppas, "azure": _read_azure, "burstgpt": _read_burstgpt,
+    "mooncake": _read_mooncake,
+}
+TRACE_FORMATS = ("auto", *READERS)
+_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Read a CSV (header row) or JSONL trace with ``arrival_s, prompt_tokens,
-    output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``, and the shared prompt
-    prefix: JSONL ``prefix`` as ``[[stream, tokens], ...]``, or in either format one
-    segment as ``prefix_group`` + ``prefix_tokens``). A malformed line raises a PpasError
-    naming the file and line number."""
+def detect_format(p: Path, text: str) -> str:
+    """The format whose columns the CSV header (or the first JSONL object's keys) has; ppas
+    when none matches (its reader then names what is missing)."""
+    if _is_csv(p):
+        names = {h.strip() for h in next(csv.reader([text.split("\n", 1)[0]]), [])}
+    else:
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return "ppas"
+        names = set(obj) if isinstance(obj, dict) else set()
+    kind = "csv" if _is_csv(p) else "jsonl"
+    for fmt, (k, cols) in _SIGNATURES.items():
+        if k in (kind, "either") and names.issuperset(cols):
+            return fmt
+    return "ppas"
+
+
+def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512) -> Trace:
+    """Read a trace file in ``fmt`` (``TRACE_FORMATS``; ``auto`` detects it from the CSV
+    header or the JSONL keys). Our own format is a CSV (header row) or JSONL with
+    ``arrival_s, prompt_tokens, output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``,
+    and the shared prompt prefix: JSONL ``prefix`` as ``[[stream, tokens], ...]``, or in
+    either format one segment as ``prefix_group`` + ``prefix_tokens``); the public formats
+    are read as published (their readers say how). A malformed line raises a PpasError
+    naming the file, line and field; rows a reader leaves out are counted in
+    ``Trace.dropped`` and said in ``Trace.description``."""
     p = Path(path)
+    if fmt not in TRACE_FORMATS:
+        raise PpasError(f"unknown trace format {fmt!r}; allowed: {', '.join(TRACE_FORMATS)}")
     if not p.is_file():
         raise PpasError(f"trace file {str(p)!r} does not exist")
+    if p.suffix.lower() not in _SUFFIXES:
+        raise PpasError(f"{p}: unknown trace file kind {p.suffix!r}; allowed: "
+                        f"{', '.join(_SUFFIXES)}")
     try:
         text = p.read_bytes().decode("utf-8-sig")  # a BOM (Excel's CSV) is not a header
     except (OSError, UnicodeDecodeError) as e:
         raise PpasError(f"{p}: cannot read trace file: {e}") from None
-    read = READERS.get(p.suffix.lower())
-    if read is None:
-        raise PpasError(f"{p}: unknown trace format {p.suffix!r}; allowed: .csv, .jsonl")
-    rows = read(p, text)
-    if len(rows) > MAX_REQUESTS:
-        raise PpasError(f"{p}: {len(rows)} requests; the limit is {MAX_REQUESTS:,} per trace")
-    reqs = [_parse_row(p, n, obj) for n, obj in rows]
+    name = detect_format(p, text) if fmt == "auto" else fmt
+    kind = _SIGNATURES[name][0]
+    if kind != "either" and kind != ("csv" if _is_csv(p) else "jsonl"):
+        raise PpasError(f"{p}: {name} traces are {kind.upper()} files; this one is "
+                        f"{p.suffix!r} (give --trace-format auto or the file's format)")
+    reqs, dropped = READERS[name](p, text, block_size)
     if not reqs:
-        raise PpasError(f"{p}: trace has no requests")
+        raise PpasError(f"{p}: trace has no requests"
+                        + "".join(f" ({k} dropped {why})" for why, k in dropped))
     reqs.sort(key=lambda r: r.arrival_s)
-    return Trace(tuple(reqs), reqs[-1].arrival_s, f"file {p.name}")
+    desc = f"file {p.name}" + ("" if name == "ppas" else f" ({name} format)")
+    desc += "".join(f"; dropped {k} {why}" for why, k in dropped)
+    return Trace(tuple(reqs), reqs[-1].arrival_s, desc, dropped)
 
 
 def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:

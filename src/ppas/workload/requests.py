@@ -42,11 +42,19 @@ class RequestSpec:
         return sum(n for _, n in self.prefix)
 
 
+#: Requests a reader or a transformation left out: ``(why, how many)``, in the order dropped.
+Dropped = tuple[tuple[str, int], ...]
+
+
 @dataclass(frozen=True)
 class Trace:
+    """``description`` says in words where the requests came from and what was done to them
+    (format, transformations, drops); ``dropped`` counts every request left out, by reason."""
+
     requests: tuple[RequestSpec, ...]
     duration_s: float
     description: str = ""
+    dropped: Dropped = ()
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -88,4 +96,5 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
         prefix = r.prefix if sum(n for _, n in r.prefix) <= pt else ()
         out.append(RequestSpec(r.arrival_s, pt, c.output_tokens or r.output_tokens,
                                c.ttft_slo, c.tpot_slo, c.name, prefix))
-    return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes")
+    return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes",
+                 trace.dropped)

@@ -1,0 +1,149 @@
+"""Transformations of a replayed trace (``TraceTransform``): a time window, rescaled
+arrivals, scaled lengths for small engines, and a length filter. Each one is said in words
+in the trace's description, and every request it leaves out is counted in
+``Trace.dropped``: nothing is dropped silently.
+
+Order (fixed, and said in the description): window, then arrival rescaling (so ``--rate``
+is the window's mean rate), then length scaling, then the length filter (on the scaled
+lengths, the ones the engine sees)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ppas.core.config import check_fields, require
+from ppas.core.errors import PpasError
+from ppas.core.limits import (
+    MAX_LENGTH_SCALE,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_RATE,
+    MAX_TIME_S,
+    MAX_TIME_SCALE,
+)
+from ppas.workload.requests import RequestSpec, Trace
+
+WINDOW_HELP = "START:DURATION in seconds, e.g. 0:3600"
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """``"START:DURATION"`` (seconds) -> ``(start, duration)``; start >= 0, duration > 0."""
+    start, sep, dur = text.partition(":")
+    try:
+        s, d = float(start), float(dur)
+    except ValueError:
+        s = d = math.nan
+    if not (sep and 0 <= s <= MAX_TIME_S and 0 < d <= MAX_TIME_S):
+        raise PpasError(f"bad window {text!r}; expected {WINDOW_HELP} (start >= 0, "
+                        f"duration > 0, both at most {MAX_TIME_S:g})")
+    return s, d
+
+
+@dataclass(frozen=True)
+class TraceTransform:
+    """What to do to a trace before replaying it; None = leave as is.
+
+    * ``window``: ``(start, duration)`` seconds of the trace's own clock; requests arriving
+      in ``[start, start + duration)`` are kept, shifted to start at 0.
+    * ``time_scale``: every arrival time multiplied by it (0.5 = twice the rate).
+    * ``rate``: arrivals rescaled so the mean rate (requests / duration) is this (req/s);
+      exclusive with ``time_scale``.
+    * ``length_scale``: prompt and output lengths (and shared prefixes) multiplied by it,
+      rounded, at least 1 token.
+    * ``drop_longer_than``: requests whose prompt + output exceed it (tokens) dropped."""
+
+    window: tuple[float, float] | None = None
+    time_scale: float | None = None
+    rate: float | None = None
+    length_scale: float | None = None
+    drop_longer_than: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.time_scale is None or self.rate is None,
+                "give a time scale or a rate, not both (both rescale the arrivals)")
+        for key, hi in (("time_scale", MAX_TIME_SCALE), ("rate", MAX_RATE),
+                        ("length_scale", MAX_LENGTH_SCALE)):
+            v = getattr(self, key)
+            require(v is None or (math.isfinite(v) and 0 < v <= hi),
+                    f"{key} must be a number in (0, {hi:g}], got {v!r}")
+        check_fields(self, "drop_longer_than", at_least=2)
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, k) is not None for k in self.__dataclass_fields__)
+
+    def apply(self, trace: Trace) -> Trace:
+        """The transformed trace; its description gains one clause per transformation (and
+        per drop), its ``dropped`` the counts."""
+        reqs = list(trace.requests)
+        duration = trace.duration_s
+        words: list[str] = []
+        dropped: list[tuple[str, int]] = []
+        if self.window is not None:
+            start, dur = self.window
+            end = start + dur
+            kept = [_at(r, r.arrival_s - start) for r in reqs if start <= r.arrival_s < end]
+            words.append(f"window {start:g}:{dur:g} s (applied before rescaling)")
+            if len(kept) < len(reqs):
+                dropped.append((f"outside the window {start:g}:{dur:g} s", len(reqs) - len(kept)))
+            if not kept:
+                raise PpasError(f"window {start:g}:{dur:g} s holds no request of the trace "
+                                f"(its arrivals span 0 to {trace.duration_s:g} s)")
+            reqs, duration = kept, min(dur, max(0.0, trace.duration_s - start))
+        factor = self.time_scale
+        if self.rate is not None:
+            if duration <= 0:
+                raise PpasError("cannot rescale to a rate: every request arrives at the same "
+                                "instant (duration 0)")
+            factor = len(reqs) / duration / self.rate
+            words.append(f"rate {self.rate:g} req/s (was {len(reqs) / duration:.4g}; arrival "
+                         f"times x{factor:.4g})")
+        elif factor is not None:
+            words.append(f"arrival times x{factor:g}")
+        if factor is not None:
+            if duration * factor > MAX_TIME_S:
+                raise PpasError(f"rescaled, the trace would last {duration * factor:g} s; the "
+                                f"limit is {MAX_TIME_S:g} s")
+            reqs = [_at(r, r.arrival_s * factor) for r in reqs]
+            duration *= factor
+        if self.length_scale is not None:
+            reqs = [_scaled(r, self.length_scale) for r in reqs]
+            words.append(f"lengths x{self.length_scale:g} (at least 1 token)")
+        if self.drop_longer_than is not None:
+            cap = self.drop_longer_than
+            kept = [r for r in reqs if r.prompt_tokens + r.output_tokens <= cap]
+            words.append(f"requests over {cap} tokens (prompt + output) dropped")
+            if len(kept) < len(reqs):
+                dropped.append((f"longer than {cap} tokens (prompt + output)",
+                                len(reqs) - len(kept)))
+            if not kept:
+                raise PpasError(f"every request of the trace is longer than {cap} tokens "
+                                "(prompt + output); raise the limit or scale the lengths")
+            reqs = kept
+        desc = "; ".join([trace.description, *words,
+                          *(f"dropped {n} {why}" for why, n in dropped)])
+        return Trace(tuple(reqs), duration, desc, trace.dropped + tuple(dropped))
+
+
+def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
+    return RequestSpec(arrival_s, r.prompt_tokens, r.output_tokens, r.ttft_slo, r.tpot_slo,
+                       r.slo_class, r.prefix)
+
+
+def _scaled(r: RequestSpec, f: float) -> RequestSpec:
+    """Lengths times ``f`` (rounded, >= 1). Prefix segments are floored, and cut at the
+    first that would be empty, so equal segments stay equal (shared prefixes stay shared)
+    and the prefix never outgrows the prompt."""
+    pt, ot = max(1, round(r.prompt_tokens * f)), max(1, round(r.output_tokens * f))
+    if pt > MAX_PROMPT_TOKENS or ot > MAX_OUTPUT_TOKENS:
+        raise PpasError(f"length scale {f:g} makes a request of {pt} prompt and {ot} output "
+                        f"tokens; the limits are {MAX_PROMPT_TOKENS} and {MAX_OUTPUT_TOKENS}")
+    prefix: list[tuple[str, int]] = []
+    room = pt
+    for stream, n in r.prefix:
+        k = min(math.floor(n * f), room)
+        if k < 1:
+            break
+        prefix.append((stream, k))
+        room -= k
+    return RequestSpec(r.arrival_s, pt, ot, r.ttft_slo, r.tpot_slo, r.slo_class, tuple(prefix))
