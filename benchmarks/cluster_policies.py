@@ -4,7 +4,7 @@
         [--duration 120] [--prefill 2] [--decode 6] [--hardware h200 --model llama3.2-3b]
         [--json OUT]
 
-Setup (ours, documented in README): ``--prefill`` + ``--decode`` H200s serving
+Setup (ours, documented in docs/results/cluster.md): ``--prefill`` + ``--decode`` H200s serving
 Llama-3.2-3B (roofline cost model), prefill instances at ``mbt:8192`` taking batches from
 one pool queue, KV over a 25 GB/s link per decode instance (+0.5 ms), decode instances
 placed by least outstanding tokens. Poisson arrivals with mixed prompt lengths

@@ -4,7 +4,7 @@ For the requests that went through the prefill pool (not deflected), TTFT splits
 waiting in the pool's queue, the prefill itself, the KV transfer, and the wait on the
 decode node until the first token (recompute of the last prompt token there). Printed as
 the mean of each part over the slowest 5% of those requests and over all of them, beside
-the deflected requests' P95 TTFT, on the README's sweep:
+the deflected requests' P95 TTFT, on docs/results/cluster.md's sweep:
 
     .venv/bin/python benchmarks/cluster_ttft_breakdown.py [--config FILE] [--rate 40]
         [--duration 120] [--instances 8,16] [--pd-ratios 1:3,1:1] [--seed 0] [--json OUT]

@@ -124,7 +124,7 @@ def test_roofline_parts_add_up_to_its_device_time():
         assert 0 < rest < 0.5 * p["predicted_all_s"]
 
 
-# -- held out: device times measured on an H200 (never fitted; see README) --------------
+# -- held out: device times measured on an H200 (never fitted; docs/results/held-out-gpus.md) --
 RUNS = sorted((ROOT / "benchmarks" / "results").glob("h200-steps-run*.jsonl"))
 
 
