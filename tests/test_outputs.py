@@ -110,6 +110,64 @@ def test_calibrate_never_overwrites_its_input(tmp_path: Path,
     assert log.read_bytes() == before and files(tmp_path) == ["dir", "file", "s.jsonl"]
 
 
+def test_output_file_is_a_new_path_or_a_regular_file(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 7: ``-o`` onto a FIFO, a symlink or a device replaced the node
+    with a regular file (as root, ``-o /dev/null`` would replace /dev/null)."""
+    log = tmp_path / "s.jsonl"
+    synthetic_log(log, TRUE, steps=40)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.json"
+    target.write_text("keep")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere.json")
+    for out, why in ((fifo, "is not a regular file"), (link, "is a symlink"),
+                     (dangling, "is a symlink"), (Path("/dev/null"), "is not a regular file")):
+        rc, stdout, err = run_cli(["calibrate", str(log), "-o", str(out)], capsys)
+        assert rc == 2 and stdout == "" and err.count("\n") == 1 and why in err, err
+    assert fifo.is_fifo() and link.is_symlink() and dangling.is_symlink()
+    assert target.read_text() == "keep" and not (tmp_path / "nowhere.json").exists()
+    rc, _, _ = run_cli(["calibrate", str(log), "-o", str(target)], capsys)
+    assert rc == 0 and target.read_text() != "keep"  # a regular file is replaced, as before
+
+
+def test_outputs_follow_the_umask(tmp_path: Path) -> None:
+    """Issue 23: every output was 0600 and every folder 0700 whatever the umask, so a team
+    could not read the results."""
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.txt", "a")
+        new = write_new_file(tmp_path, "b", ".json", "{}")
+        with atomic_output(tmp_path / "c.png") as tmp:
+            tmp.write_bytes(b"png")
+        write_folder(tmp_path / "out", {"r.json": lambda p: p.write_text("{}")})
+        os.umask(0o027)
+        write_atomic(tmp_path / "d.txt", "d")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"a.txt": 0o644, new.name: 0o644, "c.png": 0o644, "out": 0o755,
+                     "r.json": 0o644, "d.txt": 0o640}
+
+
+def test_sweep_never_replaces_a_records_file_without_force(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 8: ``ppas sweep --out-dir D`` silently replaced D/records.json."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.json").write_text("days of work")
+    argv = [*SMALL_SWEEP, "--out-dir", str(out)]
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 2 and stdout == "" and err.count("\n") == 1
+    assert "already holds records.json" in err and "--force" in err
+    assert files(out) == ["records.json"] and (out / "records.json").read_text() == "days of work"
+    rc, _, _ = run_cli([*argv, "--force"], capsys)
+    assert rc == 0 and json.loads((out / "records.json").read_text())
+
+
 def test_calibrate_skips_a_truncated_last_line(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "s.jsonl"
@@ -169,7 +227,7 @@ def test_sweep_out_dir_is_replaced_atomically(tmp_path: Path, monkeypatch: pytes
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sweep_cmd, "plot_e2e_vs_burst", broken_plot)
-    rc, again, err = run_cli([*argv, "--seeds", "1"], capsys)
+    rc, again, err = run_cli([*argv, "--seeds", "1", "--force"], capsys)
     assert rc == 2 and "No space left on device" in err and err.count("\n") == 1
     assert "mean E2E latency" in again  # the tables were printed before the write failed
     assert {n: (out / n).read_bytes() for n in files(out)} == before  # untouched, no debris
@@ -204,7 +262,7 @@ def test_sweep_removes_stages_of_killed_writers_only(tmp_path: Path,
     inside.mkdir()
     (inside / "records.json").write_text("{")
     before = files(out)
-    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out)], capsys)
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out), "--force"], capsys)
     assert rc == 0 and files(out) == [n for n in before if not n.startswith(".out.stage")]
     assert files(tmp_path) == [live.name, "out", *(f"out/{n}" for n in files(out))]
 
