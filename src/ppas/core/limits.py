@@ -17,6 +17,7 @@ MAX_OUTPUT_TOKENS = 1_000_000
 MAX_REQUESTS = 1_000_000  # per trace (generated or read)
 MAX_RATE = 10_000.0  # requests/s, per phase or gamma mean
 MAX_TIME_S = 10_000_000.0  # trace length / arrival time (~116 days; float ulp < 2 ns)
+MIN_TIME_S = 1e-6  # an SLO, a step-time target, a latency: 1 us, below any engine step
 MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape (vllm bench serve --burstiness)
 MAX_SEED = 2**32 - 1
 MAX_TP = 1024
@@ -30,6 +31,8 @@ MAX_CONCURRENCY = 1_000_000
 MAX_WARMUPS = 1000
 MAX_LIST_ITEMS = 1000  # values in one comma-separated flag (burst rates, seeds)
 MAX_INSTANCES = 4096  # engines in one simulated cluster
+MAX_BANDWIDTH_GBS = 1e6  # a KV link, GB/s (1 PB/s: far above any interconnect)
+MAX_PROBE_REPEATS = 1000  # ppas profile: repeats of each probe shape
 MAX_MODEL_DIM = 1 << 20  # make-tiny-model sizes (the parameter cap binds long before)
 
 
