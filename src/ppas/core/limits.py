@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 MAX_PROMPT_TOKENS = 10_000_000  # above every served context (10M: Llama 4 Scout)
 MAX_OUTPUT_TOKENS = 1_000_000
+MAX_CONTEXT_TOKENS = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS  # one request's whole sequence
 MAX_REQUESTS = 1_000_000  # per trace (generated or read)
 MAX_RATE = 10_000.0  # requests/s, per phase or gamma mean
 MAX_TIME_S = 10_000_000.0  # trace length / arrival time (~116 days; float ulp < 2 ns)
