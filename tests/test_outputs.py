@@ -168,6 +168,20 @@ def test_sweep_never_replaces_a_records_file_without_force(
     assert rc == 0 and json.loads((out / "records.json").read_text())
 
 
+def test_calibrate_refuses_a_log_given_twice(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``calibrate s.jsonl s.jsonl`` fitted every step twice."""
+    log = tmp_path / "s.jsonl"
+    synthetic_log(log, TRUE, steps=40)
+    os.link(log, tmp_path / "hard.jsonl")
+    out = tmp_path / "c.json"
+    for second in (log, tmp_path / "." / "s.jsonl", tmp_path / "hard.jsonl"):
+        rc, stdout, err = run_cli(["calibrate", str(log), str(second), "-o", str(out)], capsys)
+        assert rc == 2 and stdout == "" and err.count("\n") == 1
+        assert "is given twice" in err and "give each log once" in err
+    assert not out.exists()
+
+
 def test_calibrate_skips_a_truncated_last_line(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "s.jsonl"

@@ -59,6 +59,14 @@ def floats(text: str, what: str, hi: float = MAX_RATE) -> list[float]:
                         f"got {text!r}")
     if len(vals) > MAX_LIST_ITEMS:
         raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
+    return _once(vals, what)
+
+
+def _once(vals: list[Any], what: str) -> list[Any]:
+    """``vals`` when no value repeats (a repeat would run, and count, twice)."""
+    if twice := sorted({v for v in vals if vals.count(v) > 1}):
+        raise PpasError(f"{what}: {', '.join(f'{v:g}' for v in twice)} given twice; "
+                        "give each value once")
     return vals
 
 
@@ -72,7 +80,7 @@ def ints(text: str, what: str, hi: int = MAX_SEED) -> list[int]:
         raise PpasError(f"{what}: need integers in [0, {hi}], got {text!r}")
     if len(vals) > MAX_LIST_ITEMS:
         raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
-    return vals
+    return _once(vals, what)
 
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
