@@ -346,3 +346,41 @@ def test_trace_values_are_bounded(tmp_path: Path, row: str, why: str,
     path.write_text(row + "\n")
     rc, out, err = run_cli(["simulate", *RTX, "--trace", str(path)], capsys)
     assert rc == 2 and out == "" and err.count("\n") == 1 and f"t.jsonl:1: {why}" in err, err
+
+
+def test_json_outputs_write_null_for_metrics_without_a_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``simulate --json`` and ``records.json`` held ``NaN``, which is not JSON.
+    A run that completed no request now writes ``null`` for its latencies."""
+
+    def strict(text: str) -> object:
+        def no_constant(name: str) -> object:
+            raise ValueError(f"not JSON: {name}")
+        return json.loads(text, parse_constant=no_constant)
+
+    rc, out, _ = run_cli(["simulate", *RTX, "--prompt-tokens", "40000", "--configs",
+                          "mbt:2048", "--json"], capsys)
+    (rec,) = strict(out)  # type: ignore[misc]
+    assert rc == 1 and rec["avg_ttft"] is None and rec["failed"] == rec["num_requests"] > 0
+    od = tmp_path / "od"
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--prompt-tokens", "40000", "--out-dir", str(od)], capsys)
+    recs = strict((od / "records.json").read_text())
+    assert rc == 1 and all(r["avg_latency"] is None for r in recs)  # type: ignore[attr-defined]
+
+
+def test_cluster_run_with_no_success_exits_1_like_one_engine(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: a cluster run where every request failed exited 0 (one engine exits 1)."""
+    toml = tmp_path / "c.toml"
+    toml.write_text('[[pools]]\nname = "gpu"\ninstances = 2\nhardware = "h200"\n'
+                    'model = "llama3.2-3b"\nnum_kv_blocks = 2\n')
+    argv = ["simulate", "--cluster", str(toml), "--mixed", "--request-rate", "5",
+            "--duration", "2"]
+    for extra in ([], ["--json"]):
+        rc, out, err = run_cli([*argv, *extra], capsys)
+        assert rc == 1 and "1 of 1 runs completed no request" in err and out
+        if extra:
+            assert json.loads(out)[0]["avg_ttft"] is None
+    toml.write_text(toml.read_text().replace("num_kv_blocks = 2", "num_kv_blocks = 4000"))
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 0 and err == ""

@@ -22,6 +22,7 @@ from ppas.core.limits import (
     MAX_TP,
     int_arg,
 )
+from ppas.core.outputs import finite
 from ppas.cost import CostModel, make_cost_model
 from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
 from ppas.policies import make_policy
@@ -146,5 +147,5 @@ def no_success_exit(records: Sequence[dict[str, Any]], what: str) -> int:
 def print_json(records: Sequence[dict[str, Any]]) -> None:
     out = [{k: r.get(k) for k in RECORD_KEYS} | {k: v for k, v in r.items()
                                                  if k not in RECORD_KEYS} for r in records]
-    json.dump(out, sys.stdout, indent=1)
+    json.dump(finite(out), sys.stdout, indent=1, allow_nan=False)  # no value: null
     sys.stdout.write("\n")

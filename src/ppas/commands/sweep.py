@@ -24,7 +24,7 @@ from ppas.commands.common import (
 )
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_RATE
-from ppas.core.outputs import check_output_dir, json_text, write_folder
+from ppas.core.outputs import check_output_dir, finite, json_text, write_folder
 from ppas.workload import PAPER_PHASES
 
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         plot_e2e_vs_burst(records, plot)
     if out_dir is not None:
         files = {
-            "records.json": lambda p: p.write_text(json_text(records, allow_nan=True)),
+            "records.json": lambda p: p.write_text(json_text(finite(records))),
             "tables.txt": lambda p: p.write_text(tables + "\n"),
         }
         if plot is None:

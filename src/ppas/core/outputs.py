@@ -21,6 +21,7 @@ Invariants, for every file a ``ppas`` command writes (JSON, text, plots, step-lo
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -139,6 +140,19 @@ def write_atomic(path: StrPath, data: str | bytes) -> Path:
     return Path(path)
 
 
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None, in nested dicts, lists and
+    tuples: JSON has no NaN, so a metric with no value (a run that completed no request)
+    is written as ``null`` and the file stays valid JSON for any reader."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def json_text(obj: Any, allow_nan: bool = False) -> str:
     return json.dumps(obj, indent=1, allow_nan=allow_nan) + "\n"
 
@@ -224,7 +238,7 @@ def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> 
     return out
 
 
-__all__ = ["atomic_output", "check_output_dir", "check_output_file", "file_mode",
+__all__ = ["atomic_output", "check_output_dir", "check_output_file", "file_mode", "finite",
            "folder_mode", "json_text",
            "remove_stale_stages", "write_atomic", "write_folder", "write_json_atomic",
            "write_new_file"]
