@@ -19,6 +19,7 @@ package metadata).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -104,16 +105,17 @@ def reap_stale(pid_file: str | os.PathLike[str], grace_s: float = 15.0) -> int |
     if start is None or start_time(pid) != start:
         path.unlink(missing_ok=True)
         return None
-    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace
-        while start_time(pid) == start and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if start_time(pid) != start and not _group_alive(pid):
-            break
+    with _killed_if_interrupted(pid):
+        for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while start_time(pid) == start and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if start_time(pid) != start and not _group_alive(pid):
+                break
     path.unlink(missing_ok=True)
     return pid
 
@@ -261,20 +263,21 @@ class VllmServer:
             except ProcessLookupError:
                 pgid = None
             if pgid is not None:
-                for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-                    try:
-                        os.killpg(pgid, sig)
-                    except ProcessLookupError:
-                        break
-                    try:
-                        proc.wait(timeout=grace)
-                    except subprocess.TimeoutExpired:
-                        continue
-                    if not _group_alive(pgid):
-                        break
-                    time.sleep(0.5)
-                    if not _group_alive(pgid):
-                        break
+                with _killed_if_interrupted(pgid):
+                    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                        try:
+                            os.killpg(pgid, sig)
+                        except ProcessLookupError:
+                            break
+                        try:
+                            proc.wait(timeout=grace)
+                        except subprocess.TimeoutExpired:
+                            continue
+                        if not _group_alive(pgid):
+                            break
+                        time.sleep(0.5)
+                        if not _group_alive(pgid):
+                            break
             if proc.poll() is not None and self.pid_file is not None:
                 self.pid_file.unlink(missing_ok=True)
         if self._log_file is not None:
@@ -290,6 +293,19 @@ class VllmServer:
         self._stop()
         if exc_type is None and self._own_log and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _killed_if_interrupted(pgid: int) -> Iterator[None]:
+    """Around a graceful stop: if it is cut short (a second SIGINT/SIGTERM raising in the
+    wait, any exception), SIGKILL the group before leaving, so a server that ignores SIGTERM
+    is never left running without its owner."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        raise
 
 
 def _group_alive(pgid: int) -> bool:
