@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -105,17 +105,14 @@ def reap_stale(pid_file: str | os.PathLike[str], grace_s: float = 15.0) -> int |
     if start is None or start_time(pid) != start:
         path.unlink(missing_ok=True)
         return None
-    with _killed_if_interrupted(pid):
-        for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + grace
-            while start_time(pid) == start and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if start_time(pid) != start and not _group_alive(pid):
-                break
+
+    def gone(grace: float) -> bool:
+        deadline = time.monotonic() + grace
+        while start_time(pid) == start and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return start_time(pid) != start and not _group_alive(pid)
+
+    _terminate_group(pid, grace_s, gone)
     path.unlink(missing_ok=True)
     return pid
 
@@ -263,21 +260,18 @@ class VllmServer:
             except ProcessLookupError:
                 pgid = None
             if pgid is not None:
-                with _killed_if_interrupted(pgid):
-                    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-                        try:
-                            os.killpg(pgid, sig)
-                        except ProcessLookupError:
-                            break
-                        try:
-                            proc.wait(timeout=grace)
-                        except subprocess.TimeoutExpired:
-                            continue
-                        if not _group_alive(pgid):
-                            break
+                group = pgid
+
+                def gone(grace: float) -> bool:
+                    try:
+                        proc.wait(timeout=grace)
+                    except subprocess.TimeoutExpired:
+                        return False
+                    if _group_alive(group):
                         time.sleep(0.5)
-                        if not _group_alive(pgid):
-                            break
+                    return not _group_alive(group)
+
+                _terminate_group(pgid, grace_s, gone)
             if proc.poll() is not None and self.pid_file is not None:
                 self.pid_file.unlink(missing_ok=True)
         if self._log_file is not None:
@@ -295,13 +289,19 @@ class VllmServer:
             self.log_path.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def _killed_if_interrupted(pgid: int) -> Iterator[None]:
-    """Around a graceful stop: if it is cut short (a second SIGINT/SIGTERM raising in the
-    wait, any exception), SIGKILL the group before leaving, so a server that ignores SIGTERM
-    is never left running without its owner."""
+def _terminate_group(pgid: int, grace_s: float, gone: Callable[[float], bool]) -> None:
+    """SIGTERM process group ``pgid``; SIGKILL it when ``gone(grace_s)`` (wait up to that
+    long, True once the group has exited) says it is still there. If the wait is cut short
+    (a second SIGINT/SIGTERM raising inside it, any exception), SIGKILL the group before
+    leaving: a server that ignores SIGTERM is never left running without its owner."""
     try:
-        yield
+        for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            if gone(grace):
+                return
     except BaseException:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
