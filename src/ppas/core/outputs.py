@@ -39,7 +39,16 @@ StrPath = str | os.PathLike[str]
 
 
 def _umask() -> int:
-    mask = os.umask(0o077)  # reading the umask sets it; set it back at once
+    """The process's umask: from /proc on Linux (no window in which another thread's new
+    file would get a different one), else by setting it and setting it back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
     os.umask(mask)
     return mask
 
