@@ -571,3 +571,28 @@ def test_sigterm_before_the_run_is_one_line_143() -> None:
             out, err = p.communicate(timeout=30)
     assert p.returncode == 128 + signal.SIGTERM and out == ""
     assert err.strip() == "ppas bench: interrupted", err
+
+
+# ---------------------------------------------------------------- issue 23
+
+
+def test_saved_results_hold_no_credentials(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``--base-url http://user:pass@host`` saved the password in the result."""
+    with FakeServer() as base:
+        secret = base.replace("http://", "http://alice:s3cret@")
+        assert main(_bench_argv(secret, "--request-rate", "inf", "--num-prompts", "2",
+                                "--prompt-tokens", str(PROMPT), "--output-tokens", "2",
+                                "--json", "--save-result", "--result-dir", str(tmp_path),
+                                "--result-filename", "r.json")) == 0
+    text = (tmp_path / "r.json").read_text()
+    assert "s3cret" not in text and "alice" not in text
+    assert json.loads(text)["base_url"] == base and json.loads(text)["completed"] == 2
+    assert "s3cret" not in capsys.readouterr().out
+
+
+def test_goodput_key_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``--goodput ttft:5 ttft:10`` silently kept the last."""
+    rc = main(_bench_argv("http://127.0.0.1:9", "--goodput", "ttft:5", "ttft:10"))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--goodput gives ttft twice" in err

@@ -102,6 +102,15 @@ BAD = [
       "1e9", "--request-rate", "1"], "--duration: must be a number in (0, 1e+07]"),
     (["simulate", "--cluster", "examples/cluster-colocated.toml", "--instances", "100000000"],
      "--instances: expected comma-separated integers in [1, 4096]"),
+    # issue 23: repeated values ran (and counted) twice; absurd policy times
+    (["sweep", *RTX, "--burst-rates", "0.4,0.4"], "--burst-rates: 0.4 given twice"),
+    (["sweep", *RTX, "--seeds", "0,1,0"], "--seeds: 0 given twice; give each value once"),
+    (["simulate", *RTX, "--configs", "dlfp:target_s=1e-300"],
+     "dlfp.target_s: must be in [1e-06, 1e+07] s"),
+    (["simulate", *RTX, "--configs", "sarathi:tbt_slo=1e-300"],
+     "sarathi.tbt_slo: must be in [1e-06, 1e+07] s"),
+    (["simulate", *RTX, "--configs", "ppas-auto:ref_prompt=9999999999"],
+     "ppas-auto.ref_prompt: must be <= 10000000"),
 ]
 
 

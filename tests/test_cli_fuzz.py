@@ -61,8 +61,8 @@ SIMULATE = {
 }
 SWEEP = {
     **COST,
-    "--burst-rates": ["2", "1,3", "1e9", "-1", "x", ""],
-    "--seeds": ["0", "0,1", "-1", "99999999999", "x"],
+    "--burst-rates": ["2", "1,3", "1e9", "-1", "x", "", "2,2"],
+    "--seeds": ["0", "0,1", "-1", "99999999999", "x", "0,0"],
     "--phases": ["5:{burst}", "5:1", "1e300:{burst}", "x:{burst}"],
     "--plot": ["p.png", "p.bmp", "dir", "new/p.png", "file/p.png", "/sys/ppas/p.png"],
     "--out-dir": ["od", "dir", "file", "file/sub", "/sys/ppas"],
@@ -308,3 +308,31 @@ CLUSTER = {
                       "--prompt-tokens", "2000"], CLUSTER, ("--mixed", "--json")))
 def test_fuzz_simulate_cluster(argv: list[str]) -> None:
     check(argv)
+
+
+PROFILE = {
+    "--step-log": ["steps.jsonl", "new.jsonl", "dir", "file/s.jsonl", "/dev/null"],
+    "-o": PATHS_OUT,
+    "--repeats": INTS,
+    "--decode-tokens": INTS,
+    "--vocab-size": INTS,
+    "--filler-token": INTS,
+    "--seed": INTS,
+    "--request-timeout": FLOATS,
+    "--kv-capacity-tokens": INTS,
+    "--chunk-sizes": ["64", "0", "x", "64,64", ""],
+    "--contexts": ["0", "-1", "x"],
+}
+
+
+@settings(FUZZ, max_examples=40,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_profile(closed_port: int, data: st.DataObject) -> None:
+    """Issue 23: ``ppas profile``'s flags and paths, against a closed port (every probe
+    fails to connect): bounds and paths are refused before any request."""
+    url = data.draw(st.sampled_from([f"http://127.0.0.1:{closed_port}", "localhost:1",
+                                     "http://u:p@127.0.0.1:99999"]))
+    base = ["profile", "--base-url", url, "--model", "m", "--step-log", "steps.jsonl",
+            "-o", "c.json", "--contexts", "0", "--chunk-sizes", "64"]
+    check(data.draw(argv_strategy(base, PROFILE)))

@@ -100,6 +100,31 @@ def test_bad_files_one_line(tmp_path: Path, edit, needle: str) -> None:  # type:
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+# Issue 23: every TOML number has the bound of its flag (ppas.core.limits): (text in DISAGG,
+# its replacement, the one-line error).
+BOUNDS = [
+    ("instances = 2", "instances = 100000000", "pools[0].instances: must be <= 4096, got 1"),
+    ("instances = 2", "instances = 4091", "the pools hold 4097 instances; the limit is 4096"),
+    ("instances = 2", "instances = 2\nnum_kv_blocks = 1000000000000000",
+     "pools[0].num_kv_blocks: must be <= 1099511627776, got 1000000000000000"),
+    ("instances = 2", "instances = 2\nmax_num_seqs = 1000000000000",
+     "pools[0].max_num_seqs: must be <= 1048576"),
+    ("instances = 2", "instances = 2\ntp = 100000", "pools[0].tp: must be <= 1024, got 100000"),
+    ("bandwidth_gbs = 50", "bandwidth_gbs = true", "link.bandwidth_gbs: must be a number"),
+    ("bandwidth_gbs = 50", "bandwidth_gbs = 1e300", "link.bandwidth_gbs: must be > 0 and <= 1e"),
+    ("latency_s = 0.001", "latency_s = 1e300", "link.latency_s: must be in [0, 1e+07] s"),
+    ("ttft_s = 2.0", "ttft_s = 1e-300", "slo.ttft_s: must be in [1e-06, 1e+07] s, got 1e-300"),
+    ("ladder:tbt_slo=0.04", "ladder:tbt_slo=1e-300", "tbt_slo: must be in [1e-06"),
+]
+
+
+@pytest.mark.parametrize("old, new, needle", BOUNDS)
+def test_toml_numbers_are_bounded(tmp_path: Path, old: str, new: str, needle: str) -> None:
+    with pytest.raises(PpasError) as e:
+        load_cluster(write(tmp_path, DISAGG.replace(old, new)))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
 def test_missing_file() -> None:
     with pytest.raises(PpasError, match="does not exist"):
         load_cluster("/nonexistent/c.toml")

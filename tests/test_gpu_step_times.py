@@ -16,6 +16,7 @@ import pytest
 from ppas.calibrate import gpu_steps
 from ppas.calibrate.gpu_steps import GpuStep, full_steps, load_records, predict, smoke_steps
 from ppas.calibrate.gpu_timer import StepTimer
+from ppas.core.errors import PpasError
 
 torch = pytest.importorskip("torch")
 
@@ -111,6 +112,49 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path):
         err = proc.stderr.strip()
         assert err.startswith("gpu_step_times: ") and "\n" not in err
     assert out.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"measured_all_s": 0}, "measured_all_s must be a time in (0,"),
+    ({"measured_gemm_s": "1"}, "measured_gemm_s must be a time"),
+    ({"chunks": "x"}, "chunks must be [[tokens >= 1, context >= 0], ...]"),
+    ({"chunks": [[10**30, 0]]}, "chunks must be"),
+    ({"decodes": 10**9}, "decodes must be an integer in [0, 1048576]"),
+    ({"decodes": 1e9}, "decodes must be an integer"),
+    ({"decode_ctx": -1}, "decode_ctx must be an integer"),
+    ({"model": None}, "model must be a string"),
+])
+def test_compare_refuses_bad_values_in_one_line(tmp_path, change, why):
+    """Issue 23: these were tracebacks (ZeroDivisionError, a 1e9-element list, ...). The
+    reader names the file, the line and the bound; the command line prints it as one line
+    (``test_compare_on_binary_or_empty_file_is_one_line_exit_2``)."""
+    rec = {"hardware": "h200", "model": "qwen2.5-3b", "step": "prefill 64 @0",
+           "chunks": [[64, 0]], "decodes": 0, "decode_ctx": 0, "measured_all_s": 0.001,
+           "measured_gemm_s": 0.0005, "measured_attention_s": 0.0001}
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(rec) + "\n")
+    assert len(load_records(str(good))) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, **change}) + "\n")
+    with pytest.raises(PpasError) as e:
+        load_records(str(bad))
+    assert "\n" not in str(e.value) and f"bad.jsonl line 2: {why}" in str(e.value), e.value
+
+
+@pytest.mark.parametrize("content,why", [
+    (b"\x00\xff\xfe\x89PNG\r\n", "is not text"),
+    (b"", "holds no step records"),
+    (b"\n\n", "holds no step records"),
+])
+def test_compare_on_binary_or_empty_file_is_one_line_exit_2(tmp_path, content, why):
+    """Issue 23: a binary file was a UnicodeDecodeError traceback; an empty one printed
+    nothing and exited 0."""
+    f = tmp_path / "f.jsonl"
+    f.write_bytes(content)
+    proc = bench("--compare", str(f))
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and err.startswith("gpu_step_times: ") and why in err, err
+    assert "\n" not in err
 
 
 def test_roofline_parts_add_up_to_its_device_time():

@@ -110,6 +110,78 @@ def test_calibrate_never_overwrites_its_input(tmp_path: Path,
     assert log.read_bytes() == before and files(tmp_path) == ["dir", "file", "s.jsonl"]
 
 
+def test_output_file_is_a_new_path_or_a_regular_file(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 7: ``-o`` onto a FIFO, a symlink or a device replaced the node
+    with a regular file (as root, ``-o /dev/null`` would replace /dev/null)."""
+    log = tmp_path / "s.jsonl"
+    synthetic_log(log, TRUE, steps=40)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = tmp_path / "target.json"
+    target.write_text("keep")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere.json")
+    for out, why in ((fifo, "is not a regular file"), (link, "is a symlink"),
+                     (dangling, "is a symlink"), (Path("/dev/null"), "is not a regular file")):
+        rc, stdout, err = run_cli(["calibrate", str(log), "-o", str(out)], capsys)
+        assert rc == 2 and stdout == "" and err.count("\n") == 1 and why in err, err
+    assert fifo.is_fifo() and link.is_symlink() and dangling.is_symlink()
+    assert target.read_text() == "keep" and not (tmp_path / "nowhere.json").exists()
+    rc, _, _ = run_cli(["calibrate", str(log), "-o", str(target)], capsys)
+    assert rc == 0 and target.read_text() != "keep"  # a regular file is replaced, as before
+
+
+def test_outputs_follow_the_umask(tmp_path: Path) -> None:
+    """Issue 23: every output was 0600 and every folder 0700 whatever the umask, so a team
+    could not read the results."""
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.txt", "a")
+        new = write_new_file(tmp_path, "b", ".json", "{}")
+        with atomic_output(tmp_path / "c.png") as tmp:
+            tmp.write_bytes(b"png")
+        write_folder(tmp_path / "out", {"r.json": lambda p: p.write_text("{}")})
+        os.umask(0o027)
+        write_atomic(tmp_path / "d.txt", "d")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"a.txt": 0o644, new.name: 0o644, "c.png": 0o644, "out": 0o755,
+                     "r.json": 0o644, "d.txt": 0o640}
+
+
+def test_sweep_never_replaces_a_records_file_without_force(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 8: ``ppas sweep --out-dir D`` silently replaced D/records.json."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.json").write_text("days of work")
+    argv = [*SMALL_SWEEP, "--out-dir", str(out)]
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 2 and stdout == "" and err.count("\n") == 1
+    assert "already holds records.json" in err and "--force" in err
+    assert files(out) == ["records.json"] and (out / "records.json").read_text() == "days of work"
+    rc, _, _ = run_cli([*argv, "--force"], capsys)
+    assert rc == 0 and json.loads((out / "records.json").read_text())
+
+
+def test_calibrate_refuses_a_log_given_twice(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``calibrate s.jsonl s.jsonl`` fitted every step twice."""
+    log = tmp_path / "s.jsonl"
+    synthetic_log(log, TRUE, steps=40)
+    os.link(log, tmp_path / "hard.jsonl")
+    out = tmp_path / "c.json"
+    for second in (log, tmp_path / "." / "s.jsonl", tmp_path / "hard.jsonl"):
+        rc, stdout, err = run_cli(["calibrate", str(log), str(second), "-o", str(out)], capsys)
+        assert rc == 2 and stdout == "" and err.count("\n") == 1
+        assert "is given twice" in err and "give each log once" in err
+    assert not out.exists()
+
+
 def test_calibrate_skips_a_truncated_last_line(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "s.jsonl"
@@ -169,7 +241,7 @@ def test_sweep_out_dir_is_replaced_atomically(tmp_path: Path, monkeypatch: pytes
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sweep_cmd, "plot_e2e_vs_burst", broken_plot)
-    rc, again, err = run_cli([*argv, "--seeds", "1"], capsys)
+    rc, again, err = run_cli([*argv, "--seeds", "1", "--force"], capsys)
     assert rc == 2 and "No space left on device" in err and err.count("\n") == 1
     assert "mean E2E latency" in again  # the tables were printed before the write failed
     assert {n: (out / n).read_bytes() for n in files(out)} == before  # untouched, no debris
@@ -204,7 +276,7 @@ def test_sweep_removes_stages_of_killed_writers_only(tmp_path: Path,
     inside.mkdir()
     (inside / "records.json").write_text("{")
     before = files(out)
-    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out)], capsys)
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--out-dir", str(out), "--force"], capsys)
     assert rc == 0 and files(out) == [n for n in before if not n.startswith(".out.stage")]
     assert files(tmp_path) == [live.name, "out", *(f"out/{n}" for n in files(out))]
 
@@ -274,3 +346,41 @@ def test_trace_values_are_bounded(tmp_path: Path, row: str, why: str,
     path.write_text(row + "\n")
     rc, out, err = run_cli(["simulate", *RTX, "--trace", str(path)], capsys)
     assert rc == 2 and out == "" and err.count("\n") == 1 and f"t.jsonl:1: {why}" in err, err
+
+
+def test_json_outputs_write_null_for_metrics_without_a_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``simulate --json`` and ``records.json`` held ``NaN``, which is not JSON.
+    A run that completed no request now writes ``null`` for its latencies."""
+
+    def strict(text: str) -> object:
+        def no_constant(name: str) -> object:
+            raise ValueError(f"not JSON: {name}")
+        return json.loads(text, parse_constant=no_constant)
+
+    rc, out, _ = run_cli(["simulate", *RTX, "--prompt-tokens", "40000", "--configs",
+                          "mbt:2048", "--json"], capsys)
+    (rec,) = strict(out)  # type: ignore[misc]
+    assert rc == 1 and rec["avg_ttft"] is None and rec["failed"] == rec["num_requests"] > 0
+    od = tmp_path / "od"
+    rc, _, _ = run_cli([*SMALL_SWEEP, "--prompt-tokens", "40000", "--out-dir", str(od)], capsys)
+    recs = strict((od / "records.json").read_text())
+    assert rc == 1 and all(r["avg_latency"] is None for r in recs)  # type: ignore[attr-defined]
+
+
+def test_cluster_run_with_no_success_exits_1_like_one_engine(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: a cluster run where every request failed exited 0 (one engine exits 1)."""
+    toml = tmp_path / "c.toml"
+    toml.write_text('[[pools]]\nname = "gpu"\ninstances = 2\nhardware = "h200"\n'
+                    'model = "llama3.2-3b"\nnum_kv_blocks = 2\n')
+    argv = ["simulate", "--cluster", str(toml), "--mixed", "--request-rate", "5",
+            "--duration", "2"]
+    for extra in ([], ["--json"]):
+        rc, out, err = run_cli([*argv, *extra], capsys)
+        assert rc == 1 and "1 of 1 runs completed no request" in err and out
+        if extra:
+            assert json.loads(out)[0]["avg_ttft"] is None
+    toml.write_text(toml.read_text().replace("num_kv_blocks = 2", "num_kv_blocks = 4000"))
+    rc, _, err = run_cli(argv, capsys)
+    assert rc == 0 and err == ""

@@ -63,6 +63,28 @@ def test_cli_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert log.read_text() == "{}\n"
 
 
+def test_cli_bounds_and_step_log_are_checked_before_probing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``--repeats 1e9`` built a 1.3 GB plan before sending a request, and a
+    folder as ``--step-log`` was refused only after the whole probe had run."""
+    base = ["profile", "--model", "m", "--base-url", "http://127.0.0.1:9",
+            "-o", str(tmp_path / "c.json"), "--contexts", "0", "--chunk-sizes", "64"]
+    log = ["--step-log", str(tmp_path / "s.jsonl")]
+    for extra, why in ((["--repeats", "1e9"], "--repeats: must be an integer in [1, 1000]"),
+                       (["--repeats", "0"], "--repeats: must be an integer in [1, 1000]"),
+                       (["--decode-tokens", "1e12"], "--decode-tokens: must be an integer"),
+                       (["--vocab-size", "0"], "--vocab-size: must be an integer in [1, "),
+                       (["--request-timeout", "inf"], "--request-timeout: must be a number")):
+        with pytest.raises(SystemExit) as e:
+            main([*base, *log, *extra])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and why in err and "Traceback" not in err, err
+    assert main([*base, "--step-log", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--step-log" in err and "not a regular file" in err and "cannot connect" not in err
+    assert err.count("\n") == 1 and not (tmp_path / "c.json").exists()
+
+
 @pytest.mark.vllm
 @pytest.mark.e2e
 def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

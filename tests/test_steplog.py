@@ -135,6 +135,14 @@ def test_reading_from_an_offset_sees_only_the_later_run(tmp_path: Path) -> None:
     ({"duration_s": True}, "duration_s must be a finite number >= 0"),
     ({"prefill_chunks": [[0, 0]]}, "prefill_chunks must be a list of"),
     ({"decode_contexts": [1.5]}, "decode_contexts must be a list of integers"),
+    # Issue 23: absurd sizes and counts that contradict the lists were accepted.
+    ({"prefill_chunks": [[100, 10**30]]}, "prefill_chunks must be a list of"),
+    ({"prefill_chunks": [[10**30, 0]]}, "prefill_chunks must be a list of"),
+    ({"decode_contexts": [10**30]}, "decode_contexts must be a list of integers in"),
+    ({"duration_s": 1e300}, "duration_s must be a finite number >= 0 and <= 1e"),
+    ({"num_prefill_tokens": 5}, "num_prefill_tokens is 5 but its lists make 101"),
+    ({"num_prefill_reqs": 3}, "num_prefill_reqs is 3 but its lists make 1"),
+    ({"num_decode_reqs": 0}, "num_decode_reqs is 0 but its lists make 2"),
 ])
 def test_step_of_names_what_is_wrong(change: dict[str, object], why: str) -> None:
     from ppas.core.steplog import Step

@@ -86,6 +86,16 @@ def test_trace_file_roundtrip(tmp_path: Path) -> None:
     ("e.jsonl", '{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 1}\n', "e.jsonl:1"),
     ("f.txt", "x", "allowed: .csv, .jsonl"),
     ("g.jsonl", "", "no requests"),
+    # Issue 23: these were read silently (true as 1 s, the last of two columns, cells
+    # past the header dropped).
+    ("h.jsonl", '{"arrival_s": true, "prompt_tokens": 5, "output_tokens": 1}\n',
+     "h.jsonl:1: arrival_s must be a number, got True"),
+    ("i.jsonl", '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": false}\n',
+     "i.jsonl:1: output_tokens must be a number, got False"),
+    ("j.csv", "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,5,1,9\n",
+     "j.csv:1: CSV header names prompt_tokens twice"),
+    ("k.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,1\n1,5,1,7\n",
+     "k.csv:3: more cells than the header's 3 columns"),
 ])
 def test_malformed_trace_files(tmp_path: Path, name: str, text: str, needle: str) -> None:
     f = tmp_path / name
@@ -169,6 +179,9 @@ def test_prefix_roundtrip_and_csv_groups(tmp_path: Path) -> None:
     ('"prefix_group": "a"', "needs prefix_tokens"),
     ('"prefix_tokens": 5', "needs prefix_group"),
     ('"prefix": [["a", 5]], "prefix_group": "a", "prefix_tokens": 5', "not both"),
+    ('"prefix": [[null, 5]]', "need a non-empty stream"),  # issue 23: became "None"
+    ('"prefix": [[["a"], 5]]', "need a non-empty stream"),
+    ('"prefix": [["a", true]]', "tokens >= 1"),
 ])
 def test_bad_prefix(tmp_path: Path, obj: str, needle: str) -> None:
     f = tmp_path / "p.jsonl"

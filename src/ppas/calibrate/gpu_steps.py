@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_CONTEXT_TOKENS, MAX_NUM_SEQS, MAX_PROMPT_TOKENS, MAX_TIME_S
 from ppas.cost.base import StepShape
 from ppas.cost.catalog import HARDWARE, MODELS, ModelArch
 from ppas.cost.roofline import RooflineCostModel
@@ -155,14 +156,43 @@ RECORD_KEYS = ("hardware", "model", "step", "chunks", "decodes", "decode_ctx",
                "measured_all_s", "measured_gemm_s", "measured_attention_s")
 
 
+def _is_int(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def bad_value(r: dict[str, Any]) -> str | None:
+    """What is wrong with a step record's values (None when they are usable)."""
+    for k in ("hardware", "model", "step"):
+        if not isinstance(r[k], str):
+            return f"{k} must be a string, got {r[k]!r:.40}"
+    for k in ("measured_all_s", "measured_gemm_s", "measured_attention_s"):
+        v = r[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= MAX_TIME_S:
+            return f"{k} must be a time in (0, {MAX_TIME_S:g}] s, got {v!r:.40}"
+    c = r["chunks"]
+    if not isinstance(c, list) or not all(
+            isinstance(x, list) and len(x) == 2 and _is_int(x[0], 1, MAX_PROMPT_TOKENS)
+            and _is_int(x[1], 0, MAX_CONTEXT_TOKENS) for x in c):
+        return f"chunks must be [[tokens >= 1, context >= 0], ...], got {c!r:.40}"
+    if not _is_int(r["decodes"], 0, MAX_NUM_SEQS):
+        return f"decodes must be an integer in [0, {MAX_NUM_SEQS}], got {r['decodes']!r:.40}"
+    if not _is_int(r["decode_ctx"], 0, MAX_CONTEXT_TOKENS):
+        return (f"decode_ctx must be an integer in [0, {MAX_CONTEXT_TOKENS}], "
+                f"got {r['decode_ctx']!r:.40}")
+    return None
+
+
 def load_records(path: str) -> list[dict[str, Any]]:
     """The step records of a JSON-lines file as ``benchmarks/gpu_step_times.py --out``
-    writes them; a file that cannot be read or holds anything else is a ``PpasError``."""
+    writes them; a file that cannot be read, holds none or anything else, or a value out of
+    its bounds, is a ``PpasError`` naming the file and line."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             recs = [json.loads(line) for line in f if line.strip()]
     except OSError as e:
         raise PpasError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise PpasError(f"{path} is not text (JSON lines as --out writes)") from None
     except json.JSONDecodeError as e:
         raise PpasError(f"{path} is not JSON lines ({e.msg} at line {e.lineno})") from None
     for i, r in enumerate(recs, 1):
@@ -170,4 +200,8 @@ def load_records(path: str) -> list[dict[str, Any]]:
         if missing:
             raise PpasError(f"{path} line {i} is not a step record (as --out writes): it "
                             f"lacks {', '.join(missing)}")
+        if problem := bad_value(r):
+            raise PpasError(f"{path} line {i}: {problem}")
+    if not recs:
+        raise PpasError(f"{path} holds no step records (as --out writes)")
     return recs

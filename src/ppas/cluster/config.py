@@ -42,7 +42,6 @@ while the file is read, with one line naming the allowed values.
 from __future__ import annotations
 
 import dataclasses
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,8 +50,24 @@ from pathlib import Path
 from ppas.cluster.deflection import make_deflection
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router
-from ppas.core.config import FieldError, at, check_fields, check_keys, from_table, require
+from ppas.core.config import (
+    FieldError,
+    at,
+    check_fields,
+    check_keys,
+    check_times,
+    from_table,
+    require,
+)
 from ppas.core.errors import PpasError
+from ppas.core.limits import (
+    MAX_BANDWIDTH_GBS,
+    MAX_INSTANCES,
+    MAX_KV_BLOCKS,
+    MAX_NUM_SEQS,
+    MAX_TIME_S,
+    MAX_TP,
+)
 from ppas.policies import make_policy
 
 ROLES = ("mixed", "prefill", "decode")
@@ -68,10 +83,11 @@ class LinkConfig:
     latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        require(math.isfinite(self.bandwidth_gbs) and self.bandwidth_gbs > 0,
-                f"must be > 0, got {self.bandwidth_gbs}", key="bandwidth_gbs")
-        require(math.isfinite(self.latency_s) and self.latency_s >= 0,
-                f"must be >= 0, got {self.latency_s}", key="latency_s")
+        require(0 < self.bandwidth_gbs <= MAX_BANDWIDTH_GBS,
+                f"must be > 0 and <= {MAX_BANDWIDTH_GBS:g} GB/s, got {self.bandwidth_gbs}",
+                key="bandwidth_gbs")
+        require(0 <= self.latency_s <= MAX_TIME_S,
+                f"must be in [0, {MAX_TIME_S:g}] s, got {self.latency_s}", key="latency_s")
 
 
 @dataclass(frozen=True)
@@ -82,9 +98,7 @@ class SloConfig:
     tpot_s: float | None = None
 
     def __post_init__(self) -> None:
-        for k in ("ttft_s", "tpot_s"):
-            v = getattr(self, k)
-            require(v is None or (math.isfinite(v) and v > 0), f"must be > 0, got {v}", key=k)
+        check_times(self, "ttft_s", "tpot_s")
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,10 @@ class PoolConfig:
         require(bool(self.name), "must not be empty", key="name")
         check_fields(self, "role", one_of=ROLES)
         check_fields(self, "instances", "tp", "max_num_seqs", "num_kv_blocks", at_least=1)
+        # The bounds of the same flags (ppas.core.limits): a TOML number is not trusted more.
+        for key, hi in (("instances", MAX_INSTANCES), ("tp", MAX_TP),
+                        ("max_num_seqs", MAX_NUM_SEQS), ("num_kv_blocks", MAX_KV_BLOCKS)):
+            check_fields(self, key, at_most=hi)
         require(self.queue == "fcfs" or self.role == "prefill",
                 "applies to prefill pools only", key="queue")
         require(self.deflection == "off" or self.role == "decode",
@@ -135,6 +153,8 @@ class ClusterConfig:
         require(len(self.pools) >= 1, "a cluster needs at least one pool")
         names = [p.name for p in self.pools]
         require(len(set(names)) == len(names), f"pool names must be unique, got {names}")
+        require(self.num_instances <= MAX_INSTANCES, f"the pools hold {self.num_instances} "
+                f"instances; the limit is {MAX_INSTANCES}")
         roles = sorted(p.role for p in self.pools)
         require(all(r == "mixed" for r in roles) or roles == ["decode", "prefill"],
                 "pools must be all 'mixed' (colocated) or exactly one 'prefill' and one "

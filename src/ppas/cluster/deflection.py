@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ppas.core.config import require
+from ppas.core.config import check_times
 from ppas.core.registry import Configured, NoConfig, Registry
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.deflection import LADDER, ladder_chunk, parse_ladder
@@ -45,7 +45,7 @@ class LadderConfig:
     chunks: str = "/".join(map(str, LADDER))
 
     def __post_init__(self) -> None:
-        require(self.tbt_slo > 0, f"tbt_slo must be > 0, got {self.tbt_slo}")
+        check_times(self, "tbt_slo")
         parse_ladder(self.chunks)
 
 

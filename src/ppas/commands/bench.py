@@ -104,6 +104,8 @@ def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
         if not sep or key not in SLO_KEYS or not (ms > 0 and math.isfinite(ms)):
             raise PpasError(f"bad --goodput item {item!r}; expected KEY:MS with KEY one of "
                             "ttft, tpot, e2el and MS a number > 0")
+        if key in slos:  # the last would win silently
+            raise PpasError(f"--goodput gives {key} twice; give each of ttft, tpot, e2el once")
         slos[key] = ms
     return slos
 

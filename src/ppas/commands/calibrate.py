@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from ppas.calibrate.fit import fit_and_save, read_steps, sample
@@ -30,9 +31,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ppas.cost.fitted import fit_stats
 
+    seen: dict[tuple[int, int], str] = {}
     for path in args.steplogs:
         if not Path(path).is_file():
             raise PpasError(f"step log {path!r} does not exist")
+        st = os.stat(path)  # the same file by any name would fit its steps twice
+        if (first := seen.setdefault((st.st_dev, st.st_ino), path)) != path or \
+                args.steplogs.count(path) > 1:
+            raise PpasError(f"step log {path!r} is given twice (also as {first!r}); "
+                            "give each log once")
     check_output_file(args.output, "-o/--output", inputs=args.steplogs)
     steps = [s for path in args.steplogs for s in read_steps(path, args.skip_steps)]
     model = fit_and_save(steps, args.output, kv_capacity_tokens=args.kv_capacity_tokens,

@@ -12,9 +12,11 @@ from ppas.analysis.plot import check_plot_path, plot_cluster_sweep
 from ppas.cluster.config import ClusterConfig, load_cluster
 from ppas.cluster.report import cluster_record, table
 from ppas.cluster.simulator import simulate_cluster
+from ppas.commands.common import no_success_exit
 from ppas.commands.trace_args import build_trace
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_INSTANCES, MAX_TIME_S, float_arg
+from ppas.core.outputs import finite
 from ppas.workload import Trace, mixed_trace
 
 
@@ -100,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_cluster_sweep(records, args.plot)
     if args.json:
-        json.dump(records, sys.stdout, indent=1)
+        json.dump(finite(records), sys.stdout, indent=1, allow_nan=False)  # no value: null
         sys.stdout.write("\n")
-        return 0
-    print(f"trace: {trace.description}, {len(trace)} requests; cluster {args.cluster}, "
-          f"router {base.router}")
-    print(table(records))
-    return 0
+    else:
+        print(f"trace: {trace.description}, {len(trace)} requests; cluster {args.cluster}, "
+              f"router {base.router}")
+        print(table(records), flush=True)
+    return no_success_exit(records, "simulate --cluster")  # as one engine: 1 if none done

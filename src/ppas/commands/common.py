@@ -22,6 +22,7 @@ from ppas.core.limits import (
     MAX_TP,
     int_arg,
 )
+from ppas.core.outputs import finite
 from ppas.cost import CostModel
 from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
 from ppas.engine.setup import engine_for
@@ -60,6 +61,14 @@ def floats(text: str, what: str, hi: float = MAX_RATE) -> list[float]:
                         f"got {text!r}")
     if len(vals) > MAX_LIST_ITEMS:
         raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
+    return _once(vals, what)
+
+
+def _once(vals: list[Any], what: str) -> list[Any]:
+    """``vals`` when no value repeats (a repeat would run, and count, twice)."""
+    if twice := sorted({v for v in vals if vals.count(v) > 1}):
+        raise PpasError(f"{what}: {', '.join(f'{v:g}' for v in twice)} given twice; "
+                        "give each value once")
     return vals
 
 
@@ -73,7 +82,7 @@ def ints(text: str, what: str, hi: int = MAX_SEED) -> list[int]:
         raise PpasError(f"{what}: need integers in [0, {hi}], got {text!r}")
     if len(vals) > MAX_LIST_ITEMS:
         raise PpasError(f"{what}: {len(vals)} values; the limit is {MAX_LIST_ITEMS}")
-    return vals
+    return _once(vals, what)
 
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
@@ -139,5 +148,5 @@ def no_success_exit(records: Sequence[dict[str, Any]], what: str) -> int:
 def print_json(records: Sequence[dict[str, Any]]) -> None:
     out = [{k: r.get(k) for k in RECORD_KEYS} | {k: v for k, v in r.items()
                                                  if k not in RECORD_KEYS} for r in records]
-    json.dump(out, sys.stdout, indent=1)
+    json.dump(finite(out), sys.stdout, indent=1, allow_nan=False)  # no value: null
     sys.stdout.write("\n")

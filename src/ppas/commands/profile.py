@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 from ppas.commands.common import ints
 from ppas.core.errors import PpasError
+from ppas.core.limits import (
+    MAX_KV_TOKENS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROBE_REPEATS,
+    MAX_SEED,
+    MAX_TIMEOUT_S,
+    MAX_VOCAB,
+    float_arg,
+    int_arg,
+)
 from ppas.core.outputs import check_output_file
 
 
@@ -32,21 +43,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="decodes per step (default 1,8,32,128)")
     g.add_argument("--decode-contexts", default="1024,16384",
                    help="context of the decoding requests (default 1024,16384)")
-    g.add_argument("--decode-tokens", type=int, default=16,
+    g.add_argument("--decode-tokens", type=int_arg(2, MAX_OUTPUT_TOKENS), default=16,
                    help="output tokens per decode probe request (default 16)")
-    g.add_argument("--repeats", type=int, default=1, help="run the whole grid N times")
+    g.add_argument("--repeats", type=int_arg(1, MAX_PROBE_REPEATS), default=1,
+                   help=f"run the whole grid N times (at most {MAX_PROBE_REPEATS})")
     g = p.add_argument_group("requests")
-    g.add_argument("--vocab-size", type=int, default=32000,
+    g.add_argument("--vocab-size", type=int_arg(1, MAX_VOCAB), default=32000,
                    help="prompt ids are drawn from [0, N) (default 32000; must not exceed the "
                    "model's vocabulary)")
-    g.add_argument("--filler-token", type=int, default=1000,
+    g.add_argument("--filler-token", type=int_arg(0, MAX_VOCAB - 1), default=1000,
                    help="the id repeated after each prompt's random prefix (default 1000)")
-    g.add_argument("--seed", type=int, default=0,
+    g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
                    help="prompt seed; change it to profile the same server again without "
                    "prefix-cache hits from the previous profile (default 0)")
-    g.add_argument("--request-timeout", type=float, default=600.0,
+    g.add_argument("--request-timeout", type=float_arg(0, MAX_TIMEOUT_S, lo_open=True),
+                   default=600.0,
                    help="seconds a probe request may take (default 600)")
-    p.add_argument("--kv-capacity-tokens", type=int, metavar="N",
+    p.add_argument("--kv-capacity-tokens", type=int_arg(1, MAX_KV_TOKENS), metavar="N",
                    help="the server's KV cache size in tokens, stored with the model")
     p.add_argument("--json", action="store_true", help="print the written model as JSON")
 
@@ -56,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     from ppas.live.http import normalize_base_url
 
     normalize_base_url(args.base_url)  # fail fast on a malformed URL
-    for name in ("vocab_size", "request_timeout", "kv_capacity_tokens"):
-        v = getattr(args, name)
-        if v is not None and not v > 0:
-            raise PpasError(f"--{name.replace('_', '-')} must be > 0, got {v}")
+    log = args.step_log
+    if os.path.lexists(log) and not os.path.isfile(log):  # read after the probe: check now
+        raise PpasError(f"--step-log {log!r} is not a regular file; give the step_log file "
+                        "the server's ppas plugin writes")
     # The step log is the input: refuse it (or an unwritable place) as -o before probing.
     out = check_output_file(args.output, "-o/--output", inputs=[args.step_log])
     design = ProbeDesign(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -23,7 +24,7 @@ from ppas.commands.common import (
 )
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_RATE
-from ppas.core.outputs import check_output_dir, json_text, write_folder
+from ppas.core.outputs import check_output_dir, finite, json_text, write_folder
 from ppas.workload import PAPER_PHASES
 
 
@@ -38,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cost_args(p)
     p.add_argument("--plot", help="write mean E2E vs burst rate (paper Fig. 3) to this file")
     p.add_argument("--out-dir", help="also write records.json, tables.txt (and plot) here")
+    p.add_argument("--force", action="store_true",
+                   help="let --out-dir replace the records.json, tables.txt and plot it holds")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.out_dir, "--out-dir") if args.out_dir else None
     if out_dir is not None and plot is None:
         check_plot_path(out_dir / "e2e_vs_burst.png")
+    names = ("records.json", "tables.txt", *(() if plot else ("e2e_vs_burst.png",)))
+    held = [n for n in names if out_dir is not None and os.path.lexists(out_dir / n)]
+    if held and not args.force:
+        raise PpasError(f"--out-dir {str(out_dir)!r} already holds {', '.join(held)}; "
+                        "give a new folder, or --force to replace them")
     for c in configs:
         cost_model_for(args, c)  # e.g. a model that leaves no KV cache: fail before the grid
     progress: Any = None
@@ -87,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         plot_e2e_vs_burst(records, plot)
     if out_dir is not None:
         files = {
-            "records.json": lambda p: p.write_text(json_text(records, allow_nan=True)),
+            "records.json": lambda p: p.write_text(json_text(finite(records))),
             "tables.txt": lambda p: p.write_text(tables + "\n"),
         }
         if plot is None:

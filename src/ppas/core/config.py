@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_TIME_S, MIN_TIME_S
 
 D = TypeVar("D")
 
@@ -65,20 +66,37 @@ def require(cond: bool, problem: str, key: str = "") -> None:
         raise FieldError(key, problem) if key else PpasError(problem)
 
 
+def _bound(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def check_fields(obj: object, *keys: str, at_least: float | None = None,
-                 above: float | None = None, one_of: Sequence[str] | None = None) -> None:
+                 above: float | None = None, at_most: float | None = None,
+                 one_of: Sequence[str] | None = None) -> None:
     """Range checks for ``__post_init__``: each field in ``keys`` is None, or >= ``at_least``,
-    > ``above`` and in ``one_of`` (those given); else ``KEY: must be >= 1, got 0``."""
+    > ``above``, <= ``at_most`` and in ``one_of`` (those given); else
+    ``KEY: must be >= 1, got 0``."""
     for k in keys:
         v = getattr(obj, k)
         if v is None:
             continue
         if at_least is not None:
-            require(v >= at_least, f"must be >= {at_least:g}, got {v!r}", key=k)
+            require(v >= at_least, f"must be >= {_bound(at_least)}, got {v!r}", key=k)
+        if at_most is not None:
+            require(v <= at_most, f"must be <= {_bound(at_most)}, got {v!r}", key=k)
         if above is not None:
-            require(v > above, f"must be > {above:g}, got {v!r}", key=k)
+            require(v > above, f"must be > {_bound(above)}, got {v!r}", key=k)
         if one_of is not None:
             require(v in one_of, f"must be one of {', '.join(one_of)}, got {v!r}", key=k)
+
+
+def check_times(obj: object, *keys: str) -> None:
+    """Each field in ``keys`` (seconds: an SLO, a target, a latency) is None or in
+    ``[MIN_TIME_S, MAX_TIME_S]`` (``ppas.core.limits``)."""
+    for k in keys:
+        v = getattr(obj, k)
+        require(v is None or MIN_TIME_S <= v <= MAX_TIME_S,
+                f"must be in [{MIN_TIME_S:g}, {MAX_TIME_S:g}] s, got {v!r}", key=k)
 
 
 def at(where: str, key: str) -> str:

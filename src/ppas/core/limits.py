@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 MAX_PROMPT_TOKENS = 10_000_000  # above every served context (10M: Llama 4 Scout)
 MAX_OUTPUT_TOKENS = 1_000_000
+MAX_CONTEXT_TOKENS = MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS  # one request's whole sequence
 MAX_REQUESTS = 1_000_000  # per trace (generated or read)
 MAX_RATE = 10_000.0  # requests/s, per phase or gamma mean
 MAX_TIME_S = 10_000_000.0  # trace length / arrival time (~116 days; float ulp < 2 ns)
 MAX_TIME_SCALE = 1e6  # a replayed trace's arrival-time factor (--time-scale)
 MAX_LENGTH_SCALE = 100.0  # a replayed trace's length factor (--length-scale)
+MIN_TIME_S = 1e-6  # an SLO, a step-time target, a latency: 1 us, below any engine step
 MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape (vllm bench serve --burstiness)
 MAX_SEED = 2**32 - 1
 MAX_TP = 1024
@@ -32,6 +34,8 @@ MAX_CONCURRENCY = 1_000_000
 MAX_WARMUPS = 1000
 MAX_LIST_ITEMS = 1000  # values in one comma-separated flag (burst rates, seeds)
 MAX_INSTANCES = 4096  # engines in one simulated cluster
+MAX_BANDWIDTH_GBS = 1e6  # a KV link, GB/s (1 PB/s: far above any interconnect)
+MAX_PROBE_REPEATS = 1000  # ppas profile: repeats of each probe shape
 MAX_MODEL_DIM = 1 << 20  # make-tiny-model sizes (the parameter cap binds long before)
 
 

@@ -3,8 +3,11 @@
 Invariants, for every file a ``ppas`` command writes (JSON, text, plots, step-log fits):
 
 * the path is checked before any work starts (``check_output_file``/``check_output_dir``):
-  not a folder, not under a file, in a folder we can create files in, and never one of the
-  command's inputs; a bad path is a one-line ``PpasError``;
+  a new path or an existing regular file (never a folder, a symlink, a device or a FIFO,
+  which a rename would replace), not under a file, in a folder we can create files in, and
+  never one of the command's inputs; a bad path is a one-line ``PpasError``;
+* files and folders get the modes a plain ``open``/``mkdir`` would give (0666/0777 less the
+  umask): a temporary file stays private (0600) until it is complete, then takes its mode;
 * it is written atomically (``write_atomic``/``atomic_output``): a temporary file in the same
   folder, flushed and fsynced, renamed over the target. Readers see the old file or the whole
   new one; a failure (or Ctrl-C) removes the temporary file, so nothing half-written stays;
@@ -18,9 +21,11 @@ Invariants, for every file a ``ppas`` command writes (JSON, text, plots, step-lo
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,6 +36,31 @@ from ppas.core.errors import PpasError
 from ppas.core.processes import alive
 
 StrPath = str | os.PathLike[str]
+
+
+def _umask() -> int:
+    """The process's umask: from /proc on Linux (no window in which another thread's new
+    file would get a different one), else by setting it and setting it back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets from ``open``: 0666 less the umask."""
+    return 0o666 & ~_umask()
+
+
+def folder_mode() -> int:
+    """The mode a new folder gets from ``mkdir``: 0777 less the umask."""
+    return 0o777 & ~_umask()
 
 
 def _nearest_existing(p: Path) -> Path:
@@ -66,6 +96,10 @@ def check_output_file(path: StrPath, what: str, inputs: Iterable[StrPath] = ()) 
     p = Path(path)
     if p.is_dir():
         raise PpasError(f"{what} {str(p)!r} is a folder; give a file name")
+    if os.path.lexists(p) and not stat.S_ISREG(os.lstat(p).st_mode):
+        kind = "a symlink" if p.is_symlink() else "not a regular file"
+        raise PpasError(f"{what} {str(p)!r} is {kind}; give a new path or a regular file "
+                        "(writing would replace it)")
     for i in inputs:
         if _same_file(p, Path(i)):
             raise PpasError(f"{what} {str(p)!r} is also an input; refusing to overwrite it "
@@ -100,6 +134,7 @@ def atomic_output(path: StrPath) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -112,6 +147,19 @@ def write_atomic(path: StrPath, data: str | bytes) -> Path:
     with atomic_output(path) as tmp:
         tmp.write_bytes(raw)
     return Path(path)
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None, in nested dicts, lists and
+    tuples: JSON has no NaN, so a metric with no value (a run that completed no request)
+    is written as ``null`` and the file stays valid JSON for any reader."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def json_text(obj: Any, allow_nan: bool = False) -> str:
@@ -137,6 +185,7 @@ def write_new_file(folder: StrPath, stem: str, suffix: str, data: str | bytes) -
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
         for k in range(1, 10_000):
             target = d / (f"{stem}{suffix}" if k == 1 else f"{stem}-{k}{suffix}")
             try:
@@ -188,6 +237,7 @@ def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> 
             with open(target, "rb+") as f:
                 os.fsync(f.fileno())
         if fresh:
+            os.chmod(stage, folder_mode())
             os.replace(stage, out)  # the folder appears complete or not at all
         else:
             for name in files:
@@ -197,6 +247,7 @@ def write_folder(path: StrPath, files: Mapping[str, Callable[[Path], None]]) -> 
     return out
 
 
-__all__ = ["atomic_output", "check_output_dir", "check_output_file", "json_text",
+__all__ = ["atomic_output", "check_output_dir", "check_output_file", "file_mode", "finite",
+           "folder_mode", "json_text",
            "remove_stale_stages", "write_atomic", "write_folder", "write_json_atomic",
            "write_new_file"]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_CONTEXT_TOKENS, MAX_PROMPT_TOKENS, MAX_TIME_S
 
 FORMAT_VERSION = 1
 HEADER_KEY = "ppas_step_log"  # its value is the format version
@@ -117,9 +118,12 @@ def _is_int(v: Any) -> bool:
 class Step:
     """One completed engine step as read back (the reader's side of ``StepLogRecord``).
 
-    Invariants (checked by ``of``): ``duration_s`` is finite and >= 0; every prefill chunk
-    is ``(chunk_tokens >= 1, cached_context_before_chunk >= 0)``; every decode context is an
-    integer >= 0. ``record`` is the line's object exactly as written (run files copy it)."""
+    Invariants (checked by ``of``): ``duration_s`` is in ``[0, MAX_TIME_S]``; every prefill
+    chunk is ``(1 <= chunk_tokens <= MAX_PROMPT_TOKENS, cached_context_before_chunk >= 0)``
+    with chunk + context <= ``MAX_CONTEXT_TOKENS``; every decode context is an integer in
+    ``[0, MAX_CONTEXT_TOKENS]`` (``ppas.core.limits``); the counts the record carries
+    (``num_prefill_tokens``, ``num_prefill_reqs``, ``num_decode_reqs``) agree with its
+    lists. ``record`` is the line's object exactly as written (run files copy it)."""
 
     duration_s: float
     prefill_chunks: tuple[tuple[int, int], ...]
@@ -137,18 +141,26 @@ class Step:
             raise ValueError(f"step lacks {', '.join(missing)}; is this a ppas.vllm step log?")
         d = obj["duration_s"]
         if not isinstance(d, int | float) or isinstance(d, bool) or not math.isfinite(d) or (
-                d < 0):
-            raise ValueError(f"duration_s must be a finite number >= 0, got {d!r}")
+                not 0 <= d <= MAX_TIME_S):
+            raise ValueError(f"duration_s must be a finite number >= 0 and <= {MAX_TIME_S:g}, "
+                             f"got {d!r}")
         chunks = obj["prefill_chunks"]
         if not isinstance(chunks, list) or not all(
                 isinstance(c, list) and len(c) == 2 and _is_int(c[0]) and _is_int(c[1])
-                and c[0] >= 1 and c[1] >= 0 for c in chunks):
-            raise ValueError("prefill_chunks must be a list of [chunk_tokens >= 1, "
-                             f"cached_context >= 0] integer pairs, got {chunks!r:.80}")
+                and 1 <= c[0] <= MAX_PROMPT_TOKENS and 0 <= c[1] <= MAX_CONTEXT_TOKENS - c[0]
+                for c in chunks):
+            raise ValueError(f"prefill_chunks must be a list of [chunk_tokens in [1, "
+                             f"{MAX_PROMPT_TOKENS}], cached_context >= 0] integer pairs, "
+                             f"chunk + context <= {MAX_CONTEXT_TOKENS}, got {chunks!r:.80}")
         ctx = obj["decode_contexts"]
-        if not isinstance(ctx, list) or not all(_is_int(k) and k >= 0 for k in ctx):
-            raise ValueError(f"decode_contexts must be a list of integers >= 0, got "
-                             f"{ctx!r:.80}")
+        if not isinstance(ctx, list) or not all(
+                _is_int(k) and 0 <= k <= MAX_CONTEXT_TOKENS for k in ctx):
+            raise ValueError(f"decode_contexts must be a list of integers in [0, "
+                             f"{MAX_CONTEXT_TOKENS}], got {ctx!r:.80}")
+        for key, want in (("num_prefill_tokens", sum(c for c, _ in chunks)),
+                          ("num_prefill_reqs", len(chunks)), ("num_decode_reqs", len(ctx))):
+            if key in obj and obj[key] != want:
+                raise ValueError(f"{key} is {obj[key]!r:.40} but its lists make {want}")
         t = obj.get("time")
         launch = float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
         return cls(float(d), tuple((c, p) for c, p in chunks), tuple(ctx), launch, obj)

@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ppas.core.errors import PpasError
 from ppas.live.outcome import RequestOutcome
@@ -42,6 +42,14 @@ def normalize_base_url(url: str) -> str:
         raise PpasError(f"bad --base-url {url!r}: the port must be in [1, 65535]")
     base = url.strip().rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def public_url(url: str) -> str:
+    """``url`` fit to save or share: no ``user:password@``, query or fragment (a base URL
+    with credentials still sends them; only what is written down loses them)."""
+    parts = urlsplit(url.strip())
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def one_line(text: str, limit: int = 200) -> str:

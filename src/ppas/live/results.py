@@ -32,6 +32,7 @@ from ppas.core.outputs import (
     write_json_atomic,
     write_new_file,
 )
+from ppas.live.http import public_url
 from ppas.live.outcome import BenchResult
 
 METRICS = ("ttft", "tpot", "itl", "e2el")  # vllm bench serve's names
@@ -201,8 +202,8 @@ def result_record(result: BenchResult, summary: Mapping[str, Any], *, started: d
                   base_url: str, model: str, seed: int, prompt_format: str) -> dict[str, Any]:
     """The results file's object: run facts, the summary, per-request arrays."""
     return {"date": started.isoformat(timespec="seconds"), "backend": "openai",
-            "base_url": base_url, "model": model, "trace": result.description, "seed": seed,
-            "prompt_format": prompt_format, **summary, **result.per_request()}
+            "base_url": public_url(base_url), "model": model, "trace": result.description,
+            "seed": seed, "prompt_format": prompt_format, **summary, **result.per_request()}
 
 
 def save_result(dest: Path, record: Mapping[str, Any], *, named: bool, model: str,

@@ -19,6 +19,7 @@ package metadata).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -104,16 +105,14 @@ def reap_stale(pid_file: str | os.PathLike[str], grace_s: float = 15.0) -> int |
     if start is None or start_time(pid) != start:
         path.unlink(missing_ok=True)
         return None
-    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
+
+    def gone(grace: float) -> bool:
         deadline = time.monotonic() + grace
         while start_time(pid) == start and time.monotonic() < deadline:
             time.sleep(0.1)
-        if start_time(pid) != start and not _group_alive(pid):
-            break
+        return start_time(pid) != start and not _group_alive(pid)
+
+    _terminate_group(pid, grace_s, gone)
     path.unlink(missing_ok=True)
     return pid
 
@@ -261,20 +260,18 @@ class VllmServer:
             except ProcessLookupError:
                 pgid = None
             if pgid is not None:
-                for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-                    try:
-                        os.killpg(pgid, sig)
-                    except ProcessLookupError:
-                        break
+                group = pgid
+
+                def gone(grace: float) -> bool:
                     try:
                         proc.wait(timeout=grace)
                     except subprocess.TimeoutExpired:
-                        continue
-                    if not _group_alive(pgid):
-                        break
-                    time.sleep(0.5)
-                    if not _group_alive(pgid):
-                        break
+                        return False
+                    if _group_alive(group):
+                        time.sleep(0.5)
+                    return not _group_alive(group)
+
+                _terminate_group(pgid, grace_s, gone)
             if proc.poll() is not None and self.pid_file is not None:
                 self.pid_file.unlink(missing_ok=True)
         if self._log_file is not None:
@@ -290,6 +287,25 @@ class VllmServer:
         self._stop()
         if exc_type is None and self._own_log and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+
+
+def _terminate_group(pgid: int, grace_s: float, gone: Callable[[float], bool]) -> None:
+    """SIGTERM process group ``pgid``; SIGKILL it when ``gone(grace_s)`` (wait up to that
+    long, True once the group has exited) says it is still there. If the wait is cut short
+    (a second SIGINT/SIGTERM raising inside it, any exception), SIGKILL the group before
+    leaving: a server that ignores SIGTERM is never left running without its owner."""
+    try:
+        for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            if gone(grace):
+                return
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        raise
 
 
 def _group_alive(pgid: int) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ppas.core.errors import PpasError
+from ppas.core.outputs import folder_mode
 
 #: Written last; its presence (with matching settings) marks a complete folder.
 STAMP = "ppas_tiny_model.json"
@@ -193,6 +194,7 @@ def make_tiny_model(
     try:
         write_model_files(tmp, cfg)
         (tmp / STAMP).write_text(json.dumps(asdict(cfg), indent=2, sort_keys=True))
+        os.chmod(tmp, folder_mode())  # mkdtemp's 0700 until complete, then mkdir's mode
         if out.exists():  # an older or different tiny model: replace it
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, old / "m")

@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ppas.core.config import require
+from ppas.core.config import check_fields, require
 from ppas.core.decision import Decision
+from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy
@@ -59,6 +60,9 @@ class PpasAutoConfig:
                 f"max_loss must be in [0, 1), got {self.max_loss}")
         require(self.cap_loss >= 0, f"cap_loss must be >= 0, got {self.cap_loss}")
         require(self.c_limit >= 256, f"c_limit must be >= 256, got {self.c_limit}")
+        # Bounded like any prompt: F(c) of a 1e10-token reference ran for minutes.
+        check_fields(self, "ref_prompt", "c_limit", at_most=MAX_PROMPT_TOKENS)
+        check_fields(self, "ref_outputs", at_most=MAX_OUTPUT_TOKENS)
 
 
 _REF_LOG2 = range(9, 18)  # reference prompts 512 .. 131072 tokens when ref_prompt = 0

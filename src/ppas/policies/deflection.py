@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, StepShape
@@ -59,7 +59,7 @@ class TbtLadderConfig:
     mbt: int = 4096
 
     def __post_init__(self) -> None:
-        require(self.tbt_slo > 0, f"tbt_slo must be > 0, got {self.tbt_slo}")
+        check_times(self, "tbt_slo")
         ladder = parse_ladder(self.chunks)
         require(self.mbt >= ladder[0], f"mbt must be >= the largest chunk "
                 f"{ladder[0]}, got {self.mbt}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView
 from ppas.policies.base import Policy
@@ -39,7 +39,7 @@ class DlfpConfig:
     c_init: int = 2048
 
     def __post_init__(self) -> None:
-        require(self.target_s > 0, f"target_s must be > 0, got {self.target_s}")
+        check_times(self, "target_s")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
                 f"c_max must be >= c_min={self.c_min}, got {self.c_max}")

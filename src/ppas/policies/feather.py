@@ -37,7 +37,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
 from ppas.policies.base import Policy
@@ -64,7 +64,7 @@ class FeatherConfig:
         require(self.min_batch >= 0, "min_batch must be >= 0")
         require(0 < self.cached_fraction <= 1,
                 f"cached_fraction must be in (0, 1], got {self.cached_fraction}")
-        require(self.max_wait_s > 0, f"max_wait_s must be > 0, got {self.max_wait_s}")
+        check_times(self, "max_wait_s")
 
 
 def level_keys(r: RequestView, chunk: int, block_size: int) -> list[Hashable]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel, largest_chunk_within
@@ -50,7 +50,7 @@ class SarathiConfig:
 
     def __post_init__(self) -> None:
         require(self.budget >= 1, f"budget must be >= 1, got {self.budget}")
-        require(self.tbt_slo is None or self.tbt_slo > 0, "tbt_slo must be > 0")
+        check_times(self, "tbt_slo")
         require(self.decodes >= 0, "decodes must be >= 0")
 
 

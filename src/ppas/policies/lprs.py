@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
 from ppas.cost.base import CostModel, StepShape
@@ -45,7 +45,7 @@ class LprsApcConfig:
     rem_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        require(self.target_s > 0, f"target_s must be > 0, got {self.target_s}")
+        check_times(self, "target_s")
         require(self.under_w >= 0 and self.over_w >= 0, "penalties must be >= 0")
         require(self.max_concurrent >= 1,
                 f"max_concurrent must be >= 1, got {self.max_concurrent}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppas.core.config import require
+from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.base import largest_chunk_within
@@ -38,7 +38,7 @@ class SloWeaveConfig:
     mbt: int = 32768
 
     def __post_init__(self) -> None:
-        require(self.tpot_s > 0, f"tpot_s must be > 0, got {self.tpot_s}")
+        check_times(self, "tpot_s")
         require(self.c_max >= 1, f"c_max must be >= 1, got {self.c_max}")
         require(self.margin_s >= 0, f"margin_s must be >= 0, got {self.margin_s}")
         require(self.mbt >= self.c_max,

@@ -46,13 +46,18 @@ def _jsonl_rows(p: Path, text: str) -> Rows:
 def _csv_rows(p: Path, text: str) -> Rows:
     """A header row naming the columns, then one request a row; an empty cell is absent."""
     reader = csv.DictReader(text.splitlines())
-    missing = [f for f in _FIELDS if f not in (reader.fieldnames or [])]
+    names = reader.fieldnames or []
+    missing = [f for f in _FIELDS if f not in names]
     if missing:
         raise PpasError(
             f"{p}:1: CSV header lacks {', '.join(missing)}; need {', '.join(_FIELDS)}"
         )
-    return [(n, {k: v for k, v in row.items() if v not in (None, "")})
-            for n, row in enumerate(reader, 2)]
+    if twice := sorted({c for c in names if names.count(c) > 1}):
+        raise PpasError(f"{p}:1: CSV header names {', '.join(twice)} twice; name each once")
+    rows = list(enumerate(reader, 2))
+    if extra := next((n for n, row in rows if None in row), None):  # DictReader's restkey
+        raise PpasError(f"{p}:{extra}: more cells than the header's {len(names)} columns")
+    return [(n, {k: v for k, v in row.items() if v not in (None, "")}) for n, row in rows]
 
 
 #: A reader's result: the requests (any order) and the rows it left out, by reason.
@@ -312,6 +317,8 @@ def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:
 def _number(obj: dict[str, object], key: str) -> float:
     """``obj[key]`` as a float; a number too large for a float is inf (then out of bounds)."""
     try:
+        if isinstance(obj[key], bool):  # JSON true is not 1 second or 1 token
+            raise ValueError
         return float(obj[key])  # type: ignore[arg-type]
     except OverflowError:
         return math.inf
@@ -339,8 +346,9 @@ def _parse_prefix(obj: dict[str, object], prompt_tokens: int) -> Segments:
         if not (isinstance(seg, list | tuple) and len(seg) == 2):
             raise ValueError(_PREFIX_HELP)
         stream, n = seg
-        nf = float(n)  # type: ignore[arg-type]
-        if not (nf.is_integer() and nf >= 1) or str(stream) == "":
+        nf = math.nan if isinstance(n, bool) else float(n)  # type: ignore[arg-type]
+        if not (nf.is_integer() and nf >= 1) or not isinstance(stream, str | int) \
+                or isinstance(stream, bool) or str(stream) == "":
             raise ValueError(f"prefix segment {seg!r}: need a non-empty stream and tokens >= 1")
         out.append((str(stream), int(nf)))
     total = sum(n for _, n in out)
