@@ -33,6 +33,8 @@ the step logs of the plugin arms without it ("calibration arms"), which therefor
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,6 +161,11 @@ class Experiment:
         return {"model": self.model.path,
                 "engine": repr(self.engine), "workload": repr(self.workload),
                 "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
+
+    def settings_hash(self) -> str:
+        """The fingerprint's hash, recorded in every run file (``RunFile.settings``)."""
+        text = json.dumps(self.fingerprint(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experiment:

@@ -150,7 +150,13 @@ class WorkloadSpec:
         return self.num_prompts[self.loads.index(load)]
 
     def load_label(self, load: float) -> str:
-        return "trace" if self.kind == "trace" else f"{load:g}"
+        """The load in file names and tables: ``trace``, else the shortest text that
+        ``float`` reads back as ``load`` (``4`` for 4.0, ``0.1234561``), so distinct loads
+        never share a label."""
+        if self.kind == "trace":
+            return "trace"
+        short = f"{load:g}"
+        return short if float(short) == load else repr(load)
 
     @property
     def load_name(self) -> str:
