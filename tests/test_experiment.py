@@ -764,3 +764,185 @@ def test_report_golden_is_not_trivial(name: str) -> None:
                     "simulator"):
             assert rep[key], key
         assert rep["relative"]["rows"]
+
+
+# ---------------------------------------------------------------- a results folder to trust
+
+
+def _one_arm(tmp_path: Path, model: Path, **repl: str) -> Path:
+    """``BASE`` cut to its first arm at one burst rate, two seeds (2 runs), written."""
+    text = _text(tmp_path, model, **{"burst_rates = [4.0, 12.0]": "burst_rates = [4.0]",
+                                     **repl})
+    return _write(tmp_path, text[:text.index("[[arms]]\nname = \"large\"")])
+
+
+@pytest.fixture()
+def fake_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main([...])`` in this process runs its servers as ``fake_vllm``."""
+    import ppas.experiment.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "vllm_launcher", FakeLauncher)
+
+
+def test_run_file_names_are_injective(tmp_path: Path, model: Path) -> None:
+    """Issue 23, data loss 1, 2 and the path escape: arm names and loads map to distinct
+    file names that read back, and none leaves its folder."""
+    from ppas.experiment.folder import file_name, name_of
+
+    names = ["mbt:64", "mbt_64", "mbt%3A64", "..", ".", ".x", "a.b", "ü", "x=1,y+2"]
+    files = [file_name(n) for n in names]
+    assert len(set(files)) == len(names)
+    assert [name_of(f) for f in files] == names
+    assert all("/" not in f and not f.startswith(".") for f in files)
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    labels = {x: exp.workload.load_label(x) for x in (4.0, 0.1234561, 0.1234562, 1e-7, 3e6)}
+    assert labels[4.0] == "4" and len(set(labels.values())) == len(labels)
+    assert all(float(lab) == x for x, lab in labels.items())
+
+
+def test_colliding_arms_and_rates_all_run(tmp_path: Path, model: Path, fake_cli: None,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Arms ``mbt:64`` / ``mbt_64`` and rates 0.1234561 / 0.1234562 used to share files:
+    every one of the 4 runs is now its own file, and the report counts 4 distinct runs."""
+    p = _one_arm(tmp_path, model, **{
+        "burst_rates = [4.0]": "burst_rates = [0.1234561, 0.1234562]",
+        "seeds = [0, 1]": "seeds = [0]", "name = \"small\"": "name = \"mbt:64\""})
+    p.write_text(p.read_text() + "[[arms]]\nname = \"mbt_64\"\npolicy = \"mbt:64\"\n")
+    assert main(["experiment", str(p)]) == 0
+    runs = _runs(tmp_path / "out")
+    assert len(runs) == 4
+    assert {(r["arm"], r["load"]) for r in runs.values()} == {
+        (a, x) for a in ("mbt:64", "mbt_64") for x in (0.1234561, 0.1234562)}
+    out = capsys.readouterr().out
+    assert "4/4 runs" in out and "0.1234561  mbt_64" in out and "0.1234562  mbt:64" in out
+
+
+BROKEN = {"truncated": None, "empty": "", "list": "[]", "object": "{}", "nan": "NaN",
+          "nan inside": "avg_latency", "not a step": "steps", "no request succeeded": "ok0"}
+
+
+def _break(p: Path, how: str) -> None:
+    text = p.read_text()
+    obj = json.loads(text)
+    if how == "truncated":
+        p.write_text(text[:len(text) // 2])
+    elif how == "nan inside":
+        obj["summary"]["avg_latency"] = math.nan
+        p.write_text(json.dumps(obj))
+    elif how == "not a step":
+        obj["steps"] = [{"x": 1}]
+        p.write_text(json.dumps(obj))
+    elif how == "no request succeeded":
+        obj["summary"]["completed"] = 0
+        p.write_text(json.dumps(obj))
+    else:
+        p.write_text(BROKEN[how] or "")
+
+
+def test_broken_run_files_are_pending_rerun_and_reported(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 3 and the report's tracebacks: a run file that does not parse as
+    a complete run is pending in --dry-run, listed (not read) by --report, and re-run by
+    --resume, which leaves the good run as it was."""
+    p = _one_arm(tmp_path, model)
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    good, bad = sorted((out / "runs" / "small").glob("*.json"))
+    keep = good.read_bytes()
+    for how in BROKEN:
+        _break(bad, how)
+        capsys.readouterr()
+        assert main(["experiment", str(p), "--dry-run"]) == 0, how
+        assert "2 runs (1 already complete, 1 to run)" in capsys.readouterr().out, how
+        assert main(["experiment", str(p), "--report"]) == 0, how
+        text = capsys.readouterr().out
+        assert "1/2 runs" in text and f"ignored: {bad}" in text, how
+        assert main(["experiment", str(p), "--resume"]) == 0, how
+        assert read_run(bad).summary["completed"] > 0, how
+        assert good.read_bytes() == keep, how
+
+
+def test_state_file_is_rebuilt_or_the_resume_refused(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 4: experiment.json deleted or corrupt, then --resume: rebuilt
+    when every run file records these settings; refused (never re-stamped) when the file's
+    settings changed, or a run file does not record its settings."""
+    p = _one_arm(tmp_path, model)
+    assert main(["experiment", str(p)]) == 0
+    out, state = tmp_path / "out", tmp_path / "out" / "experiment.json"
+    runs = _runs(out)
+    original = state.read_text()
+    state.unlink()
+    capsys.readouterr()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert "written again" in capsys.readouterr().err
+    assert state.read_text() == original and _runs(out) == runs
+    changed = p.read_text().replace("prompt_tokens = 200", "prompt_tokens = 300")
+    for corrupt in ("", "{", "[]", "{\"fingerprint\": 3}"):
+        state.write_text(corrupt)
+        p.write_text(changed)
+        assert main(["experiment", str(p), "--resume"]) == 2, corrupt
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "do not record this experiment's settings" in err
+        assert state.read_text() == corrupt and _runs(out) == runs  # nothing re-stamped
+        assert main(["experiment", str(p)]) == 2  # nor without --resume
+        assert "pass --resume" in capsys.readouterr().err
+    # a run file from before runs recorded their settings: cannot be told apart
+    p.write_text(changed.replace("prompt_tokens = 300", "prompt_tokens = 200"))
+    f = next((out / "runs" / "small").glob("*.json"))
+    f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items()
+                             if k != "settings"}))
+    state.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 2
+    assert not state.exists()
+    # with experiment.json back, that older file counts again
+    state.write_text(original)
+    assert main(["experiment", str(p), "--dry-run"]) == 0
+    assert "2 runs (2 already complete, 0 to run)" in capsys.readouterr().out
+    # a run file of other settings in a folder that says these: refused, not overwritten
+    other = json.loads(f.read_text()) | {"settings": "0123456789abcdef"}
+    f.write_text(json.dumps(other))
+    assert main(["experiment", str(p), "--resume"]) == 2
+    assert "made with other settings" in capsys.readouterr().err
+    assert json.loads(f.read_text()) == other
+
+
+def test_one_experiment_at_a_time_per_folder(tmp_path: Path, model: Path, fake_cli: None,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 5: a second experiment into a folder in use exits 2 in one line
+    and touches nothing; once the first is done the folder is free again."""
+    p = _one_arm(tmp_path, model)
+    exp = load_experiment(p)
+    with Runner(exp, FakeLauncher).folder.locked():
+        capsys.readouterr()
+        assert main(["experiment", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is in use by another ppas experiment (pid " in err
+        assert not (tmp_path / "out" / "runs").exists()
+    assert main(["experiment", str(p)]) == 0
+    assert len(_runs(tmp_path / "out")) == 2
+
+
+def test_a_run_with_no_successful_request_fails_and_resume_retries_it(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 6: a server answering 500 to every request: the run is failed
+    (kept under failed/, not counted), the experiment exits 1, --resume runs it again."""
+    fail = tmp_path / "fail"
+    fail.write_text("")
+    p = _one_arm(tmp_path, model, **{
+        "warmup_requests = 1": "warmup_requests = 0",
+        "max_num_seqs = 16": f"max_num_seqs = 16\nenv = {{ FAKE_FAIL_WHILE = \"{fail}\" }}"})
+    assert main(["experiment", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "no request succeeded at burst 4 seed 0" in err and "0/2 runs complete" in err
+    out = tmp_path / "out"
+    assert not _runs(out) and len(list((out / "failed").rglob("*.json"))) == 1
+    assert main(["experiment", str(p), "--dry-run"]) == 0
+    assert "(0 already complete, 2 to run)" in capsys.readouterr().out
+    fail.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert len(_runs(out)) == 2
+    assert all(r["summary"]["completed"] > 0 for r in _runs(out).values())

@@ -103,10 +103,10 @@ class Checked:
 class ResultsFolder:
     """``exp.out_dir`` seen through ``exp``'s arms and cells."""
 
-    def __init__(self, exp: Experiment, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, exp: Experiment, stream: TextIO | None = None) -> None:
         self.exp = exp
         self.out = Path(exp.out_dir)
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
 
     def run_path(self, arm: str, load: float, seed: int) -> Path:
         return run_path(self.out, arm, self.exp.workload.load_label(load), seed)

@@ -49,11 +49,11 @@ class Runner:
     """Executes an ``Experiment`` into its folder (see the module docstring)."""
 
     def __init__(self, exp: Experiment, launcher: Launcher | None = None,
-                 stream: TextIO = sys.stderr) -> None:
+                 stream: TextIO | None = None) -> None:
         self.exp = exp
         self.folder = ResultsFolder(exp, stream)
         self.launcher = launcher or vllm_launcher  # looked up here: tests replace it
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.stop = StopFlag()
         self.progress: Progress | None = None
 

@@ -55,6 +55,7 @@ class Report(TypedDict):
     simulator: list[Row]
     relative: Row  # {"reference": arm or None, "rows": [...]}
     runs: list[Row]
+    ignored: list[Row]  # {"file", "problem"}: files there that are no complete run
 
 
 class Paired:

@@ -17,6 +17,13 @@ _KIND_KEYS = {"phases": ("phases", "burst_rates"),
               "trace": ("file",)}
 
 
+def load_text(load: float) -> str:
+    """A load as text (file names, tables): the shortest that ``float`` reads back as
+    ``load`` (``4`` for 4.0, ``0.1234561``), so distinct loads never share one."""
+    short = f"{load:g}"
+    return short if float(short) == load else repr(load)
+
+
 @dataclass(frozen=True)
 class WorkloadTable:
     """``[workload]`` as written (None: not given); ``WorkloadSpec.parse`` resolves it."""
@@ -150,13 +157,8 @@ class WorkloadSpec:
         return self.num_prompts[self.loads.index(load)]
 
     def load_label(self, load: float) -> str:
-        """The load in file names and tables: ``trace``, else the shortest text that
-        ``float`` reads back as ``load`` (``4`` for 4.0, ``0.1234561``), so distinct loads
-        never share a label."""
-        if self.kind == "trace":
-            return "trace"
-        short = f"{load:g}"
-        return short if float(short) == load else repr(load)
+        """The load in file names: ``trace``, else ``load_text``."""
+        return "trace" if self.kind == "trace" else load_text(load)
 
     @property
     def load_name(self) -> str:
