@@ -734,7 +734,8 @@ def make_results(tmp_path: Path, model: Path) -> Experiment:
 def test_report_matches_golden(tmp_path: Path, model: Path) -> None:
     """The report stays byte-identical for the same run files: a results folder made
     deterministically here (summaries, step slices, a retried run, a failed run, a missing
-    run) against the report.txt/report.json the code made for it at 8685c44. Regenerate
+    run) against the report.txt/report.json the code made for it at 8685c44, regenerated for
+    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files). Regenerate
     only for a deliberate change of the report: ``PPAS_WRITE_GOLDEN=1 pytest -k golden``."""
     exp = make_results(tmp_path, model)
     write_report(exp)
@@ -807,14 +808,19 @@ def test_colliding_arms_and_rates_all_run(tmp_path: Path, model: Path, fake_cli:
     p = _one_arm(tmp_path, model, **{
         "burst_rates = [4.0]": "burst_rates = [0.1234561, 0.1234562]",
         "seeds = [0, 1]": "seeds = [0]", "name = \"small\"": "name = \"mbt:64\""})
-    p.write_text(p.read_text() + "[[arms]]\nname = \"mbt_64\"\npolicy = \"mbt:64\"\n")
+    p.write_text(p.read_text() + "".join(f"[[arms]]\nname = \"{a}\"\npolicy = \"mbt:64\"\n"
+                                         for a in ("mbt_64", "..")))
     assert main(["experiment", str(p)]) == 0
     runs = _runs(tmp_path / "out")
-    assert len(runs) == 4
+    assert len(runs) == 6
     assert {(r["arm"], r["load"]) for r in runs.values()} == {
-        (a, x) for a in ("mbt:64", "mbt_64") for x in (0.1234561, 0.1234562)}
+        (a, x) for a in ("mbt:64", "mbt_64", "..") for x in (0.1234561, 0.1234562)}
     out = capsys.readouterr().out
-    assert "4/4 runs" in out and "0.1234561  mbt_64" in out and "0.1234562  mbt:64" in out
+    assert "6/6 runs" in out and "0.1234561  mbt_64" in out and "0.1234562  mbt:64" in out
+    # arm ".." stays inside the folder, like every other
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["exp.toml", "model", "out"]
+    assert {x.name for x in (tmp_path / "out" / "runs").iterdir()} == {
+        "mbt%3A64", "mbt_64", "%2E."}
 
 
 BROKEN = {"truncated": None, "empty": "", "list": "[]", "object": "{}", "nan": "NaN",
@@ -946,3 +952,158 @@ def test_a_run_with_no_successful_request_fails_and_resume_retries_it(
     assert main(["experiment", str(p), "--resume"]) == 0
     assert len(_runs(out)) == 2
     assert all(r["summary"]["completed"] > 0 for r in _runs(out).values())
+
+
+def test_fitted_auto_resume_after_a_corrupt_calibration_run(
+        tmp_path: Path, model: Path, fake_cli: None) -> None:
+    """Issue 23, tracebacks: a ``fitted:auto`` experiment whose calibration run file is
+    corrupt, then --resume: the calibration run is made again and the model refitted."""
+    text = _text(tmp_path, model, **{"burst_rates = [4.0, 12.0]": "burst_rates = [4.0]",
+                                     "seeds = [0, 1]": "seeds = [0]"})
+    cut = text.index("[[arms]]\nname = \"large\"")
+    p = _write(tmp_path, text[:cut] + text[text.index("[[arms]]\nname = \"pred\""):
+                                      text.index("[[arms]]\nname = \"stock\"")])
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    (cal,) = (out / "runs" / "small").glob("*.json")
+    (pred,) = (out / "runs" / "pred").glob("*.json")
+    cal.write_text("{\"arm\": ")
+    pred.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert read_run(cal).steps and read_run(pred).cost_model == (
+        f"fitted:{(out / 'cost-auto.json').resolve()}")
+
+
+BOUNDS: list[tuple[dict[str, str], str]] = [
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 100000000"},
+     "engine.tensor_parallel_size: must be <= 1024, got 100000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 1000000000000"},
+     "engine.max_num_seqs: must be <= 1048576"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = 1e300"},
+     "engine.startup_timeout_s: must be <= 1000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100000000000"},
+     "engine.max_model_len: must be <= 11000000"),
+    ({"path = \"": "vocab_size = 100000000000000\npath = \""},
+     "model.vocab_size: must be <= 10000000"),
+    ({"max_num_batched_tokens = 512": "max_num_batched_tokens = 1000000000000000000"},
+     "arms[3].stock.max_num_batched_tokens: must be <= 10000000"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 100000000000"},
+     "arms[0].max_num_batched_tokens: must be <= 10000000"),
+    ({"+": "\n[report]\nlevel = 1e-300\n"}, "report.level: must be in [0.5, 0.9999]"),
+    ({"+": "\n[report]\nn_boot = 1000000000000\n"}, "report.n_boot: must be <= 100000"),
+    ({"+": "\n[report]\nbootstrap_seed = 100000000000\n"}, "report.bootstrap_seed: must be <="),
+    ({"+": "\n[run]\nserver_startup_s = 1e300\n"}, "run.server_startup_s: must be <="),
+    ({"warmup_requests = 1": "warmup_requests = 1000000000"},
+     "workload.warmup_requests: must be <= 1000, got 1000000000"),
+    ({"request_timeout_s = 30": "request_timeout_s = 1e300"},
+     "workload.request_timeout_s: must be <= 1000000"),
+    ({"prompt_tokens = 200": "prompt_tokens = 100000000"},
+     "workload.prompt_tokens: must be <= 10000000"),
+    ({"output_tokens = 3": "output_tokens = 100000000"},
+     "workload.output_tokens: must be <= 1000000"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0, 1e9]"},
+     "workload.burst_rates: must be at most 1000 numbers <= 10000"),
+    ({"seeds = [0, 1]": "seeds = [0, 100000000000]"},
+     "workload.seeds: must be at most 1000 integers <= 4294967295"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--host\", \"0.0.0.0\"]"},
+     "engine.extra_args: may not set --host, --port, --uds (the server listens on 127.0.0.1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--port=80\"]"},
+     "engine.extra_args: may not set --host, --port, --uds"),
+    ({"name = \"t\"": "name = \"../../x\""}, "name: must be a name without /"),
+    ({"name = \"t\"": "name = \"..\""}, "name: must be a name without /"),
+]
+
+
+@pytest.mark.parametrize(("repl", "message"), BOUNDS, ids=[m for _, m in BOUNDS])
+def test_absurd_values_are_refused(tmp_path: Path, model: Path, repl: dict[str, str],
+                                   message: str) -> None:
+    """Issue 23, hangs and absurd values: every number of the file is bounded (the bounds of
+    ``ppas.core.limits``), and no setting moves the server off 127.0.0.1 or the results out
+    of their folder."""
+    with pytest.raises(PpasError) as e:
+        parse_experiment(_text(tmp_path, model, **repl), "t")
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_cost_model_files_must_be_cost_models(tmp_path: Path, model: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``cost_model = "fitted:/etc/passwd"`` (any file that is not a fitted cost
+    model) and an estimate's ``fitted:FILE`` fail at --dry-run, in one line."""
+    junk = tmp_path / "passwd"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for repl, where in (({"cost_model = \"fitted:auto\"": f"cost_model = \"fitted:{junk}\""},
+                         "arms[2].cost_model: "),
+                        ({"+": f"\n[run]\nestimate_cost_model = \"fitted:{junk}\"\n"},
+                         "run.estimate_cost_model: ")):
+        p = _write(tmp_path, _text(tmp_path, model, **repl))
+        assert main(["experiment", str(p), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and where in err and "not a fitted cost model" in err
+
+
+def test_trace_requests_must_fit_the_model(tmp_path: Path, model: Path) -> None:
+    """Issue 23: a trace file's prompt + output above max_model_len is refused up front."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": n,
+                                         "output_tokens": 2}) + "\n"
+                             for t, n in ((0, 100), (0.1, 4095))))
+    text = _text(tmp_path, model, **{
+        "phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]\nprompt_tokens = 200\n"
+        "output_tokens = 3": f"kind = \"trace\"\nfile = \"{trace}\""})
+    with pytest.raises(PpasError, match=r"^workload.file: prompt \+ output tokens \(4097\) "
+                       r"exceed the model's max_position_embeddings \(4096\)$"):
+        parse_experiment(text, "t")
+
+
+def test_out_dir_file_and_non_regular_experiment_files(tmp_path: Path, model: Path) -> None:
+    """Issue 23, exit codes and hangs: --dry-run refuses an out_dir that is a file as the
+    run does (exit 2); a FIFO or a device as the experiment file is refused in one line,
+    without reading it."""
+    p = _write(tmp_path, _text(tmp_path, model))
+    f = tmp_path / "afile"
+    f.write_text("keep\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (["experiment", str(p), "--out-dir", str(f), "--dry-run"],
+                 ["experiment", str(p), "--out-dir", str(f), "--report"],
+                 ["experiment", str(fifo), "--dry-run"],
+                 ["experiment", "/dev/zero", "--dry-run"]):
+        proc = _run_cli(args)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 2, (args, err)
+        assert err.count("\n") == 1 and ("is not a folder" in err
+                                         or "is not a regular file" in err), err
+    assert f.read_text() == "keep\n"
+
+
+def test_two_seeds_give_no_bootstrap_interval(tmp_path: Path, model: Path) -> None:
+    """Issue 23, statistics: with 2 seeds the paired bootstrap has 3 distinct resamples, so
+    the report gives the geometric-mean ratio and says why it has no interval, instead of
+    an interval; with enough traces the interval is there."""
+    from ppas.experiment.folder import run_path
+
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    for arm in exp.arms:
+        for load, seed in exp.cells():
+            p = run_path(tmp_path / "out", arm.name, exp.workload.load_label(load), seed)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(_run_file(exp, arm.name, load, seed)))
+    text, rep = write_report(exp)
+    per_load = [i for i in rep["improvements"] if i["load"] is not None]
+    assert per_load and all(i["ratio"]["n"] == 2 or i["ratio"]["n"] == 1 for i in per_load)
+    for i in per_load:
+        assert i["ratio"]["lo"] is None and i["ratio"]["hi"] is None and not i["significant"]
+        assert i["note"].startswith(f"n={i['ratio']['n']}: no bootstrap interval")
+    assert "n=2: no bootstrap interval, needs n >= 6 at 95%" in text
+    block = text.split("geometric-mean improvement")[1].split("simulator:")[0]
+    rows = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    assert rows and all("no bootstrap interval" in ln and "[" not in ln
+                        and not ln.endswith("*") for ln in rows)  # no interval, no mark
+    from ppas.experiment.folder import run_path
+    from ppas.experiment.tables import min_bootstrap_n
+
+    assert [min_bootstrap_n(lv) for lv in (0.5, 0.9, 0.95, 0.99)] == [2, 5, 6, 8]

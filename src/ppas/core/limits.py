@@ -12,6 +12,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from ppas.core.config import require
+
 MAX_PROMPT_TOKENS = 10_000_000  # above every served context (10M: Llama 4 Scout)
 MAX_OUTPUT_TOKENS = 1_000_000
 MAX_REQUESTS = 1_000_000  # per trace (generated or read)
@@ -31,6 +33,8 @@ MAX_WARMUPS = 1000
 MAX_LIST_ITEMS = 1000  # values in one comma-separated flag (burst rates, seeds)
 MAX_INSTANCES = 4096  # engines in one simulated cluster
 MAX_MODEL_DIM = 1 << 20  # make-tiny-model sizes (the parameter cap binds long before)
+MAX_BOOTSTRAP = 100_000  # bootstrap resamples (each holds every paired trace)
+MIN_LEVEL, MAX_LEVEL = 0.5, 0.9999  # confidence levels (t quantiles stay finite and useful)
 
 
 def _num(text: str, cast: Callable[[str], float]) -> float:
@@ -73,3 +77,15 @@ def float_arg(lo: float, hi: float, *, lo_open: bool = False,
 
     parse.__name__ = "float"
     return parse
+
+
+def check_at_most(obj: object, hi: float, *keys: str) -> None:
+    """For a config's ``__post_init__``: each field in ``keys`` is None or <= ``hi``, else
+    ``KEY: must be <= HI, got V`` (``ppas.core.config.require``)."""
+    for k in keys:
+        v = getattr(obj, k)
+        require(v is None or v <= hi, f"must be <= {_text(hi)}, got {v!r}", key=k)
+
+
+def _text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"

@@ -155,7 +155,8 @@ def _oracle_text(rep: Report) -> list[str]:
                   f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
                   f"with a paired bootstrap {lvl} CI):",
                   [f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {_where(o['load']):>5}: "
-                   f"{_ratio(o['ratio'])}: {o['verdict']}" for o in rep["oracle"]])
+                   + (f"x{o['ratio']['estimate']:.2f}" if o.get("note")
+                      else _ratio(o["ratio"])) + f": {o['verdict']}" for o in rep["oracle"]])
 
 
 def _improvements_text(rep: Report) -> list[str]:
@@ -165,9 +166,10 @@ def _improvements_text(rep: Report) -> list[str]:
         r = imp["ratio"]
         lo = None if r["hi"] is None else 1 - r["hi"]
         hi = None if r["lo"] is None else 1 - r["lo"]
+        ci = (f"({imp['note']})" if imp.get("note")
+              else f"[{_pct(lo)}, {_pct(hi)}]{' *' if imp['significant'] else ''}")
         lines.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} "
-                     f"{_where(imp['load']):>5}: {imp['improvement']:+7.1%} "
-                     f"[{_pct(lo)}, {_pct(hi)}]{' *' if imp['significant'] else ''}")
+                     f"{_where(imp['load']):>5}: {imp['improvement']:+7.1%} {ci}")
     return _block(f"geometric-mean improvement of mean E2E over each baseline (paired "
                   f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):", lines)
 
