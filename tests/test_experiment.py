@@ -1107,3 +1107,76 @@ def test_two_seeds_give_no_bootstrap_interval(tmp_path: Path, model: Path) -> No
     from ppas.experiment.tables import min_bootstrap_n
 
     assert [min_bootstrap_n(lv) for lv in (0.5, 0.9, 0.95, 0.99)] == [2, 5, 6, 8]
+
+
+def _mutate(p: Path, rng: random.Random) -> str:
+    """Break run file ``p`` in one of the ways a disk, an editor or a script does; every
+    way leaves no complete run. Returns which."""
+    text = p.read_text()
+    obj = json.loads(text)
+    how = rng.choice(["truncate", "empty", "list", "object", "nan", "drop key", "wrong type",
+                      "none succeeded", "bad step", "binary", "fifo"])
+    if how == "truncate":
+        p.write_text(text[:rng.randrange(0, text.rindex("}"))])
+    elif how in ("empty", "list", "object"):
+        p.write_text({"empty": "", "list": "[]", "object": "{}"}[how])
+    elif how == "nan":
+        obj["summary"][rng.choice(["avg_latency", "makespan", "p95_ttft"])] = math.nan
+        p.write_text(json.dumps(obj))
+    elif how == "drop key":
+        del obj[rng.choice(["arm", "load", "seed", "summary", "attempts", "steps", "wall_s"])]
+        p.write_text(json.dumps(obj))
+    elif how == "wrong type":
+        key = rng.choice(["arm", "load", "seed", "summary", "steps", "max_num_batched_tokens"])
+        obj[key] = rng.choice(["x", [1], {"a": 1}, None, True])
+        p.write_text(json.dumps(obj))
+    elif how == "none succeeded":
+        obj["summary"]["completed"] = 0
+        p.write_text(json.dumps(obj))
+    elif how == "bad step":
+        obj["steps"] = [{"duration_s": -1, "prefill_chunks": [], "decode_contexts": []}]
+        p.write_text(json.dumps(obj))
+    elif how == "binary":
+        p.write_bytes(bytes(rng.randrange(256) for _ in range(64)))
+    else:
+        p.unlink()
+        os.mkfifo(p)
+    return how
+
+
+def test_corrupt_results_folder_resume_reruns_exactly_the_bad_runs(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, the corrupt-results-folder test: run files broken at random (a random
+    subset, random ways); --dry-run counts exactly the intact ones, --report lists exactly
+    the broken ones and never tracebacks, --resume re-runs exactly the broken ones and
+    leaves the others byte for byte."""
+    import shutil
+
+    p = _one_arm(tmp_path, model, **{"seeds = [0, 1]": "seeds = [0, 1, 2]"})
+    p.write_text(p.read_text() + "[[arms]]\nname = \"b:512\"\npolicy = \"mbt:512\"\n")
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    pristine = tmp_path / "pristine"
+    shutil.copytree(out, pristine)
+    files = sorted((out / "runs").rglob("*.json"))
+    assert len(files) == 6
+    for seed in range(3):
+        shutil.rmtree(out)
+        shutil.copytree(pristine, out)
+        rng = random.Random(seed)
+        broken = sorted(rng.sample(files, rng.randint(1, len(files))))
+        hows = [_mutate(f, rng) for f in broken]
+        intact = {f: f.read_bytes() for f in files if f not in broken}
+        capsys.readouterr()
+        assert main(["experiment", str(p), "--dry-run"]) == 0, hows
+        assert f"6 runs ({len(intact)} already complete, {len(broken)} to run)" in \
+            capsys.readouterr().out, hows
+        assert main(["experiment", str(p), "--report"]) == 0, hows
+        text = capsys.readouterr().out
+        listed = sorted(Path(ln.split("ignored: ")[1].split(": ")[0])
+                        for ln in text.splitlines() if ln.startswith("  ignored: "))
+        assert listed == broken, hows
+        assert main(["experiment", str(p), "--resume"]) == 0, hows
+        assert all(f.read_bytes() == b for f, b in intact.items()), hows
+        assert all(read_run(f).summary["completed"] > 0 for f in broken), hows

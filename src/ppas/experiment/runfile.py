@@ -140,6 +140,8 @@ def read_run(path: Path) -> RunFile:
     """A run file; a file that is not one (NaN and Infinity included) is a one-line
     ``PpasError``."""
     try:
+        if not path.is_file():  # a FIFO would block the read, a device never end it
+            raise ValueError("not a regular file")
         return RunFile.from_json(json.loads(path.read_text(), parse_constant=_no_constant))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PpasError(f"{path}: not a ppas experiment run file ({type(e).__name__}: "

@@ -24,7 +24,10 @@ Every rule about what a valid file is lives here and in the modules of its secti
 (``server_spec``: model and engine; ``traces``: workload; ``arms``): each table is a frozen
 dataclass read by ``ppas.core.config.from_table`` and checked in its ``__post_init__``, so
 every error is one line naming the key and what is allowed (``WHERE.KEY: PROBLEM``,
-``PpasError``, exit 2). Where the file's keys are not the spec's fields (``[model]``,
+``PpasError``, exit 2). Every number has the bound ``ppas.core.limits`` gives it (as the
+flags do); a ``fitted:FILE`` must load as a cost model; ``extra_args`` may not move the
+server off 127.0.0.1 (``server_spec.OWN_FLAGS``); the name is one path component; the file
+itself must be a regular file. Where the file's keys are not the spec's fields (``[model]``,
 ``[workload]``), a table class holds what was written and the spec's ``parse`` resolves it.
 Relative paths are relative to the current directory. ``fitted:auto`` arms are fitted from
 the step logs of the plugin arms without it ("calibration arms"), which therefore run first
