@@ -208,6 +208,44 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
      "arms[4]: give exactly one of policy"),
     ({"name = \"t\"": "name = \"t\" \"\""}, "not valid TOML"),
+    # issue 23: every number bounded (ppas.core.limits), the server on 127.0.0.1 and the
+    # results in their folder
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 100000000"},
+     "engine.tensor_parallel_size: must be <= 1024, got 100000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 1000000000000"},
+     "engine.max_num_seqs: must be <= 1048576"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = 1e300"},
+     "engine.startup_timeout_s: must be <= 1000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100000000000"},
+     "engine.max_model_len: must be <= 11000000"),
+    ({"path = \"": "vocab_size = 100000000000000\npath = \""},
+     "model.vocab_size: must be <= 10000000"),
+    ({"max_num_batched_tokens = 512": "max_num_batched_tokens = 1000000000000000000"},
+     "arms[3].stock.max_num_batched_tokens: must be <= 10000000"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 100000000000"},
+     "arms[0].max_num_batched_tokens: must be <= 10000000"),
+    ({"+": "\n[report]\nlevel = 1e-300\n"}, "report.level: must be in [0.5, 0.9999]"),
+    ({"+": "\n[report]\nn_boot = 1000000000000\n"}, "report.n_boot: must be <= 100000"),
+    ({"+": "\n[report]\nbootstrap_seed = 100000000000\n"}, "report.bootstrap_seed: must be <="),
+    ({"+": "\n[run]\nserver_startup_s = 1e300\n"}, "run.server_startup_s: must be <="),
+    ({"warmup_requests = 1": "warmup_requests = 1000000000"},
+     "workload.warmup_requests: must be <= 1000, got 1000000000"),
+    ({"request_timeout_s = 30": "request_timeout_s = 1e300"},
+     "workload.request_timeout_s: must be <= 1000000"),
+    ({"prompt_tokens = 200": "prompt_tokens = 100000000"},
+     "workload.prompt_tokens: must be <= 10000000"),
+    ({"output_tokens = 3": "output_tokens = 100000000"},
+     "workload.output_tokens: must be <= 1000000"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0, 1e9]"},
+     "workload.burst_rates: must be at most 1000 numbers <= 10000"),
+    ({"seeds = [0, 1]": "seeds = [0, 100000000000]"},
+     "workload.seeds: must be at most 1000 integers <= 4294967295"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--host\", \"0.0.0.0\"]"},
+     "engine.extra_args: may not set --host, --port, --uds (the server listens on 127.0.0.1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--port=80\"]"},
+     "engine.extra_args: may not set --host, --port, --uds"),
+    ({"name = \"t\"": "name = \"../../x\""}, "name: must be a name without /"),
+    ({"name = \"t\"": "name = \"..\""}, "not . or .., got '..'"),
 ]
 
 
@@ -972,58 +1010,6 @@ def test_fitted_auto_resume_after_a_corrupt_calibration_run(
     assert main(["experiment", str(p), "--resume"]) == 0
     assert read_run(cal).steps and read_run(pred).cost_model == (
         f"fitted:{(out / 'cost-auto.json').resolve()}")
-
-
-BOUNDS: list[tuple[dict[str, str], str]] = [
-    ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 100000000"},
-     "engine.tensor_parallel_size: must be <= 1024, got 100000000"),
-    ({"max_num_seqs = 16": "max_num_seqs = 1000000000000"},
-     "engine.max_num_seqs: must be <= 1048576"),
-    ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = 1e300"},
-     "engine.startup_timeout_s: must be <= 1000000"),
-    ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100000000000"},
-     "engine.max_model_len: must be <= 11000000"),
-    ({"path = \"": "vocab_size = 100000000000000\npath = \""},
-     "model.vocab_size: must be <= 10000000"),
-    ({"max_num_batched_tokens = 512": "max_num_batched_tokens = 1000000000000000000"},
-     "arms[3].stock.max_num_batched_tokens: must be <= 10000000"),
-    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 100000000000"},
-     "arms[0].max_num_batched_tokens: must be <= 10000000"),
-    ({"+": "\n[report]\nlevel = 1e-300\n"}, "report.level: must be in [0.5, 0.9999]"),
-    ({"+": "\n[report]\nn_boot = 1000000000000\n"}, "report.n_boot: must be <= 100000"),
-    ({"+": "\n[report]\nbootstrap_seed = 100000000000\n"}, "report.bootstrap_seed: must be <="),
-    ({"+": "\n[run]\nserver_startup_s = 1e300\n"}, "run.server_startup_s: must be <="),
-    ({"warmup_requests = 1": "warmup_requests = 1000000000"},
-     "workload.warmup_requests: must be <= 1000, got 1000000000"),
-    ({"request_timeout_s = 30": "request_timeout_s = 1e300"},
-     "workload.request_timeout_s: must be <= 1000000"),
-    ({"prompt_tokens = 200": "prompt_tokens = 100000000"},
-     "workload.prompt_tokens: must be <= 10000000"),
-    ({"output_tokens = 3": "output_tokens = 100000000"},
-     "workload.output_tokens: must be <= 1000000"),
-    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0, 1e9]"},
-     "workload.burst_rates: must be at most 1000 numbers <= 10000"),
-    ({"seeds = [0, 1]": "seeds = [0, 100000000000]"},
-     "workload.seeds: must be at most 1000 integers <= 4294967295"),
-    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--host\", \"0.0.0.0\"]"},
-     "engine.extra_args: may not set --host, --port, --uds (the server listens on 127.0.0.1"),
-    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--port=80\"]"},
-     "engine.extra_args: may not set --host, --port, --uds"),
-    ({"name = \"t\"": "name = \"../../x\""}, "name: must be a name without /"),
-    ({"name = \"t\"": "name = \"..\""}, "name: must be a name without /"),
-]
-
-
-@pytest.mark.parametrize(("repl", "message"), BOUNDS, ids=[m for _, m in BOUNDS])
-def test_absurd_values_are_refused(tmp_path: Path, model: Path, repl: dict[str, str],
-                                   message: str) -> None:
-    """Issue 23, hangs and absurd values: every number of the file is bounded (the bounds of
-    ``ppas.core.limits``), and no setting moves the server off 127.0.0.1 or the results out
-    of their folder."""
-    with pytest.raises(PpasError) as e:
-        parse_experiment(_text(tmp_path, model, **repl), "t")
-    assert message in str(e.value)
-    assert "\n" not in str(e.value)
 
 
 def test_cost_model_files_must_be_cost_models(tmp_path: Path, model: Path,

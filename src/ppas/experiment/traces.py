@@ -6,21 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ppas.core import limits as lim
 from ppas.core.config import FieldError, check_fields, config_error, from_table, require
 from ppas.core.errors import PpasError
-from ppas.core.limits import (
-    MAX_BURSTINESS,
-    MAX_LIST_ITEMS,
-    MAX_OUTPUT_TOKENS,
-    MAX_PROMPT_TOKENS,
-    MAX_RATE,
-    MAX_REQUESTS,
-    MAX_SEED,
-    MAX_TIMEOUT_S,
-    MAX_WARMUPS,
-    MIN_BURSTINESS,
-    check_at_most,
-)
+from ppas.core.limits import check_at_most
 from ppas.workload import Trace, gamma_trace, load_trace, parse_phases, phase_trace
 
 WORKLOAD_KINDS = ("phases", "gamma", "trace")
@@ -64,19 +53,19 @@ class WorkloadTable:
         seeds = self.seeds
         require(bool(seeds) and min(seeds) >= 0 and len(set(seeds)) == len(seeds),
                 f"must be distinct integers >= 0, got {list(seeds)!r}", key="seeds")
-        require(max(seeds) <= MAX_SEED and len(seeds) <= MAX_LIST_ITEMS, f"must be at most "
-                f"{MAX_LIST_ITEMS} integers <= {MAX_SEED}, got {len(seeds)} up to "
-                f"{max(seeds)}", key="seeds")
+        require(max(seeds) <= lim.MAX_SEED and len(seeds) <= lim.MAX_LIST_ITEMS,
+                f"must be at most {lim.MAX_LIST_ITEMS} integers <= {lim.MAX_SEED}, got "
+                f"{len(seeds)} up to {max(seeds)}", key="seeds")
         check_fields(self, "prompt_tokens", "output_tokens", at_least=1)
-        check_at_most(self, MAX_PROMPT_TOKENS, "prompt_tokens")
-        check_at_most(self, MAX_OUTPUT_TOKENS, "output_tokens")
+        check_at_most(self, lim.MAX_PROMPT_TOKENS, "prompt_tokens")
+        check_at_most(self, lim.MAX_OUTPUT_TOKENS, "output_tokens")
         check_fields(self, "warmup_requests", at_least=0)
-        check_at_most(self, MAX_WARMUPS, "warmup_requests")
+        check_at_most(self, lim.MAX_WARMUPS, "warmup_requests")
         check_fields(self, "request_timeout_s", "burstiness", above=0)
-        check_at_most(self, MAX_TIMEOUT_S, "request_timeout_s")
-        require(self.burstiness is None or MIN_BURSTINESS <= self.burstiness <= MAX_BURSTINESS,
-                f"must be in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}], got {self.burstiness}",
-                key="burstiness")
+        check_at_most(self, lim.MAX_TIMEOUT_S, "request_timeout_s")
+        b = self.burstiness
+        require(b is None or lim.MIN_BURSTINESS <= b <= lim.MAX_BURSTINESS, f"must be in "
+                f"[{lim.MIN_BURSTINESS:g}, {lim.MAX_BURSTINESS:g}], got {b}", key="burstiness")
         if self.kind == "trace":
             require(self.file is not None, "required with kind = \"trace\": a CSV/JSONL trace "
                     "file (ppas.workload)", key="file")
@@ -89,9 +78,9 @@ class WorkloadTable:
         require(bool(rates), f"must be a non-empty list of numbers > 0, got {rates!r}", key=key)
         require(min(rates) > 0 and len(set(rates)) == len(rates),
                 f"must be distinct finite numbers > 0, got {list(rates)!r}", key=key)
-        require(max(rates) <= MAX_RATE and len(rates) <= MAX_LIST_ITEMS, f"must be at most "
-                f"{MAX_LIST_ITEMS} numbers <= {MAX_RATE:g}, got {len(rates)} up to "
-                f"{max(rates):g}", key=key)
+        require(max(rates) <= lim.MAX_RATE and len(rates) <= lim.MAX_LIST_ITEMS,
+                f"must be at most {lim.MAX_LIST_ITEMS} numbers <= {lim.MAX_RATE:g}, got "
+                f"{len(rates)} up to {max(rates):g}", key=key)
         if self.kind == "phases":
             require(self.phases is not None and "{burst}" in self.phases,
                     "required: DURATION_S:RATE,... with {burst} where burst_rates go, e.g. "
@@ -107,8 +96,8 @@ class WorkloadTable:
                 and bool(vals) and (not isinstance(v, list) or len(vals) == len(rates)),
                 f"must be an integer >= 1 or a list of {len(rates)} of them (one per request "
                 f"rate), got {v!r}", key="num_prompts")
-        require(max(vals) <= MAX_REQUESTS, f"must be <= {MAX_REQUESTS} prompts per trace, got "
-                f"{max(vals)}", key="num_prompts")
+        require(max(vals) <= lim.MAX_REQUESTS, f"must be <= {lim.MAX_REQUESTS} prompts per "
+                f"trace, got {max(vals)}", key="num_prompts")
 
     @property
     def rates_key(self) -> str:
