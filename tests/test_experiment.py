@@ -1166,3 +1166,25 @@ def test_corrupt_results_folder_resume_reruns_exactly_the_bad_runs(
         assert main(["experiment", str(p), "--resume"]) == 0, hows
         assert all(f.read_bytes() == b for f, b in intact.items()), hows
         assert all(read_run(f).summary["completed"] > 0 for f in broken), hows
+
+
+def test_folders_from_before_the_escaped_names_still_read(tmp_path: Path, model: Path) -> None:
+    """A folder written before issue 23 kept arm ``mbt:64`` in ``runs/mbt_64/``: its runs
+    count where the file holds that very run; the colliding arm ``mbt_64``'s run in the
+    same file is not taken for it."""
+    from ppas.experiment.folder import ResultsFolder
+
+    exp = parse_experiment(_text(tmp_path, model, **{"name = \"small\"": "name = \"mbt:64\"",
+                                                     "name = \"large\"": "name = \"mbt_64\""}),
+                           "t")
+    named = parse_experiment(_text(tmp_path, model), "t")  # the golden's arms' run files
+    old = tmp_path / "out" / "runs" / "mbt_64"
+    old.mkdir(parents=True)
+    mine = _run_file(named, "small", 4.0, 0) | {"arm": "mbt:64"}
+    (old / "4-s0.json").write_text(json.dumps(mine))
+    theirs = _run_file(named, "large", 12.0, 1) | {"arm": "mbt_64"}
+    (old / "12-s1.json").write_text(json.dumps(theirs))
+    folder = ResultsFolder(exp)
+    assert folder.completed() == {("mbt:64", 4.0, 0), ("mbt_64", 12.0, 1)}
+    assert not folder.check("mbt:64", 12.0, 1).complete
+    assert folder.runs("mbt:64")[0].to_json() == mine

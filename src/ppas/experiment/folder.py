@@ -19,7 +19,8 @@ Invariants:
   seed), made with this experiment's settings (``RunFile.settings`` equals
   ``Experiment.settings_hash``; files from before it was recorded count when
   ``experiment.json`` matches) and with at least one request that succeeded; any other file
-  is pending (``check``): ``--resume`` re-runs it and ``--report`` lists it, unread;
+  is pending (``check``): ``--resume`` re-runs it and ``--report`` lists it, unread; a
+  folder written before these names is read where its file holds that very run;
 * runs of one folder were all made with one fingerprint: ``check_same`` refuses a resume or
   a report across a change; a missing or unreadable ``experiment.json`` is rebuilt from the
   run files only when every one of them records these settings, else the resume is refused
@@ -121,7 +122,22 @@ class ResultsFolder:
         invariants)."""
         p = self.run_path(arm, load, seed)
         if not os.path.lexists(p):
+            old = self._legacy_path(arm, load, seed)
+            if old != p and os.path.lexists(old):
+                c = self._check(old, arm, load, seed)
+                if c.complete:
+                    return c
             return Checked(p, None, "missing")
+        return self._check(p, arm, load, seed)
+
+    def _legacy_path(self, arm: str, load: float, seed: int) -> Path:
+        """Where folders written before the injective names kept the run (arm names with
+        ``_`` for other characters, loads as ``%g``): read when it holds this very run."""
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm)
+        label = "trace" if self.exp.workload.kind == "trace" else f"{load:g}"
+        return self.out / RUNS_DIR / slug / f"{label}-s{seed}.json"
+
+    def _check(self, p: Path, arm: str, load: float, seed: int) -> Checked:
         try:
             r = read_run(p)
         except PpasError as e:
