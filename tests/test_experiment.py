@@ -1188,3 +1188,126 @@ def test_folders_from_before_the_escaped_names_still_read(tmp_path: Path, model:
     assert folder.completed() == {("mbt:64", 4.0, 0), ("mbt_64", 12.0, 1)}
     assert not folder.check("mbt:64", 12.0, 1).complete
     assert folder.runs("mbt:64")[0].to_json() == mine
+
+
+# ---------------------------------------------------------------- the file, fuzzed
+
+#: every key of the experiment file, by table (the ``[[arms]]`` ones on the first arm)
+FILE_KEYS = {
+    "": ["name", "description", "out_dir"],
+    "model": ["path", "vocab_size"],
+    "engine": ["dtype", "max_model_len", "max_num_seqs", "tensor_parallel_size",
+               "gpu_memory_utilization", "enable_prefix_caching", "enforce_eager",
+               "startup_timeout_s", "extra_args", "env"],
+    "workload": ["kind", "phases", "burst_rates", "request_rates", "burstiness", "num_prompts",
+                 "file", "prompt_tokens", "output_tokens", "seeds", "warmup_requests",
+                 "request_timeout_s"],
+    "arms": ["name", "policy", "stock", "cost_model", "max_num_batched_tokens", "baseline"],
+    "arms.stock": ["max_num_batched_tokens", "long_prefill_token_threshold",
+                   "max_num_partial_prefills", "max_long_partial_prefills"],
+    "run": ["devices", "server_startup_s", "estimate_cost_model", "hardware", "catalog_model"],
+    "report": ["level", "n_boot", "bootstrap_seed"],
+}
+
+
+def _toml(v: Any) -> str:
+    """``v`` as a TOML value (a string that TOML cannot hold is a TOML error: fine)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return ("nan" if math.isnan(v) else "inf" if v == math.inf else "-inf"
+                if v == -math.inf else repr(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_toml, v)) + "]"
+    return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(x)}" for k, x in v.items()) + " }"
+
+
+def _values() -> Any:
+    from hypothesis import strategies as st
+
+    scalar = st.one_of(st.integers(-2**70, 2**70), st.floats(), st.text(max_size=12),
+                       st.booleans(), st.sampled_from([
+                           "fitted:/etc/passwd", "fitted:auto", "../../x", "..", "/", "--host",
+                           "mbt:64", "ppas:b_cap=1e18", "trace", "gamma", "0.5:1e9,1:{burst}",
+                           "roofline", "float16", "1e-300"]),
+                       st.sampled_from([0, 1, -1, 10**9, 10**18, 1e-300, 1e300, 0.5, 2.0]))
+    number = st.sampled_from([0, 1, -1, 3, 10**6, 10**9, 10**12, 10**18, 2**63 - 1, 1e-300,
+                              1e300, 0.5, 2.0, 1e9, math.nan, math.inf])
+    return st.one_of(number, number, number, scalar, st.lists(number, min_size=1, max_size=3),
+                     st.lists(scalar, max_size=3),
+                     st.dictionaries(st.sampled_from(["A", "max_num_batched_tokens", "x y"]),
+                                     scalar, max_size=2))
+
+
+def _numbers(obj: Any) -> list[float]:
+    """Every number in a parsed experiment's specs (dataclasses, tuples, dicts)."""
+    import dataclasses
+
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return []
+    if isinstance(obj, int | float):
+        return [obj]
+    if dataclasses.is_dataclass(obj):
+        return [x for f in dataclasses.fields(obj) for x in _numbers(getattr(obj, f.name))]
+    if isinstance(obj, tuple | list):
+        return [x for v in obj for x in _numbers(v)]
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    return []
+
+
+@pytest.mark.parametrize("where", [(t, k) for t, ks in FILE_KEYS.items() for k in ks],
+                         ids=[f"{t}.{k}".lstrip(".") for t, ks in FILE_KEYS.items() for k in ks])
+def test_fuzz_experiment_file(tmp_path: Path, model: Path, where: tuple[str, str]) -> None:
+    """Issue 23, the fuzz test on the experiment file: any value at any key (huge, tiny,
+    NaN, infinite, of the wrong type, a path outside the folder) is either a valid
+    experiment whose plan is made at once, or one ``PpasError`` line: never a traceback,
+    a hang or a server listening off 127.0.0.1."""
+    from hypothesis import HealthCheck, given, settings
+
+    base = _text(tmp_path, model)
+    junk = tmp_path / "junk.json"
+    junk.write_text("{}")
+
+    @settings(max_examples=40, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_values())
+    def one(value: Any) -> None:
+        table, key = where
+        line = f"{key} = {_toml(value)}\n"
+        header = {"": None, "arms": "[[arms]]\n", "arms.stock": "[arms.stock]\n"}.get(
+            table, f"[{table}]\n")
+        if table == "":
+            text = line + "\n".join(ln for ln in base.splitlines()
+                                    if not ln.startswith(f"{key} = ")) + "\n"
+        elif table == "arms.stock":
+            text = base.replace("[arms.stock]\n", header + line)
+        elif header in base:
+            at = base.index(header) + len(header)
+            rest = base[at:].split("\n[", 1)
+            body = "".join(ln + "\n" for ln in rest[0].splitlines()
+                           if not ln.startswith(f"{key} = "))
+            text = base[:at] + line + body + ("\n[" + rest[1] if len(rest) > 1 else "")
+        else:
+            text = base + "\n" + header + line
+        t0 = time.monotonic()
+        try:
+            exp = parse_experiment(text, "t")
+        except PpasError as e:
+            assert "\n" not in str(e), str(e)
+            return
+        plan_text(exp, estimate(exp), set())
+        assert time.monotonic() - t0 < 30, (where, value)
+        assert not any(a.split("=")[0] in ("--host", "--port")
+                       for a in exp.engine.extra_args)
+        assert "/" not in exp.name and exp.name not in (".", "..")  # out/NAME stays in out/
+        assert exp.workload.warmup_requests <= 1000 and exp.report.n_boot <= 100_000
+        assert 0.5 <= exp.report.level < 1
+        big = [x for x in _numbers(exp) if not abs(x) <= 2**32]
+        assert not big, (where, value, big)  # every number bounded (ppas.core.limits)
+
+    one()
