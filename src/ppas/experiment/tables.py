@@ -7,7 +7,9 @@ Invariants:
   (``Paired``);
 * only arms complete at a load (every seed) are ranked at it (``winners``, the oracle's
   best baseline);
-* a verdict or mark is given only where its interval excludes 1 (``ppas.analysis.stats``).
+* a verdict or mark is given only where its interval excludes 1 (``ppas.analysis.stats``);
+* a paired bootstrap interval is given only over ``min_bootstrap_n`` traces or more (6 at
+  95%); below, the ratio alone and why (``n=2: no bootstrap interval, ...``).
 """
 
 from __future__ import annotations
