@@ -6,7 +6,8 @@ One engine serves requests one at a time: a prompt is prefilled in chunks of
 streamed ``OVERHEAD_S`` apart; every step is logged (``time``, ``duration_s``,
 ``prefill_chunks``, ``decode_contexts``). With ``FAKE_DIE_AFTER=N`` and
 ``FAKE_DIE_MARKER=FILE`` in the environment, the first server process that completes N
-requests while FILE does not exist creates FILE and exits at once (a crash mid-run).
+requests while FILE does not exist creates FILE and exits at once (a crash mid-run). With
+``FAKE_FAIL_WHILE=FILE`` it answers every completion with HTTP 500 while FILE exists.
 Like vLLM it does not watch its parent: ``FakeLauncher`` starts it the way ``VllmServer``
 starts vLLM (``ppas.live.server.spawn_group``: own process group, dies with its parent on Linux,
 recorded in the launch's pid file), so the tests see what a real server would do.
@@ -38,6 +39,7 @@ def serve(port: int, step_log: str | None, mbt: int) -> None:
 
     die_after = int(os.environ.get("FAKE_DIE_AFTER", "0"))
     marker = os.environ.get("FAKE_DIE_MARKER")
+    fail_while = os.environ.get("FAKE_FAIL_WHILE")
     lock = asyncio.Lock()
     done = [0]
     log = open(step_log, "a") if step_log else None  # noqa: SIM115
@@ -55,6 +57,8 @@ def serve(port: int, step_log: str | None, mbt: int) -> None:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if fail_while and os.path.exists(fail_while):
+            return web.json_response({"error": "fake failure"}, status=500)
         prompt = body["prompt"]
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         async with lock:

@@ -208,6 +208,44 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
      "arms[4]: give exactly one of policy"),
     ({"name = \"t\"": "name = \"t\" \"\""}, "not valid TOML"),
+    # issue 23: every number bounded (ppas.core.limits), the server on 127.0.0.1 and the
+    # results in their folder
+    ({"max_num_seqs = 16": "max_num_seqs = 16\ntensor_parallel_size = 100000000"},
+     "engine.tensor_parallel_size: must be <= 1024, got 100000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 1000000000000"},
+     "engine.max_num_seqs: must be <= 1048576"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nstartup_timeout_s = 1e300"},
+     "engine.startup_timeout_s: must be <= 1000000"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nmax_model_len = 100000000000"},
+     "engine.max_model_len: must be <= 11000000"),
+    ({"path = \"": "vocab_size = 100000000000000\npath = \""},
+     "model.vocab_size: must be <= 10000000"),
+    ({"max_num_batched_tokens = 512": "max_num_batched_tokens = 1000000000000000000"},
+     "arms[3].stock.max_num_batched_tokens: must be <= 10000000"),
+    ({"policy = \"mbt:64\"": "policy = \"mbt:64\"\nmax_num_batched_tokens = 100000000000"},
+     "arms[0].max_num_batched_tokens: must be <= 10000000"),
+    ({"+": "\n[report]\nlevel = 1e-300\n"}, "report.level: must be in [0.5, 0.9999]"),
+    ({"+": "\n[report]\nn_boot = 1000000000000\n"}, "report.n_boot: must be <= 100000"),
+    ({"+": "\n[report]\nbootstrap_seed = 100000000000\n"}, "report.bootstrap_seed: must be <="),
+    ({"+": "\n[run]\nserver_startup_s = 1e300\n"}, "run.server_startup_s: must be <="),
+    ({"warmup_requests = 1": "warmup_requests = 1000000000"},
+     "workload.warmup_requests: must be <= 1000, got 1000000000"),
+    ({"request_timeout_s = 30": "request_timeout_s = 1e300"},
+     "workload.request_timeout_s: must be <= 1000000"),
+    ({"prompt_tokens = 200": "prompt_tokens = 100000000"},
+     "workload.prompt_tokens: must be <= 10000000"),
+    ({"output_tokens = 3": "output_tokens = 100000000"},
+     "workload.output_tokens: must be <= 1000000"),
+    ({"burst_rates = [4.0, 12.0]": "burst_rates = [4.0, 1e9]"},
+     "workload.burst_rates: must be at most 1000 numbers <= 10000"),
+    ({"seeds = [0, 1]": "seeds = [0, 100000000000]"},
+     "workload.seeds: must be at most 1000 integers <= 4294967295"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--host\", \"0.0.0.0\"]"},
+     "engine.extra_args: may not set --host, --port, --uds (the server listens on 127.0.0.1"),
+    ({"max_num_seqs = 16": "max_num_seqs = 16\nextra_args = [\"--port=80\"]"},
+     "engine.extra_args: may not set --host, --port, --uds"),
+    ({"name = \"t\"": "name = \"../../x\""}, "name: must be a name without /"),
+    ({"name = \"t\"": "name = \"..\""}, "not . or .., got '..'"),
 ]
 
 
@@ -734,7 +772,8 @@ def make_results(tmp_path: Path, model: Path) -> Experiment:
 def test_report_matches_golden(tmp_path: Path, model: Path) -> None:
     """The report stays byte-identical for the same run files: a results folder made
     deterministically here (summaries, step slices, a retried run, a failed run, a missing
-    run) against the report.txt/report.json the code made for it at 8685c44. Regenerate
+    run) against the report.txt/report.json the code made for it at 8685c44, regenerated for
+    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files). Regenerate
     only for a deliberate change of the report: ``PPAS_WRITE_GOLDEN=1 pytest -k golden``."""
     exp = make_results(tmp_path, model)
     write_report(exp)
@@ -764,3 +803,511 @@ def test_report_golden_is_not_trivial(name: str) -> None:
                     "simulator"):
             assert rep[key], key
         assert rep["relative"]["rows"]
+
+
+# ---------------------------------------------------------------- a results folder to trust
+
+
+def _one_arm(tmp_path: Path, model: Path, **repl: str) -> Path:
+    """``BASE`` cut to its first arm at one burst rate, two seeds (2 runs), written."""
+    text = _text(tmp_path, model, **{"burst_rates = [4.0, 12.0]": "burst_rates = [4.0]",
+                                     **repl})
+    return _write(tmp_path, text[:text.index("[[arms]]\nname = \"large\"")])
+
+
+@pytest.fixture()
+def fake_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main([...])`` in this process runs its servers as ``fake_vllm``."""
+    import ppas.experiment.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "vllm_launcher", FakeLauncher)
+
+
+def test_run_file_names_are_injective(tmp_path: Path, model: Path) -> None:
+    """Issue 23, data loss 1, 2 and the path escape: arm names and loads map to distinct
+    file names that read back, and none leaves its folder."""
+    from ppas.experiment.folder import file_name, name_of
+
+    names = ["mbt:64", "mbt_64", "mbt%3A64", "..", ".", ".x", "a.b", "ü", "x=1,y+2"]
+    files = [file_name(n) for n in names]
+    assert len(set(files)) == len(names)
+    assert [name_of(f) for f in files] == names
+    assert all("/" not in f and not f.startswith(".") for f in files)
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    labels = {x: exp.workload.load_label(x) for x in (4.0, 0.1234561, 0.1234562, 1e-7, 3e6)}
+    assert labels[4.0] == "4" and len(set(labels.values())) == len(labels)
+    assert all(float(lab) == x for x, lab in labels.items())
+
+
+def test_colliding_arms_and_rates_all_run(tmp_path: Path, model: Path, fake_cli: None,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Arms ``mbt:64`` / ``mbt_64`` and rates 0.1234561 / 0.1234562 used to share files:
+    every one of the 4 runs is now its own file, and the report counts 4 distinct runs."""
+    p = _one_arm(tmp_path, model, **{
+        "burst_rates = [4.0]": "burst_rates = [0.1234561, 0.1234562]",
+        "seeds = [0, 1]": "seeds = [0]", "name = \"small\"": "name = \"mbt:64\""})
+    p.write_text(p.read_text() + "".join(f"[[arms]]\nname = \"{a}\"\npolicy = \"mbt:64\"\n"
+                                         for a in ("mbt_64", "..")))
+    assert main(["experiment", str(p)]) == 0
+    runs = _runs(tmp_path / "out")
+    assert len(runs) == 6
+    assert {(r["arm"], r["load"]) for r in runs.values()} == {
+        (a, x) for a in ("mbt:64", "mbt_64", "..") for x in (0.1234561, 0.1234562)}
+    out = capsys.readouterr().out
+    assert "6/6 runs" in out and "0.1234561  mbt_64" in out and "0.1234562  mbt:64" in out
+    # arm ".." stays inside the folder, like every other
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["exp.toml", "model", "out"]
+    assert {x.name for x in (tmp_path / "out" / "runs").iterdir()} == {
+        "mbt%3A64", "mbt_64", "%2E."}
+
+
+BROKEN = {"truncated": None, "empty": "", "list": "[]", "object": "{}", "nan": "NaN",
+          "nan inside": "avg_latency", "not a step": "steps", "no request succeeded": "ok0"}
+
+
+def _break(p: Path, how: str) -> None:
+    text = p.read_text()
+    obj = json.loads(text)
+    if how == "truncated":
+        p.write_text(text[:len(text) // 2])
+    elif how == "nan inside":
+        obj["summary"]["avg_latency"] = math.nan
+        p.write_text(json.dumps(obj))
+    elif how == "not a step":
+        obj["steps"] = [{"x": 1}]
+        p.write_text(json.dumps(obj))
+    elif how == "no request succeeded":
+        obj["summary"]["completed"] = 0
+        p.write_text(json.dumps(obj))
+    else:
+        p.write_text(BROKEN[how] or "")
+
+
+def test_broken_run_files_are_pending_rerun_and_reported(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 3 and the report's tracebacks: a run file that does not parse as
+    a complete run is pending in --dry-run, listed (not read) by --report, and re-run by
+    --resume, which leaves the good run as it was."""
+    p = _one_arm(tmp_path, model)
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    good, bad = sorted((out / "runs" / "small").glob("*.json"))
+    keep = good.read_bytes()
+    for how in BROKEN:
+        _break(bad, how)
+        capsys.readouterr()
+        assert main(["experiment", str(p), "--dry-run"]) == 0, how
+        assert "2 runs (1 already complete, 1 to run)" in capsys.readouterr().out, how
+        assert main(["experiment", str(p), "--report"]) == 0, how
+        text = capsys.readouterr().out
+        assert "1/2 runs" in text and f"ignored: {bad}" in text, how
+        assert main(["experiment", str(p), "--resume"]) == 0, how
+        assert read_run(bad).summary["completed"] > 0, how
+        assert good.read_bytes() == keep, how
+
+
+def test_state_file_is_rebuilt_or_the_resume_refused(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 4: experiment.json deleted or corrupt, then --resume: rebuilt
+    when every run file records these settings; refused (never re-stamped) when the file's
+    settings changed, or a run file does not record its settings."""
+    p = _one_arm(tmp_path, model)
+    assert main(["experiment", str(p)]) == 0
+    out, state = tmp_path / "out", tmp_path / "out" / "experiment.json"
+    runs = _runs(out)
+    original = state.read_text()
+    state.unlink()
+    capsys.readouterr()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert "written again" in capsys.readouterr().err
+    assert state.read_text() == original and _runs(out) == runs
+    changed = p.read_text().replace("prompt_tokens = 200", "prompt_tokens = 300")
+    for corrupt in ("", "{", "[]", "{\"fingerprint\": 3}"):
+        state.write_text(corrupt)
+        p.write_text(changed)
+        assert main(["experiment", str(p), "--resume"]) == 2, corrupt
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "do not record this experiment's settings" in err
+        assert state.read_text() == corrupt and _runs(out) == runs  # nothing re-stamped
+        assert main(["experiment", str(p)]) == 2  # nor without --resume
+        assert "pass --resume" in capsys.readouterr().err
+    # a run file from before runs recorded their settings: cannot be told apart
+    p.write_text(changed.replace("prompt_tokens = 300", "prompt_tokens = 200"))
+    f = next((out / "runs" / "small").glob("*.json"))
+    f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items()
+                             if k != "settings"}))
+    state.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 2
+    assert not state.exists()
+    # with experiment.json back, that older file counts again
+    state.write_text(original)
+    assert main(["experiment", str(p), "--dry-run"]) == 0
+    assert "2 runs (2 already complete, 0 to run)" in capsys.readouterr().out
+    # a run file of other settings in a folder that says these: refused, not overwritten
+    other = json.loads(f.read_text()) | {"settings": "0123456789abcdef"}
+    f.write_text(json.dumps(other))
+    assert main(["experiment", str(p), "--resume"]) == 2
+    assert "made with other settings" in capsys.readouterr().err
+    assert json.loads(f.read_text()) == other
+
+
+def test_one_experiment_at_a_time_per_folder(tmp_path: Path, model: Path, fake_cli: None,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 5: a second experiment into a folder in use exits 2 in one line
+    and touches nothing; once the first is done the folder is free again."""
+    p = _one_arm(tmp_path, model)
+    exp = load_experiment(p)
+    with Runner(exp, FakeLauncher).folder.locked():
+        capsys.readouterr()
+        assert main(["experiment", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is in use by another ppas experiment (pid " in err
+        assert not (tmp_path / "out" / "runs").exists()
+    assert main(["experiment", str(p)]) == 0
+    assert len(_runs(tmp_path / "out")) == 2
+
+
+def test_a_run_with_no_successful_request_fails_and_resume_retries_it(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, data loss 6: a server answering 500 to every request: the run is failed
+    (kept under failed/, not counted), the experiment exits 1, --resume runs it again."""
+    fail = tmp_path / "fail"
+    fail.write_text("")
+    p = _one_arm(tmp_path, model, **{
+        "warmup_requests = 1": "warmup_requests = 0",
+        "max_num_seqs = 16": f"max_num_seqs = 16\nenv = {{ FAKE_FAIL_WHILE = \"{fail}\" }}"})
+    assert main(["experiment", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "no request succeeded at burst 4 seed 0" in err and "0/2 runs complete" in err
+    out = tmp_path / "out"
+    assert not _runs(out) and len(list((out / "failed").rglob("*.json"))) == 1
+    assert main(["experiment", str(p), "--dry-run"]) == 0
+    assert "(0 already complete, 2 to run)" in capsys.readouterr().out
+    fail.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert len(_runs(out)) == 2
+    assert all(r["summary"]["completed"] > 0 for r in _runs(out).values())
+
+
+def test_fitted_auto_resume_after_a_corrupt_calibration_run(
+        tmp_path: Path, model: Path, fake_cli: None) -> None:
+    """Issue 23, tracebacks: a ``fitted:auto`` experiment whose calibration run file is
+    corrupt, then --resume: the calibration run is made again and the model refitted."""
+    text = _text(tmp_path, model, **{"burst_rates = [4.0, 12.0]": "burst_rates = [4.0]",
+                                     "seeds = [0, 1]": "seeds = [0]"})
+    cut = text.index("[[arms]]\nname = \"large\"")
+    p = _write(tmp_path, text[:cut] + text[text.index("[[arms]]\nname = \"pred\""):
+                                      text.index("[[arms]]\nname = \"stock\"")])
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    (cal,) = (out / "runs" / "small").glob("*.json")
+    (pred,) = (out / "runs" / "pred").glob("*.json")
+    cal.write_text("{\"arm\": ")
+    pred.unlink()
+    assert main(["experiment", str(p), "--resume"]) == 0
+    assert read_run(cal).steps and read_run(pred).cost_model == (
+        f"fitted:{(out / 'cost-auto.json').resolve()}")
+
+
+def test_cost_model_files_must_be_cost_models(tmp_path: Path, model: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: ``cost_model = "fitted:/etc/passwd"`` (any file that is not a fitted cost
+    model) and an estimate's ``fitted:FILE`` fail at --dry-run, in one line."""
+    junk = tmp_path / "passwd"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for repl, where in (({"cost_model = \"fitted:auto\"": f"cost_model = \"fitted:{junk}\""},
+                         "arms[2].cost_model: "),
+                        ({"+": f"\n[run]\nestimate_cost_model = \"fitted:{junk}\"\n"},
+                         "run.estimate_cost_model: ")):
+        p = _write(tmp_path, _text(tmp_path, model, **repl))
+        assert main(["experiment", str(p), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and where in err and "not a fitted cost model" in err
+
+
+def test_trace_requests_must_fit_the_model(tmp_path: Path, model: Path) -> None:
+    """Issue 23: a trace file's prompt + output above max_model_len is refused up front."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": n,
+                                         "output_tokens": 2}) + "\n"
+                             for t, n in ((0, 100), (0.1, 4095))))
+    text = _text(tmp_path, model, **{
+        "phases = \"0.5:8,0.5:{burst}\"\nburst_rates = [4.0, 12.0]\nprompt_tokens = 200\n"
+        "output_tokens = 3": f"kind = \"trace\"\nfile = \"{trace}\""})
+    with pytest.raises(PpasError, match=r"^workload.file: prompt \+ output tokens \(4097\) "
+                       r"exceed the model's max_position_embeddings \(4096\)$"):
+        parse_experiment(text, "t")
+
+
+def test_out_dir_file_and_non_regular_experiment_files(tmp_path: Path, model: Path) -> None:
+    """Issue 23, exit codes and hangs: --dry-run refuses an out_dir that is a file as the
+    run does (exit 2); a FIFO or a device as the experiment file is refused in one line,
+    without reading it."""
+    p = _write(tmp_path, _text(tmp_path, model))
+    f = tmp_path / "afile"
+    f.write_text("keep\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (["experiment", str(p), "--out-dir", str(f), "--dry-run"],
+                 ["experiment", str(p), "--out-dir", str(f), "--report"],
+                 ["experiment", str(fifo), "--dry-run"],
+                 ["experiment", "/dev/zero", "--dry-run"]):
+        proc = _run_cli(args)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 2, (args, err)
+        assert err.count("\n") == 1 and ("is not a folder" in err
+                                         or "is not a regular file" in err), err
+    assert f.read_text() == "keep\n"
+
+
+def test_two_seeds_give_no_bootstrap_interval(tmp_path: Path, model: Path) -> None:
+    """Issue 23, statistics: with 2 seeds the paired bootstrap has 3 distinct resamples, so
+    the report gives the geometric-mean ratio and says why it has no interval, instead of
+    an interval; with enough traces the interval is there."""
+    from ppas.experiment.folder import run_path
+
+    exp = parse_experiment(_text(tmp_path, model), "t")
+    for arm in exp.arms:
+        for load, seed in exp.cells():
+            p = run_path(tmp_path / "out", arm.name, exp.workload.load_label(load), seed)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(_run_file(exp, arm.name, load, seed)))
+    text, rep = write_report(exp)
+    per_load = [i for i in rep["improvements"] if i["load"] is not None]
+    assert per_load and all(i["ratio"]["n"] == 2 or i["ratio"]["n"] == 1 for i in per_load)
+    for i in per_load:
+        assert i["ratio"]["lo"] is None and i["ratio"]["hi"] is None and not i["significant"]
+        assert i["note"].startswith(f"n={i['ratio']['n']}: no bootstrap interval")
+    assert "n=2: no bootstrap interval, needs n >= 6 at 95%" in text
+    block = text.split("geometric-mean improvement")[1].split("simulator:")[0]
+    rows = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    assert rows and all("no bootstrap interval" in ln and "[" not in ln
+                        and not ln.endswith("*") for ln in rows)  # no interval, no mark
+    from ppas.experiment.folder import run_path
+    from ppas.experiment.tables import min_bootstrap_n
+
+    assert [min_bootstrap_n(lv) for lv in (0.5, 0.9, 0.95, 0.99)] == [2, 5, 6, 8]
+
+
+def _mutate(p: Path, rng: random.Random) -> str:
+    """Break run file ``p`` in one of the ways a disk, an editor or a script does; every
+    way leaves no complete run. Returns which."""
+    text = p.read_text()
+    obj = json.loads(text)
+    how = rng.choice(["truncate", "empty", "list", "object", "nan", "drop key", "wrong type",
+                      "none succeeded", "bad step", "binary", "fifo"])
+    if how == "truncate":
+        p.write_text(text[:rng.randrange(0, text.rindex("}"))])
+    elif how in ("empty", "list", "object"):
+        p.write_text({"empty": "", "list": "[]", "object": "{}"}[how])
+    elif how == "nan":
+        obj["summary"][rng.choice(["avg_latency", "makespan", "p95_ttft"])] = math.nan
+        p.write_text(json.dumps(obj))
+    elif how == "drop key":
+        del obj[rng.choice(["arm", "load", "seed", "summary", "attempts", "steps", "wall_s"])]
+        p.write_text(json.dumps(obj))
+    elif how == "wrong type":
+        key = rng.choice(["arm", "load", "seed", "summary", "steps", "max_num_batched_tokens"])
+        obj[key] = rng.choice(["x", [1], {"a": 1}, None, True])
+        p.write_text(json.dumps(obj))
+    elif how == "none succeeded":
+        obj["summary"]["completed"] = 0
+        p.write_text(json.dumps(obj))
+    elif how == "bad step":
+        obj["steps"] = [{"duration_s": -1, "prefill_chunks": [], "decode_contexts": []}]
+        p.write_text(json.dumps(obj))
+    elif how == "binary":
+        p.write_bytes(bytes(rng.randrange(256) for _ in range(64)))
+    else:
+        p.unlink()
+        os.mkfifo(p)
+    return how
+
+
+def test_corrupt_results_folder_resume_reruns_exactly_the_bad_runs(
+        tmp_path: Path, model: Path, fake_cli: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23, the corrupt-results-folder test: run files broken at random (a random
+    subset, random ways); --dry-run counts exactly the intact ones, --report lists exactly
+    the broken ones and never tracebacks, --resume re-runs exactly the broken ones and
+    leaves the others byte for byte."""
+    import shutil
+
+    p = _one_arm(tmp_path, model, **{"seeds = [0, 1]": "seeds = [0, 1, 2]"})
+    p.write_text(p.read_text() + "[[arms]]\nname = \"b:512\"\npolicy = \"mbt:512\"\n")
+    assert main(["experiment", str(p)]) == 0
+    out = tmp_path / "out"
+    pristine = tmp_path / "pristine"
+    shutil.copytree(out, pristine)
+    files = sorted((out / "runs").rglob("*.json"))
+    assert len(files) == 6
+    for seed in range(3):
+        shutil.rmtree(out)
+        shutil.copytree(pristine, out)
+        rng = random.Random(seed)
+        broken = sorted(rng.sample(files, rng.randint(1, len(files))))
+        hows = [_mutate(f, rng) for f in broken]
+        intact = {f: f.read_bytes() for f in files if f not in broken}
+        capsys.readouterr()
+        assert main(["experiment", str(p), "--dry-run"]) == 0, hows
+        assert f"6 runs ({len(intact)} already complete, {len(broken)} to run)" in \
+            capsys.readouterr().out, hows
+        assert main(["experiment", str(p), "--report"]) == 0, hows
+        text = capsys.readouterr().out
+        listed = sorted(Path(ln.split("ignored: ")[1].split(": ")[0])
+                        for ln in text.splitlines() if ln.startswith("  ignored: "))
+        assert listed == broken, hows
+        assert main(["experiment", str(p), "--resume"]) == 0, hows
+        assert all(f.read_bytes() == b for f, b in intact.items()), hows
+        assert all(read_run(f).summary["completed"] > 0 for f in broken), hows
+
+
+def test_folders_from_before_the_escaped_names_still_read(tmp_path: Path, model: Path) -> None:
+    """A folder written before issue 23 kept arm ``mbt:64`` in ``runs/mbt_64/``: its runs
+    count where the file holds that very run; the colliding arm ``mbt_64``'s run in the
+    same file is not taken for it."""
+    from ppas.experiment.folder import ResultsFolder
+
+    exp = parse_experiment(_text(tmp_path, model, **{"name = \"small\"": "name = \"mbt:64\"",
+                                                     "name = \"large\"": "name = \"mbt_64\""}),
+                           "t")
+    named = parse_experiment(_text(tmp_path, model), "t")  # the golden's arms' run files
+    old = tmp_path / "out" / "runs" / "mbt_64"
+    old.mkdir(parents=True)
+    mine = _run_file(named, "small", 4.0, 0) | {"arm": "mbt:64"}
+    (old / "4-s0.json").write_text(json.dumps(mine))
+    theirs = _run_file(named, "large", 12.0, 1) | {"arm": "mbt_64"}
+    (old / "12-s1.json").write_text(json.dumps(theirs))
+    folder = ResultsFolder(exp)
+    assert folder.completed() == {("mbt:64", 4.0, 0), ("mbt_64", 12.0, 1)}
+    assert not folder.check("mbt:64", 12.0, 1).complete
+    assert folder.runs("mbt:64")[0].to_json() == mine
+
+
+# ---------------------------------------------------------------- the file, fuzzed
+
+#: every key of the experiment file, by table (the ``[[arms]]`` ones on the first arm)
+FILE_KEYS = {
+    "": ["name", "description", "out_dir"],
+    "model": ["path", "vocab_size"],
+    "engine": ["dtype", "max_model_len", "max_num_seqs", "tensor_parallel_size",
+               "gpu_memory_utilization", "enable_prefix_caching", "enforce_eager",
+               "startup_timeout_s", "extra_args", "env"],
+    "workload": ["kind", "phases", "burst_rates", "request_rates", "burstiness", "num_prompts",
+                 "file", "prompt_tokens", "output_tokens", "seeds", "warmup_requests",
+                 "request_timeout_s"],
+    "arms": ["name", "policy", "stock", "cost_model", "max_num_batched_tokens", "baseline"],
+    "arms.stock": ["max_num_batched_tokens", "long_prefill_token_threshold",
+                   "max_num_partial_prefills", "max_long_partial_prefills"],
+    "run": ["devices", "server_startup_s", "estimate_cost_model", "hardware", "catalog_model"],
+    "report": ["level", "n_boot", "bootstrap_seed"],
+}
+
+
+def _toml(v: Any) -> str:
+    """``v`` as a TOML value (a string that TOML cannot hold is a TOML error: fine)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return ("nan" if math.isnan(v) else "inf" if v == math.inf else "-inf"
+                if v == -math.inf else repr(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_toml, v)) + "]"
+    return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(x)}" for k, x in v.items()) + " }"
+
+
+def _values() -> Any:
+    from hypothesis import strategies as st
+
+    scalar = st.one_of(st.integers(-2**70, 2**70), st.floats(), st.text(max_size=12),
+                       st.booleans(), st.sampled_from([
+                           "fitted:/etc/passwd", "fitted:auto", "../../x", "..", "/", "--host",
+                           "mbt:64", "ppas:b_cap=1e18", "trace", "gamma", "0.5:1e9,1:{burst}",
+                           "roofline", "float16", "1e-300"]),
+                       st.sampled_from([0, 1, -1, 10**9, 10**18, 1e-300, 1e300, 0.5, 2.0]))
+    number = st.sampled_from([0, 1, -1, 3, 10**6, 10**9, 10**12, 10**18, 2**63 - 1, 1e-300,
+                              1e300, 0.5, 2.0, 1e9, math.nan, math.inf])
+    return st.one_of(number, number, number, scalar, st.lists(number, min_size=1, max_size=3),
+                     st.lists(scalar, max_size=3),
+                     st.dictionaries(st.sampled_from(["A", "max_num_batched_tokens", "x y"]),
+                                     scalar, max_size=2))
+
+
+def _numbers(obj: Any) -> list[float]:
+    """Every number in a parsed experiment's specs (dataclasses, tuples, dicts)."""
+    import dataclasses
+
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return []
+    if isinstance(obj, int | float):
+        return [obj]
+    if dataclasses.is_dataclass(obj):
+        return [x for f in dataclasses.fields(obj) for x in _numbers(getattr(obj, f.name))]
+    if isinstance(obj, tuple | list):
+        return [x for v in obj for x in _numbers(v)]
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    return []
+
+
+@pytest.mark.parametrize("where", [(t, k) for t, ks in FILE_KEYS.items() for k in ks],
+                         ids=[f"{t}.{k}".lstrip(".") for t, ks in FILE_KEYS.items() for k in ks])
+def test_fuzz_experiment_file(tmp_path: Path, model: Path, where: tuple[str, str]) -> None:
+    """Issue 23, the fuzz test on the experiment file: any value at any key (huge, tiny,
+    NaN, infinite, of the wrong type, a path outside the folder) is either a valid
+    experiment whose plan is made at once, or one ``PpasError`` line: never a traceback,
+    a hang or a server listening off 127.0.0.1."""
+    from hypothesis import HealthCheck, given, settings
+
+    base = _text(tmp_path, model)
+    junk = tmp_path / "junk.json"
+    junk.write_text("{}")
+
+    @settings(max_examples=40, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_values())
+    def one(value: Any) -> None:
+        table, key = where
+        line = f"{key} = {_toml(value)}\n"
+        header = {"": None, "arms": "[[arms]]\n", "arms.stock": "[arms.stock]\n"}.get(
+            table, f"[{table}]\n")
+        if table == "":
+            text = line + "\n".join(ln for ln in base.splitlines()
+                                    if not ln.startswith(f"{key} = ")) + "\n"
+        elif table == "arms.stock":
+            text = base.replace("[arms.stock]\n", header + line)
+        elif header in base:
+            at = base.index(header) + len(header)
+            rest = base[at:].split("\n[", 1)
+            body = "".join(ln + "\n" for ln in rest[0].splitlines()
+                           if not ln.startswith(f"{key} = "))
+            text = base[:at] + line + body + ("\n[" + rest[1] if len(rest) > 1 else "")
+        else:
+            text = base + "\n" + header + line
+        t0 = time.monotonic()
+        try:
+            exp = parse_experiment(text, "t")
+        except PpasError as e:
+            assert "\n" not in str(e), str(e)
+            return
+        plan_text(exp, estimate(exp), set())
+        assert time.monotonic() - t0 < 30, (where, value)
+        assert not any(a.split("=")[0] in ("--host", "--port")
+                       for a in exp.engine.extra_args)
+        assert "/" not in exp.name and exp.name not in (".", "..")  # out/NAME stays in out/
+        assert exp.workload.warmup_requests <= 1000 and exp.report.n_boot <= 100_000
+        assert 0.5 <= exp.report.level < 1
+        big = [x for x in _numbers(exp) if not abs(x) <= 2**32]
+        assert not big, (where, value, big)  # every number bounded (ppas.core.limits)
+
+    one()

@@ -51,13 +51,14 @@ long_prefill_token_threshold = 64
     runner.run(estimate(exp))
     runs = {p.parent.name: json.loads(p.read_text())
             for p in (tmp_path / "out" / "runs").rglob("*.json")}
-    assert set(runs) == {"mbt_128", "stock-lptt"}
+    assert set(runs) == {"mbt%3A128", "stock-lptt"}  # ``folder.file_name`` of the arm names
+    runs = {r["arm"]: r for r in runs.values()}
     for r in runs.values():
         assert r["summary"]["failed"] == 0 and r["summary"]["completed"] >= 1
-    steps = runs["mbt_128"]["steps"]
+    steps = runs["mbt:128"]["steps"]
     assert steps and max(s["num_prefill_tokens"] for s in steps) <= 128
     # the slice holds the run's own prefill tokens (the warm-up is before the run starts)
-    prompts = runs["mbt_128"]["summary"]["completed"] * 300
+    prompts = runs["mbt:128"]["summary"]["completed"] * 300
     assert sum(s["num_prefill_tokens"] for s in steps) == prompts
     assert runs["stock-lptt"]["steps"] == []
     assert not list((tmp_path / "out" / "logs").glob("*.pid"))  # every server stopped

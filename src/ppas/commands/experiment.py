@@ -7,7 +7,9 @@ statistics (``ppas.experiment``; the file format is ``ppas.experiment.spec``'s d
     ppas experiment experiments/demo-cpu.toml --report    # rebuild the report only
 
 Exit codes: 0 done, 2 bad file or arguments (one line), 130 interrupted (completed runs
-are kept; ``--resume`` continues), 1 a server could not be started or died twice.
+are kept; ``--resume`` continues), 1 a server could not be started or died twice, or a run
+in which no request succeeded (``--resume`` runs it again). One experiment at a time writes
+a folder: a second one into it is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -46,28 +48,32 @@ def run(args: argparse.Namespace) -> int:
     runner = Runner(exp)
     folder = runner.folder
     if args.dry_run:
+        folder.check_path()
         print(plan_text(exp, estimate(exp), folder.completed()))
         return 0
     if args.report:
+        folder.check_path()
         folder.check_same("--report")
         return _report(exp, time.monotonic())
-    folder.prepare(resume=args.resume)
-    est = estimate(exp)
-    print(plan_text(exp, est, folder.completed()), file=sys.stderr, flush=True)
-    t0 = time.monotonic()
-    try:
-        runner.run(est)
-    except Interrupted:
-        n = len(folder.completed())
-        print(f"ppas experiment: stopped; {n}/{exp.num_runs()} runs complete in "
-              f"{exp.out_dir}/ (rerun with --resume to finish)", file=sys.stderr)
-        return 130
-    except PpasError as e:
-        n = len(folder.completed())
-        print(f"ppas experiment: error: {str(e).splitlines()[0]}\n{n}/{exp.num_runs()} runs "
-              f"complete in {exp.out_dir}/ (fix and rerun with --resume)", file=sys.stderr)
-        return 1
-    return _report(exp, t0)
+    with folder.locked():
+        folder.prepare(resume=args.resume)
+        est = estimate(exp)
+        print(plan_text(exp, est, folder.completed()), file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        try:
+            runner.run(est)
+        except Interrupted:
+            n = len(folder.completed())
+            print(f"ppas experiment: stopped; {n}/{exp.num_runs()} runs complete in "
+                  f"{exp.out_dir}/ (rerun with --resume to finish)", file=sys.stderr)
+            return 130
+        except PpasError as e:
+            n = len(folder.completed())
+            print(f"ppas experiment: error: {str(e).splitlines()[0]}\n{n}/{exp.num_runs()} "
+                  f"runs complete in {exp.out_dir}/ (fix and rerun with --resume)",
+                  file=sys.stderr)
+            return 1
+        return _report(exp, t0)
 
 
 def _report(exp: Experiment, t0: float) -> int:

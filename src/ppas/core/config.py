@@ -99,6 +99,18 @@ def check_times(obj: object, *keys: str) -> None:
                 f"must be in [{MIN_TIME_S:g}, {MAX_TIME_S:g}] s, got {v!r}", key=k)
 
 
+def check_at_most(obj: object, hi: float, *keys: str) -> None:
+    """For a config's ``__post_init__``: each field in ``keys`` is None or <= ``hi``, else
+    ``KEY: must be <= HI, got V`` (``require``)."""
+    for k in keys:
+        v = getattr(obj, k)
+        require(v is None or v <= hi, f"must be <= {_text(hi)}, got {v!r}", key=k)
+
+
+def _text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def at(where: str, key: str) -> str:
     """The path of ``key`` in table ``where``: ``engine`` + ``dtype`` -> ``engine.dtype``;
     an index joins without a dot (``arms`` + ``[0]`` -> ``arms[0]``)."""

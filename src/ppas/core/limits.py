@@ -25,6 +25,7 @@ MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape (vllm bench serve --bu
 MAX_SEED = 2**32 - 1
 MAX_TP = 1024
 MAX_NUM_SEQS = 1 << 20
+MAX_PREFILL_INTERVAL = 1_000_000  # vLLM's prefill_schedule_interval, in steps
 MAX_KV_BLOCKS = 1 << 40
 MAX_KV_TOKENS = 1 << 44
 MAX_SKIP_STEPS = 1 << 40
@@ -37,6 +38,8 @@ MAX_INSTANCES = 4096  # engines in one simulated cluster
 MAX_BANDWIDTH_GBS = 1e6  # a KV link, GB/s (1 PB/s: far above any interconnect)
 MAX_PROBE_REPEATS = 1000  # ppas profile: repeats of each probe shape
 MAX_MODEL_DIM = 1 << 20  # make-tiny-model sizes (the parameter cap binds long before)
+MAX_BOOTSTRAP = 100_000  # bootstrap resamples (each holds every paired trace)
+MIN_LEVEL, MAX_LEVEL = 0.5, 0.9999  # confidence levels (t quantiles stay finite and useful)
 
 
 def _num(text: str, cast: Callable[[str], float]) -> float:

@@ -7,9 +7,19 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ppas.core.config import FieldError, check_fields, check_keys, config_error, from_table, require
+from ppas.core.config import (
+    FieldError,
+    check_at_most,
+    check_fields,
+    check_keys,
+    config_error,
+    from_table,
+    require,
+)
 from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_NUM_SEQS, MAX_PREFILL_INTERVAL, MAX_PROMPT_TOKENS
+from ppas.cost import make_cost_model
 from ppas.live.versions import simulated_line
 from ppas.policies import make_policy
 from ppas.policies.vllm_stock import KNOB_PARAMS
@@ -25,6 +35,13 @@ STOCK_ARGS = (Knob.MAX_NUM_BATCHED_TOKENS, Knob.LONG_PREFILL_TOKEN_THRESHOLD,
 #: The stock knobs that are switches (true or false in the file; 1 or 0 in ``ArmSpec.stock``);
 #: every other one is an integer >= 1.
 _STOCK_SWITCHES = (Knob.LONG_PREFILL_TOKEN_THRESHOLD_ADAPTIVE,)
+#: the largest value of each integer knob: a step's tokens stay within a context, sequences
+#: within the engine's slots
+_STOCK_MAX = {Knob.MAX_NUM_BATCHED_TOKENS: MAX_PROMPT_TOKENS,
+              Knob.LONG_PREFILL_TOKEN_THRESHOLD: MAX_PROMPT_TOKENS,
+              Knob.PREFILL_SCHEDULE_INTERVAL: MAX_PREFILL_INTERVAL,
+              Knob.MAX_NUM_SEQS: MAX_NUM_SEQS,
+              Knob.MAX_NUM_ACTIVE_SEQS: MAX_NUM_SEQS}
 _ARM_NAME = re.compile(r"^[\w.:,=+-]+$")
 _ONE_KIND = ("give exactly one of policy = \"NAME:...\" (the ppas plugin) or [arms.stock] "
              "(stock vLLM scheduler arguments)")
@@ -52,6 +69,7 @@ class ArmSpec:
             except PpasError as e:
                 raise FieldError("policy", str(e)) from None
         check_fields(self, "max_num_batched_tokens", at_least=1)
+        check_at_most(self, MAX_PROMPT_TOKENS, "max_num_batched_tokens")
         require(self.plugin or Knob.MAX_NUM_BATCHED_TOKENS in self.stock_dict(),
                 "required for a stock arm", key=f"stock.{Knob.MAX_NUM_BATCHED_TOKENS}")
         require(not (self.plugin and self.stock), _ONE_KIND)
@@ -125,6 +143,9 @@ class ArmSpec:
                         raise config_error(f"{w}.stock", k, f"must be true or false, got {v!r}")
                 elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise config_error(f"{w}.stock", k, f"must be an integer >= 1, got {v!r}")
+                if k not in _STOCK_SWITCHES and v > _STOCK_MAX[Knob(k)]:
+                    raise config_error(f"{w}.stock", k, f"must be <= {_STOCK_MAX[Knob(k)]}, "
+                                       f"got {v!r}")
             # a switch is kept as 1 or 0 (the arm's stock values are integers)
             t["stock"] = tuple((str(k), int(st[k])) for k in STOCK_ARGS if k in st)
             t["max_num_batched_tokens"] = st.get(Knob.MAX_NUM_BATCHED_TOKENS)
@@ -148,3 +169,7 @@ def _check_cost_model(cost: str | None, where: str) -> None:
                            f"roofline, got {cost!r}")
     if not Path(cost[7:]).is_file():
         raise config_error(where, "cost_model", f"no file {cost[7:]!r}")
+    try:
+        make_cost_model(cost)  # the file must be a fitted cost model
+    except PpasError as e:
+        raise config_error(where, "cost_model", str(e)) from None

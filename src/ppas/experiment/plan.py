@@ -18,6 +18,7 @@ from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.folder import RunKey
 from ppas.experiment.spec import ArmSpec, Experiment
+from ppas.experiment.traces import load_text
 from ppas.live.versions import installed_vllm_version
 from ppas.policies import make_policy
 
@@ -97,11 +98,11 @@ def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
              f"  results in {exp.out_dir}/"]
     if w.kind == "phases":
         lines.append(f"  workload: phases {w.phases}, burst rates "
-                     f"{', '.join(f'{x:g}' for x in w.loads)}")
+                     f"{', '.join(map(load_text, w.loads))}")
     elif w.kind == "gamma":
         n = "/".join(map(str, w.num_prompts))
         lines.append(f"  workload: gamma arrivals, {n} prompts, burstiness "
-                     f"{w.burstiness:g}, request rates {', '.join(f'{x:g}' for x in w.loads)}")
+                     f"{w.burstiness:g}, request rates {', '.join(map(load_text, w.loads))}")
     else:
         lines.append(f"  workload: trace file {w.file}")
     if w.kind != "trace":

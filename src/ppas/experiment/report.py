@@ -41,13 +41,15 @@ from ppas.experiment.prediction import SIM_TOLERANCE, model_dict, predict
 from ppas.experiment.runfile import RunFile
 from ppas.experiment.spec import Experiment
 from ppas.experiment.tables import Report
+from ppas.experiment.traces import load_text
 
 REPORT_COST = "cost-report.json"
 
 
 def build_report(exp: Experiment) -> Report:
     """The report of the folder's completed runs (``report.json``)."""
-    runs = ResultsFolder(exp).runs()
+    folder = ResultsFolder(exp)
+    runs = folder.runs()
     model = _fit_report_model(exp, runs)
     predicted = predict(exp, runs, model)
     pr = tables.Paired(exp, runs)
@@ -62,7 +64,8 @@ def build_report(exp: Experiment) -> Report:
             "oracle": tables.oracle(exp, pr),
             "simulator": tables.simulator(exp, predicted, model),
             "relative": tables.relative(exp, pr),
-            "runs": tables.run_rows(predicted)}
+            "runs": tables.run_rows(predicted),
+            "ignored": [{"file": str(c.path), "problem": c.problem} for c in folder.ignored()]}
 
 
 def _fit_report_model(exp: Experiment, runs: Sequence[RunFile]) -> FittedCostModel | None:
@@ -109,7 +112,7 @@ def format_report(rep: Report) -> str:
     """``report.txt``: the tables, one block each."""
     return "\n".join([*_cells_text(rep), "", *_winners_text(rep), *_pairs_text(rep),
                       *_oracle_text(rep), *_improvements_text(rep), "", *_simulator_text(rep),
-                      *_retried_text(rep)])
+                      *_retried_text(rep), *_ignored_text(rep)])
 
 
 def _cells_text(rep: Report) -> list[str]:
@@ -152,7 +155,8 @@ def _oracle_text(rep: Report) -> list[str]:
                   f"arm/baseline; per {ln}: paired {lvl} t-interval, all: geometric mean "
                   f"with a paired bootstrap {lvl} CI):",
                   [f"  {o['arm']:<18} vs {o['baseline']:<14} {ln} {_where(o['load']):>5}: "
-                   f"{_ratio(o['ratio'])}: {o['verdict']}" for o in rep["oracle"]])
+                   + (f"x{o['ratio']['estimate']:.2f}" if o.get("note")
+                      else _ratio(o["ratio"])) + f": {o['verdict']}" for o in rep["oracle"]])
 
 
 def _improvements_text(rep: Report) -> list[str]:
@@ -162,9 +166,10 @@ def _improvements_text(rep: Report) -> list[str]:
         r = imp["ratio"]
         lo = None if r["hi"] is None else 1 - r["hi"]
         hi = None if r["lo"] is None else 1 - r["lo"]
+        ci = (f"({imp['note']})" if imp.get("note")
+              else f"[{_pct(lo)}, {_pct(hi)}]{' *' if imp['significant'] else ''}")
         lines.append(f"  {imp['arm']:<18} vs {imp['baseline']:<14} {ln} "
-                     f"{_where(imp['load']):>5}: {imp['improvement']:+7.1%} "
-                     f"[{_pct(lo)}, {_pct(hi)}]{' *' if imp['significant'] else ''}")
+                     f"{_where(imp['load']):>5}: {imp['improvement']:+7.1%} {ci}")
     return _block(f"geometric-mean improvement of mean E2E over each baseline (paired "
                   f"bootstrap {lvl} CI; + = lower latency; * = CI excludes 0):", lines)
 
@@ -212,6 +217,16 @@ def _retried_text(rep: Report) -> list[str]:
     return [f"{retried} run(s) were retried after a server death (see their files)"]
 
 
+def _ignored_text(rep: Report) -> list[str]:
+    """The run files that are there but are no complete run: not read, re-run by
+    ``--resume``."""
+    ign = rep["ignored"]
+    if not ign:
+        return []
+    return [f"{len(ign)} run file(s) ignored (not complete runs; --resume runs them again):",
+            *(f"  ignored: {i['file']}: {i['problem']}" for i in ign)]
+
+
 def _pctu(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
@@ -221,4 +236,4 @@ def _num(x: float | None) -> str:
 
 
 def _load(x: float) -> str:
-    return f"{x:g}"
+    return load_text(x)

@@ -6,7 +6,9 @@ rule (``servers``), one replay (``measure``), stopping (``stopping``), arms in p
 (``devices``), the progress bar (``progress``). This module puts them in order:
 
 * a run is written, atomically, only once it is complete, so ``--resume`` skips exactly the
-  runs whose file is there and a kill at any moment loses at most the run in flight;
+  runs whose file is a complete run (``ResultsFolder.check``) and a kill at any moment
+  loses at most the run in flight; a run in which no request succeeded is failed: kept
+  under ``failed/``, never counted, and the experiment stops (exit 1) for ``--resume``;
 * SIGINT/SIGTERM: the run in flight is abandoned, servers are stopped, completed runs stay;
 * SIGKILL: the servers die with the process (Linux, ``ppas.live.server.spawn_group``); each
   running server is recorded in ``logs/ARM.pid``, and the next run into the folder first
@@ -47,11 +49,11 @@ class Runner:
     """Executes an ``Experiment`` into its folder (see the module docstring)."""
 
     def __init__(self, exp: Experiment, launcher: Launcher | None = None,
-                 stream: TextIO = sys.stderr) -> None:
+                 stream: TextIO | None = None) -> None:
         self.exp = exp
         self.folder = ResultsFolder(exp, stream)
         self.launcher = launcher or vllm_launcher  # looked up here: tests replace it
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.stop = StopFlag()
         self.progress: Progress | None = None
 
@@ -98,11 +100,25 @@ class Runner:
                     raise PpasError(f"arm {arm.name}: the server died twice at {w.load_name} "
                                     f"{w.load_label(load)} seed {seed}; see {launch.log_path}")
                 run = self.run_file(launch, load, seed, m, attempts, vllm_version)
+                if not m.summary.get("completed"):
+                    self.failed(run, launch)
                 write_run(self.folder.run_path(arm.name, load, seed), run)
                 self._tick(est.runs.get((arm.name, load, seed), m.wall_s), m.wall_s, True,
                            self._run_line(run))
         finally:
             srv.stop()
+
+    def failed(self, run: RunFile, launch: Launch) -> None:
+        """A run in which no request succeeded: kept under ``failed/`` (never counted, so
+        ``--resume`` runs it again) and the experiment stops."""
+        path = self.folder.failed_path(run.arm, run.load, run.seed)
+        write_run(path, run)
+        w, s = self.exp.workload, run.summary
+        why = ", ".join(f"{k} x{v}" for k, v in (s.get("failure_reasons") or {}).items())
+        raise PpasError(f"arm {run.arm}: no request succeeded at {w.load_name} "
+                        f"{run.load_label} seed {run.seed} ({s.get('failed')} failed"
+                        + (f": {why}" if why else "") + f"); the run is kept in {path} and "
+                        f"not counted; see {launch.log_path}")
 
     def measure(self, srv: ArmServer, load: float, seed: int) -> Measurement:
         """One replay (``ppas.experiment.measure``); the tests wrap it."""
@@ -157,7 +173,8 @@ class Runner:
             vllm_version=vllm_version, cost_model=launch.cost_model,
             max_num_batched_tokens=launch.max_num_batched_tokens, attempts=attempts,
             wall_s=m.wall_s, finished_at=time.time(), summary=m.summary,
-            per_request=m.result.per_request(), steps=tuple(m.steps))
+            per_request=m.result.per_request(), steps=tuple(m.steps),
+            settings=self.exp.settings_hash())
 
     def _run_line(self, run: RunFile) -> str:
         w, e2e = self.exp.workload, run.summary["avg_latency"]

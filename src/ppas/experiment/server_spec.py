@@ -8,11 +8,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppas.core.config import check_fields, check_keys, config_error, from_table, require
+from ppas.core.config import (
+    check_at_most,
+    check_fields,
+    check_keys,
+    config_error,
+    from_table,
+    require,
+)
+from ppas.core.limits import (
+    MAX_NUM_SEQS,
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_TIMEOUT_S,
+    MAX_TP,
+    MAX_VOCAB,
+)
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``vllm serve`` flags ppas sets itself: the server listens on 127.0.0.1 at a port ppas
+#: picks (``ppas.live.server``), so ``extra_args`` may not move it
+OWN_FLAGS = ("--host", "--port", "--uds")
 
 
 @dataclass(frozen=True)
@@ -26,6 +44,7 @@ class ModelTable:
         require(bool(self.path.strip()), "must be a local model folder or a Hugging Face id "
                 "ORG/NAME", key="path")
         check_fields(self, "vocab_size", at_least=2)
+        check_at_most(self, MAX_VOCAB, "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -81,12 +100,20 @@ class EngineSpec:
     def __post_init__(self) -> None:
         check_fields(self, "dtype", one_of=DTYPES)
         check_fields(self, "max_model_len", "max_num_seqs", "tensor_parallel_size", at_least=1)
+        check_at_most(self, MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS, "max_model_len")
+        check_at_most(self, MAX_NUM_SEQS, "max_num_seqs")
+        check_at_most(self, MAX_TP, "tensor_parallel_size")
+        check_at_most(self, MAX_TIMEOUT_S, "startup_timeout_s")
         gmu = self.gpu_memory_utilization
         require(gmu is None or 0 < gmu <= 1, f"must be in (0, 1], got {gmu}",
                 key="gpu_memory_utilization")
         check_fields(self, "startup_timeout_s", above=0)
         require(all(self.extra_args), "must be a list of strings (vllm serve flags), got "
                 f"{list(self.extra_args)!r}", key="extra_args")
+        own = [a for a in self.extra_args if a.split("=", 1)[0] in OWN_FLAGS]
+        require(not own, f"may not set {', '.join(OWN_FLAGS)} (the server listens on "
+                f"127.0.0.1 at a port ppas picks), got {own[0] if own else ''!r}",
+                key="extra_args")
         require(all(_ENV_NAME.match(k) for k, _ in self.env), "must be a table NAME = "
                 f"\"value\" of environment variables, got {dict(self.env)!r}", key="env")
 

@@ -25,7 +25,10 @@ Every rule about what a valid file is lives here and in the modules of its secti
 (``server_spec``: model and engine; ``traces``: workload; ``arms``): each table is a frozen
 dataclass read by ``ppas.core.config.from_table`` and checked in its ``__post_init__``, so
 every error is one line naming the key and what is allowed (``WHERE.KEY: PROBLEM``,
-``PpasError``, exit 2). Where the file's keys are not the spec's fields (``[model]``,
+``PpasError``, exit 2). Every number has the bound ``ppas.core.limits`` gives it (as the
+flags do); a ``fitted:FILE`` must load as a cost model; ``extra_args`` may not move the
+server off 127.0.0.1 (``server_spec.OWN_FLAGS``); the name is one path component; the file
+itself must be a regular file. Where the file's keys are not the spec's fields (``[model]``,
 ``[workload]``), a table class holds what was written and the spec's ``parse`` resolves it.
 Relative paths are relative to the current directory. ``fitted:auto`` arms are fitted from
 the step logs of the plugin arms without it ("calibration arms"), which therefore run first
@@ -34,13 +37,33 @@ the step logs of the plugin arms without it ("calibration arms"), which therefor
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ppas.core.config import check_fields, check_keys, config_error, from_table, require
+from ppas.core.config import (
+    FieldError,
+    check_at_most,
+    check_fields,
+    check_keys,
+    config_error,
+    from_table,
+    require,
+)
 from ppas.core.errors import PpasError
+from ppas.core.limits import (
+    MAX_BOOTSTRAP,
+    MAX_LEVEL,
+    MAX_SEED,
+    MAX_TIMEOUT_S,
+    MIN_LEVEL,
+)
+from ppas.cost import make_cost_model
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.experiment.arms import FITTED_AUTO, ArmSpec
 from ppas.experiment.server_spec import EngineSpec, ModelSpec
@@ -48,6 +71,9 @@ from ppas.experiment.traces import WorkloadSpec
 
 __all__ = ["FITTED_AUTO", "ArmSpec", "EngineSpec", "Experiment", "ModelSpec", "WorkloadSpec",
            "load_experiment", "parse_experiment"]
+
+
+MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of TOML
 
 
 @dataclass(frozen=True)
@@ -65,6 +91,7 @@ class RunSettings:
                 "ids (CUDA_VISIBLE_DEVICES values, e.g. [\"0\", \"1\"]), got "
                 f"{list(self.devices)!r}", key="devices")
         check_fields(self, "server_startup_s", at_least=0)
+        check_at_most(self, MAX_TIMEOUT_S, "server_startup_s")
         check_fields(self, "hardware", one_of=tuple(HARDWARE.names()))
         check_fields(self, "catalog_model", one_of=tuple(MODELS.names()))
         est = self.estimate_cost_model
@@ -77,6 +104,10 @@ class RunSettings:
             require(est.startswith("fitted:") and Path(est[7:]).is_file(),
                     f"must be roofline or fitted:FILE with an existing FILE, got {est!r}",
                     key="estimate_cost_model")
+            try:
+                make_cost_model(est)  # the file must be a fitted cost model
+            except PpasError as e:
+                raise FieldError("estimate_cost_model", str(e)) from None
 
     @staticmethod
     def parse(obj: object) -> RunSettings:
@@ -98,8 +129,12 @@ class ReportSettings:
 
     def __post_init__(self) -> None:
         require(0 < self.level < 1, f"must be in (0, 1), got {self.level}", key="level")
+        require(MIN_LEVEL <= self.level <= MAX_LEVEL, f"must be in [{MIN_LEVEL:g}, "
+                f"{MAX_LEVEL:g}], got {self.level}", key="level")
         check_fields(self, "n_boot", at_least=100)
+        check_at_most(self, MAX_BOOTSTRAP, "n_boot")
         check_fields(self, "bootstrap_seed", at_least=0)
+        check_at_most(self, MAX_SEED, "bootstrap_seed")
 
 
 # ---------------------------------------------------------------- the whole file
@@ -122,6 +157,12 @@ class ExperimentFile:
     def __post_init__(self) -> None:
         for key in ("name", "out_dir"):
             require(getattr(self, key) != "", "must be a non-empty string", key=key)
+            require("\0" not in (getattr(self, key) or ""), "must not hold a NUL character",
+                    key=key)
+        name = self.name
+        require(name is None or (name not in (".", "..") and "/" not in name), "must be a "
+                f"name without / (out_dir defaults to out/NAME), not . or .., got {name!r}",
+                key="name")
         require(bool(self.arms), "need at least one [[arms]] table", key="arms")
 
 
@@ -161,6 +202,11 @@ class Experiment:
                 "engine": repr(self.engine), "workload": repr(self.workload),
                 "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
 
+    def settings_hash(self) -> str:
+        """The fingerprint's hash, recorded in every run file (``RunFile.settings``)."""
+        text = json.dumps(self.fingerprint(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experiment:
     try:
@@ -187,13 +233,17 @@ def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experi
                                f"{a.max_num_batched_tokens} < engine.max_num_seqs "
                                f"{engine.max_num_seqs} (vLLM needs max_num_seqs <= "
                                "max_num_batched_tokens); lower engine.max_num_seqs")
-    if workload.kind != "trace":
+    if workload.kind == "trace":
+        need = max(r.prompt_tokens + r.output_tokens
+                   for r in workload.trace(0.0, workload.seeds[0]).requests)
+    else:
         need = workload.prompt_tokens + workload.output_tokens
-        for key, lim in (("engine.max_model_len", engine.max_model_len),
-                         ("the model's max_position_embeddings", model.max_position_embeddings)):
-            if lim is not None and need > lim:
-                raise config_error("workload", "prompt_tokens", f"prompt + output tokens "
-                                   f"({need}) exceed {key} ({lim})")
+    for key, lim in (("engine.max_model_len", engine.max_model_len),
+                     ("the model's max_position_embeddings", model.max_position_embeddings)):
+        if lim is not None and need > lim:
+            raise config_error("workload", "file" if workload.kind == "trace"
+                               else "prompt_tokens", f"prompt + output tokens ({need}) "
+                               f"exceed {key} ({lim})")
     run = RunSettings.parse(f.run)
     report = from_table(ReportSettings, f.report if f.report is not None else {}, "report")
     out = out_dir or f.out_dir or f"out/{exp_name}"
@@ -206,6 +256,13 @@ def load_experiment(path: str | Path, out_dir: str | None = None) -> Experiment:
     with the file name."""
     p = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise PpasError(f"experiment file {str(p)!r} is not a regular file (a TOML file "
+                            "is)")
+        if os.stat(p).st_size > MAX_FILE_BYTES:
+            raise PpasError(f"experiment file {str(p)!r} is larger than "
+                            f"{MAX_FILE_BYTES >> 20} MiB; an experiment file is a short TOML "
+                            "file")
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise PpasError(f"cannot read experiment file {str(p)!r}: "

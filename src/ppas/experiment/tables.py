@@ -7,7 +7,9 @@ Invariants:
   (``Paired``);
 * only arms complete at a load (every seed) are ranked at it (``winners``, the oracle's
   best baseline);
-* a verdict or mark is given only where its interval excludes 1 (``ppas.analysis.stats``).
+* a verdict or mark is given only where its interval excludes 1 (``ppas.analysis.stats``);
+* a paired bootstrap interval is given only over ``min_bootstrap_n`` traces or more (6 at
+  95%); below, the ratio alone and why (``n=2: no bootstrap interval, ...``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Report(TypedDict):
     simulator: list[Row]
     relative: Row  # {"reference": arm or None, "rows": [...]}
     runs: list[Row]
+    ignored: list[Row]  # {"file", "problem"}: files there that are no complete run
 
 
 class Paired:
@@ -83,10 +86,25 @@ class Paired:
             return None
         return geomean(list(vals.values()))
 
-    def bootstrap(self, xa: Sequence[float], xb: Sequence[float]) -> Interval:
+    def bootstrap(self, xa: Sequence[float], xb: Sequence[float]) -> tuple[Interval, str | None]:
+        """The geometric-mean ratio with its paired bootstrap interval; with fewer than
+        ``min_bootstrap_n`` traces the ratio alone (no interval: lo, hi infinite) and why."""
         rep = self.exp.report
+        n, need = len(xa), min_bootstrap_n(rep.level)
+        if n < need:
+            est = geomean(list(xa)) / geomean(list(xb))
+            return (Interval(est, -math.inf, math.inf, n, rep.level),
+                    f"n={n}: no bootstrap interval, needs n >= {need} at {rep.level:.0%}")
         return paired_bootstrap_ratio(xa, xb, level=rep.level, n_boot=rep.n_boot,
-                                      seed=rep.bootstrap_seed)
+                                      seed=rep.bootstrap_seed), None
+
+
+def min_bootstrap_n(level: float) -> int:
+    """The fewest paired traces a percentile bootstrap interval is given for. The interval
+    lies within the range of the per-trace ratios, and the range of n traces holds their
+    median with probability 1 - 2**(1 - n) only: below ``level`` (n < 6 at 95%) it cannot
+    be a ``level`` interval. Two traces give three distinct resamples, not an interval."""
+    return math.ceil(1 + math.log2(1 / (1 - level)) - 1e-9)
 
 
 def _iv(xs: Sequence[float | None], level: float) -> Interval | None:
@@ -137,10 +155,10 @@ def improvements(exp: Experiment, pr: Paired) -> list[Row]:
                 xa, xb = pr.paired(arm.name, base.name, ld)
                 if not xa:
                     continue
-                iv = pr.bootstrap(xa, xb)
+                iv, note = pr.bootstrap(xa, xb)
                 out.append({"arm": arm.name, "baseline": base.name, "load": ld,
                             "ratio": iv.to_dict(), "improvement": 1 - iv.estimate,
-                            "significant": iv.excludes(1.0)})
+                            "significant": iv.excludes(1.0), "note": note})
     return out
 
 
@@ -168,9 +186,9 @@ def oracle(exp: Experiment, pr: Paired) -> list[Row]:
             out.append({"arm": arm.name, "load": load, "baseline": bname,
                         "ratio": iv.to_dict(), "verdict": _verdict(iv)})
         if all_a and len(best_base) == len(w.loads):
-            iv = pr.bootstrap(all_a, all_b)
+            iv, note = pr.bootstrap(all_a, all_b)
             out.append({"arm": arm.name, "load": None, "baseline": "best per load",
-                        "ratio": iv.to_dict(), "verdict": _verdict(iv)})
+                        "ratio": iv.to_dict(), "verdict": note or _verdict(iv), "note": note})
     return out
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ppas.core.config import FieldError, check_fields, config_error, from_table, require
+from ppas.core import limits as lim
+from ppas.core.config import (
+    FieldError,
+    check_at_most,
+    check_fields,
+    config_error,
+    from_table,
+    require,
+)
 from ppas.core.errors import PpasError
 from ppas.workload import (
     TRACE_FORMATS,
@@ -25,6 +33,13 @@ _KIND_KEYS = {"phases": ("phases", "burst_rates"),
               "gamma": ("request_rates", "burstiness", "num_prompts"),
               "trace": ("file", "format", "block_size", "window", "time_scale", "rate",
                         "length_scale", "drop_longer_than")}
+
+
+def load_text(load: float) -> str:
+    """A load as text (file names, tables): the shortest that ``float`` reads back as
+    ``load`` (``4`` for 4.0, ``0.1234561``), so distinct loads never share one."""
+    short = f"{load:g}"
+    return short if float(short) == load else repr(load)
 
 
 @dataclass(frozen=True)
@@ -61,9 +76,19 @@ class WorkloadTable:
         seeds = self.seeds
         require(bool(seeds) and min(seeds) >= 0 and len(set(seeds)) == len(seeds),
                 f"must be distinct integers >= 0, got {list(seeds)!r}", key="seeds")
+        require(max(seeds) <= lim.MAX_SEED and len(seeds) <= lim.MAX_LIST_ITEMS,
+                f"must be at most {lim.MAX_LIST_ITEMS} integers <= {lim.MAX_SEED}, got "
+                f"{len(seeds)} up to {max(seeds)}", key="seeds")
         check_fields(self, "prompt_tokens", "output_tokens", at_least=1)
+        check_at_most(self, lim.MAX_PROMPT_TOKENS, "prompt_tokens")
+        check_at_most(self, lim.MAX_OUTPUT_TOKENS, "output_tokens")
         check_fields(self, "warmup_requests", at_least=0)
+        check_at_most(self, lim.MAX_WARMUPS, "warmup_requests")
         check_fields(self, "request_timeout_s", "burstiness", above=0)
+        check_at_most(self, lim.MAX_TIMEOUT_S, "request_timeout_s")
+        b = self.burstiness
+        require(b is None or lim.MIN_BURSTINESS <= b <= lim.MAX_BURSTINESS, f"must be in "
+                f"[{lim.MIN_BURSTINESS:g}, {lim.MAX_BURSTINESS:g}], got {b}", key="burstiness")
         if self.kind == "trace":
             require(self.file is not None, "required with kind = \"trace\": a CSV/JSONL trace "
                     "file (ppas.workload)", key="file")
@@ -84,6 +109,9 @@ class WorkloadTable:
         require(bool(rates), f"must be a non-empty list of numbers > 0, got {rates!r}", key=key)
         require(min(rates) > 0 and len(set(rates)) == len(rates),
                 f"must be distinct finite numbers > 0, got {list(rates)!r}", key=key)
+        require(max(rates) <= lim.MAX_RATE and len(rates) <= lim.MAX_LIST_ITEMS,
+                f"must be at most {lim.MAX_LIST_ITEMS} numbers <= {lim.MAX_RATE:g}, got "
+                f"{len(rates)} up to {max(rates):g}", key=key)
         if self.kind == "phases":
             require(self.phases is not None and "{burst}" in self.phases,
                     "required: DURATION_S:RATE,... with {burst} where burst_rates go, e.g. "
@@ -99,6 +127,8 @@ class WorkloadTable:
                 and bool(vals) and (not isinstance(v, list) or len(vals) == len(rates)),
                 f"must be an integer >= 1 or a list of {len(rates)} of them (one per request "
                 f"rate), got {v!r}", key="num_prompts")
+        require(max(vals) <= lim.MAX_REQUESTS, f"must be <= {lim.MAX_REQUESTS} prompts per "
+                f"trace, got {max(vals)}", key="num_prompts")
 
     @property
     def transform(self) -> TraceTransform:
@@ -191,7 +221,8 @@ class WorkloadSpec:
         return self.num_prompts[self.loads.index(load)]
 
     def load_label(self, load: float) -> str:
-        return "trace" if self.kind == "trace" else f"{load:g}"
+        """The load in file names: ``trace``, else ``load_text``."""
+        return "trace" if self.kind == "trace" else load_text(load)
 
     @property
     def load_name(self) -> str:
