@@ -248,5 +248,6 @@ def geomean_improvement(policy: Sequence[float], baseline: Sequence[float]) -> f
     return (1.0 - math.exp(sum(logs) / len(logs))) * 100.0
 
 
-__all__ = ["RUN_KEYS", "TAIL_QS", "Gaps", "RequestMetrics", "RunSummary", "geomean_improvement", "mean_over",
+__all__ = ["RUN_KEYS", "TAIL_QS", "Gaps", "RequestMetrics", "RunSummary", "geomean_improvement",
+           "mean_over",
            "percentiles", "tpot_of", "asdict"]
