@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
         return no_success_exit(records, "simulate")
     print(f"trace: {trace.description}, {len(trace)} requests"
           + (f" ({sum(n for _, n in trace.dropped)} dropped)" if trace.dropped else ""))
-    cols = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot", "p95_tpot",
-            "makespan", "ttft_p99", "tpot_p99", "itl_p99")
+    cols: tuple[str, ...] = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft",
+                             "avg_tpot", "p95_tpot", "makespan", "ttft_p99", "tpot_p99",
+                             "itl_p99")
     if args.slo is not None:
         cols += ("slo_attainment", "goodput")
         print(f"SLOs: {args.slo}" + (" (x: times each request's latency alone on the cost "
