@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from ppas.core.errors import PpasError
 from ppas.core.metrics import RunSummary
 from ppas.core.slo import SloSpec
-from ppas.engine.setup import engine_for
-from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.setup import EngineSetup
+from ppas.engine.simulator import simulate
 from ppas.engine.solo import SoloTable
 from ppas.workload import Trace, TraceTransform
 
@@ -84,22 +84,21 @@ def find_capacity(attainment: Callable[[float], Point], scales: Sequence[float],
     return Capacity(target, lo, hi, "found", points)
 
 
-def trace_capacity(trace: Trace, config: str, hardware: str | None, model: str | None,
-                   slo: SloSpec, target: float, *, scales: Sequence[float] = DEFAULT_SCALES,
-                   steps: int = 6, cost_model: str = "roofline", tp: int = 1,
-                   engine: EngineConfig | None = None) -> Capacity:
-    """``find_capacity`` of policy ``config`` on ``trace`` replayed at rate scales, each
-    run simulated on a fresh engine (``engine_for``)."""
+def trace_capacity(trace: Trace, setup: Callable[[], EngineSetup], slo: SloSpec,
+                   target: float, *, scales: Sequence[float] = DEFAULT_SCALES,
+                   steps: int = 6) -> Capacity:
+    """``find_capacity`` of the engine ``setup()`` builds (a fresh policy each run, e.g.
+    ``lambda: engine_for(config, hardware, model)``) on ``trace`` replayed at rate
+    scales; relative SLOs are against the first setup's cost model."""
     solo: SoloTable | None = None
 
     def at(scale: float) -> Point:
         nonlocal solo
-        setup = engine_for(config, hardware, model, cost_model=cost_model, tp=tp,
-                           config=engine)
+        e = setup()
         if slo.relative and solo is None:
-            solo = SoloTable(setup.cost_model)
+            solo = SoloTable(e.cost_model)
         tr = trace if scale == 1 else TraceTransform(time_scale=1 / scale).apply(trace)
-        s = simulate(tr, setup.policy, setup.cost_model, setup.config).run_summary(slo, solo)
+        s = simulate(tr, e.policy, e.cost_model, e.config).run_summary(slo, solo)
         return Point(scale, s.slo_attainment or 0.0, s)
 
     return find_capacity(at, scales, target, steps)

@@ -27,6 +27,7 @@ from ppas.commands.common import (
 from ppas.commands.trace_args import add_trace_arguments, build_trace
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_BISECT_STEPS, MAX_RATE_SCALE, MIN_RATE_SCALE, float_arg, int_arg
+from ppas.engine.setup import EngineSetup, engine_for
 from ppas.engine.simulator import EngineConfig
 
 
@@ -93,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
     target = args.attainment / 100.0
     records = []
     for c in configs:
-        cap = trace_capacity(trace, c, args.hardware, args.model, args.slo, target,
-                             scales=scales, steps=args.bisect_steps,
-                             cost_model=args.cost_model, tp=args.tp, engine=engine)
+        def setup(c: str = c) -> EngineSetup:
+            return engine_for(c, args.hardware, args.model, cost_model=args.cost_model,
+                              tp=args.tp, config=engine)
+
+        cap = trace_capacity(trace, setup, args.slo, target, scales=scales,
+                             steps=args.bisect_steps)
         records.append(record(c, cap, base_rate, str(args.slo)))
     if plot is not None:
         plot_attainment(records, plot, target)
