@@ -226,3 +226,14 @@ def test_capacity_bad_input_is_one_line_exit_2(extra: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run(["capacity", *GAMMA, "--configs", "mbt:2048", *extra], capsys)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("toml", ["cluster-colocated.toml", "cluster-disaggregated.toml"])
+def test_cluster_slo_and_itl(toml: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).parent.parent / "examples" / toml
+    rc, out, _ = _run(["simulate", "--cluster", str(path), "--mixed", "--request-rate", "3",
+                       "--duration", "20", "--slo", "ttft=5x,tpot=2ms", "--json"], capsys)
+    assert rc == 0
+    r = json.loads(out)[0]
+    assert r["slo"] == "ttft=5x,tpot=2ms" and r["tpot_attainment"] == 0.0  # 2 ms: none
+    assert r["slo_attainment"] == 0.0 and r["itl_p99"] >= r["itl_p50"] > 0
