@@ -103,7 +103,8 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print only a JSON array of run records")
 
 
-def add_slo_arg(p: argparse.ArgumentParser, required: bool = False) -> None:
+def add_slo_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                required: bool = False) -> None:
     """``--slo``: the SLOs attainment and goodput are measured against (``ppas.core.slo``)."""
     p.add_argument("--slo", type=_slo, required=required, default=None,
                    help=f"SLOs for attainment and goodput: {SLO_HELP}")
