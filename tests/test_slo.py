@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli import run_cli
 
 from ppas.analysis.capacity import Point, find_capacity, trace_capacity
-from ppas.cli import main
 from ppas.core.errors import PpasError
 from ppas.core.metrics import Gaps, RequestMetrics, RunSummary
 from ppas.core.slo import SloBound, SloSpec, SoloLatency
@@ -181,21 +181,12 @@ def test_capacity_on_a_queue_known_analytically() -> None:
 
 
 # -- the commands ---------------------------------------------------------------------------
-def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        rc = main(args)
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 GAMMA = ["--request-rate", "2", "--num-prompts", "30", "--prompt-tokens", "2000",
          "--output-tokens", "30", "--hardware", "h100-sxm-80gb", "--model", "qwen3-8b"]
 
 
 def test_simulate_slo_json(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = _run(["simulate", *GAMMA, "--configs", "mbt:2048",
+    rc, out, _ = run_cli(["simulate", *GAMMA, "--configs", "mbt:2048",
                        "--slo", "ttft=5x,tpot=100ms", "--json"], capsys)
     assert rc == 0
     r = json.loads(out)[0]
@@ -207,14 +198,14 @@ def test_capacity_command_json_and_table(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     args = ["capacity", *GAMMA, "--configs", "mbt:2048", "--slo", "ttft=3x",
             "--scales", "0.5,4,64", "--bisect-steps", "2"]
-    rc, out, _ = _run([*args, "--json"], capsys)
+    rc, out, _ = run_cli([*args, "--json"], capsys)
     assert rc == 0
     r = json.loads(out)["results"][0]
     assert r["capacity_bound"] in ("found", "below", "above")
     assert len(r["points"]) >= 3 and all("ttft_p99" in p for p in r["points"])
     if r["capacity_bound"] == "found":
         assert r["capacity_scale"] < r["failing_scale"]
-    rc, out, _ = _run(args, capsys)
+    rc, out, _ = run_cli(args, capsys)
     assert rc == 0 and "capacity:" in out and "rate scale" in out
 
 
@@ -224,14 +215,14 @@ def test_capacity_command_json_and_table(capsys: pytest.CaptureFixture[str],
                                    ["--slo", "ttft=2s", "--plot", "x.gif"]])
 def test_capacity_bad_input_is_one_line_exit_2(extra: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = _run(["capacity", *GAMMA, "--configs", "mbt:2048", *extra], capsys)
+    rc, out, err = run_cli(["capacity", *GAMMA, "--configs", "mbt:2048", *extra], capsys)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("toml", ["cluster-colocated.toml", "cluster-disaggregated.toml"])
 def test_cluster_slo_and_itl(toml: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = Path(__file__).parent.parent / "examples" / toml
-    rc, out, _ = _run(["simulate", "--cluster", str(path), "--mixed", "--request-rate", "3",
+    rc, out, _ = run_cli(["simulate", "--cluster", str(path), "--mixed", "--request-rate", "3",
                        "--duration", "20", "--slo", "ttft=5x,tpot=2ms", "--json"], capsys)
     assert rc == 0
     r = json.loads(out)[0]
