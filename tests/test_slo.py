@@ -77,8 +77,7 @@ def _itl_sample(record_steps: bool, config: str) -> tuple[np.ndarray, list[Reque
     trace = gamma_trace(4.0, 40, 3, 1.0, 3000, 60)
     e = engine_for(config, "h100-sxm-80gb", "qwen3-8b")
     res = simulate(trace, e.policy, e.cost_model, e.config, record_steps=record_steps)
-    flat = np.repeat(res.gaps.values, res.gaps.counts)
-    return np.sort(flat), res.request_metrics()
+    return np.sort(res.gaps.expanded()), res.request_metrics()
 
 
 @pytest.mark.parametrize("config", ["mbt:2048", "ppas", "vllm"])

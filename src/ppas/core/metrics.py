@@ -52,56 +52,75 @@ def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> fl
 
 
 class Gaps:
-    """Inter-token latencies (ITL, seconds) as (value, count) pairs: a simulated decode run
-    of k steps over n requests adds k values counted n times each, not k * n floats.
-    ``quantiles`` are those of the expanded sample, as numpy's linear interpolation."""
+    """Inter-token latencies (ITL, seconds): single gaps (``one``), and (value, count)
+    pairs, so that a simulated decode run of k steps over n requests adds k values counted
+    n times each, not k * n floats. ``quantiles`` are those of the expanded sample, as
+    numpy's linear interpolation."""
 
-    __slots__ = ("values", "counts")
+    __slots__ = ("one", "values", "counts")
 
     def __init__(self, values: Iterable[float] = ()) -> None:
-        self.values: list[float] = list(values)
-        self.counts: list[int] = [1] * len(self.values)
+        self.one: list[float] = list(values)  # each counted once (engines append to it)
+        self.values: list[float] = []
+        self.counts: list[int] = []
 
     def add(self, value: float, count: int = 1) -> None:
-        self.values.append(value)
-        self.counts.append(count)
+        if count == 1:
+            self.one.append(value)
+        else:
+            self.values.append(value)
+            self.counts.append(count)
 
     def extend(self, values: Sequence[float], count: int) -> None:
         """Each of ``values`` counted ``count`` times."""
         self.values.extend(values)
         self.counts.extend([count] * len(values))
 
-    def truncate(self, n: int) -> None:
-        """Keep the first ``n`` pairs (undo what was added after them)."""
-        del self.values[n:], self.counts[n:]
+    def mark(self) -> tuple[int, int]:
+        """Where ``truncate`` can come back to."""
+        return len(self.one), len(self.values)
+
+    def truncate(self, mark: tuple[int, int]) -> None:
+        """Undo what was added after ``mark``."""
+        del self.one[mark[0]:]
+        del self.values[mark[1]:], self.counts[mark[1]:]
 
     def merge(self, other: Gaps) -> None:
+        self.one.extend(other.one)
         self.values.extend(other.values)
         self.counts.extend(other.counts)
 
-    def __len__(self) -> int:
-        """Pairs held (not the expanded count: ``total``)."""
-        return len(self.values)
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        v = np.array(self.one + self.values, dtype=np.float64)
+        c = np.concatenate([np.ones(len(self.one), dtype=np.int64),
+                            np.array(self.counts, dtype=np.int64)])
+        return v, c
 
     @property
     def total(self) -> int:
-        return sum(self.counts)
+        return len(self.one) + sum(self.counts)
+
+    def expanded(self) -> np.ndarray:
+        """Every gap, in no particular order (tests)."""
+        v, c = self._arrays()
+        return np.repeat(v, c)
 
     def mean(self) -> float:
         n = self.total
         if not n:
             return math.nan
-        v, c = np.array(self.values), np.array(self.counts, dtype=np.float64)
+        v, c = self._arrays()
         return float(np.dot(v, c) / n)
 
     def quantiles(self, qs: Sequence[float]) -> list[float]:
         """The ``qs`` percentiles of the expanded sample (NaN when empty): rank
         h = q/100 (N - 1), between the order statistics floor(h) and floor(h) + 1."""
-        if not self.values:
+        if not self.total:
             return [math.nan] * len(qs)
-        order = np.argsort(np.array(self.values), kind="stable")
-        v = np.array(self.values)[order]
-        cum = np.cumsum(np.array(self.counts, dtype=np.int64)[order])
+        v, c = self._arrays()
+        order = np.argsort(v, kind="stable")
+        v = v[order]
+        cum = np.cumsum(c[order])
         n = int(cum[-1])
         out = []
         for q in qs:

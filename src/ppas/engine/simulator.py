@@ -161,7 +161,7 @@ class EngineSim:
         self._run: tuple[float, list[float], int, int, float | None, list[StepRecord],
                          list[float | None]] | None = None
         self._run_steps = -1
-        self._run_gaps = 0  # len(self.gaps) before the last decode run
+        self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
@@ -323,7 +323,7 @@ class EngineSim:
         self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
                      [r.last_token_time for r in running])
         self._run_steps = 0
-        self._run_gaps = len(self.gaps)
+        self._run_gaps = self.gaps.mark()
         self._apply_run(len(dts))
         return True
 
@@ -362,8 +362,9 @@ class EngineSim:
         gaps.truncate(self._run_gaps)
         if k:
             t1 = start + dts[0]
+            one = gaps.one
             for ltt in ltt0:
-                gaps.add(t1 - ltt)  # type: ignore[operator]  # a decode has a last token
+                one.append(t1 - ltt)  # type: ignore[operator]  # a decode has a last token
             if k > 1:
                 gaps.extend(dts[1:k], n)
         for r, ltt in zip(self.running, ltt0, strict=True):
@@ -491,6 +492,7 @@ class EngineSim:
 
         any_finished = False
         samples_token = step_rules.samples_token
+        gap = self.gaps.one.append
         for r, n in sched:
             r.num_computed_tokens += n
             if samples_token(r.num_computed_tokens, r.prompt_tokens + r.num_output_tokens):
@@ -498,7 +500,7 @@ class EngineSim:
                 if r.first_token_time is None:
                     r.first_token_time = now
                 else:
-                    self.gaps.add(now - r.last_token_time)  # type: ignore[operator]
+                    gap(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
                 if r.num_output_tokens >= r.max_output_tokens:
                     r.finish_time = now
