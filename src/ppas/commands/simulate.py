@@ -85,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"SLOs: {args.slo}" + (" (x: times each request's latency alone on the cost "
                                      "model)" if args.slo.relative else ""))
     w = max(10, *(len(c) for c in configs))
-    print(f"{'config':<{w}} " + " ".join(f"{c:>11}" for c in cols)
+    print(f"{'config':<{w}} " + " ".join(f"{c:>{max(11, len(c))}}" for c in cols)
           + f" {'E2E/bound':>9} {'failed':>6}")
     for r in records:
-        print(f"{r['config']:<{w}} " + " ".join(f"{_f(float(r.get(c, 'nan'))):>11}"
-                                                for c in cols)
+        print(f"{r['config']:<{w}} " + " ".join(
+            f"{_f(float(r.get(c, 'nan'))):>{max(11, len(c))}}" for c in cols)
               + f" {_f(float(r['avg_latency']) / float(r['lower_bound_latency'])):>9}"
               + f" {r['failed']:>6}")
     for r in records:
