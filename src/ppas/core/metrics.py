@@ -3,6 +3,7 @@ and per run, plus aggregation over seeds and the paper's geometric-mean improvem
 
     E2E = completion - submission      TTFT = first token - submission
     TPOT = (completion - first token) / max(output_tokens - 1, 1)
+    ITL = each gap between consecutive tokens of a request, pooled over the run (``Gaps``)
     makespan = last completion - first submission (``RunSummary``)
 Percentiles are numpy's linear interpolation. E2E is ``e2e`` in code; the JSON edges keep their
 names: ``avg_latency``/``p95_latency`` in run records, ``e2el`` where ``vllm bench serve``'s
