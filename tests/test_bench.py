@@ -573,6 +573,35 @@ def test_sigterm_before_the_run_is_one_line_143() -> None:
     assert err.strip() == "ppas bench: interrupted", err
 
 
+def test_slo_gives_attainment_and_tails_as_goodput_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--slo ttft=10s`` is ``--goodput ttft:10000``; the summary adds attainment and the
+    P50/P90/P99 tails, ITL included."""
+    trace_file = tmp_path / "t.jsonl"
+    save_trace(constant_trace(50.0, 4, prompt_tokens=PROMPT, output_tokens=5), trace_file)
+    with FakeServer({1: "500"}) as base:
+        rc = main(_bench_argv(base, "--trace", str(trace_file), "--json", "--slo", "ttft=10s"))
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["goodput_slos_ms"] == {"ttft": 10000.0} and s["good_requests"] == 3
+    assert s["slo_attainment"] == 3 / 4  # the failed request misses
+    assert 0 < s["itl_p50"] <= s["itl_p90"] <= s["itl_p99"]
+    assert s["ttft_p50"] <= s["ttft_p99"] and s["e2e_p99"] >= s["ttft_p99"]
+
+
+@pytest.mark.parametrize("extra", [["--slo", "ttft=5x"],
+                                   ["--slo", "ttft=1s", "--goodput", "ttft:1000"]])
+def test_bad_slo_is_one_line(extra: list[str], free_port: int,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        rc = main(_bench_argv(f"http://127.0.0.1:{free_port}", "--request-rate", "1",
+                              "--num-prompts", "1", *extra))
+    except SystemExit as e:
+        rc = int(e.code or 0)
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "slo" in err.lower()
+
+
 # ---------------------------------------------------------------- issue 23
 
 

@@ -46,3 +46,25 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path: Path) -> None:
         assert proc.returncode == 2, (name, proc.stderr)
         assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(f"{name}: error: ")
+
+
+def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
+    """benchmarks/trace_speed.py: one row per trace (as published and overloaded) and
+    policy, with the bar beside; the mean E2E is the simulator's own."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "r.json"
+    proc = bench("trace_speed.py", "--azure", str(data / "azure-2023-code-head.csv"),
+                 "--mooncake", str(data / "mooncake-synthetic-slice.jsonl"),
+                 "--configs", "mbt:2048,ppas", "--overload", "3", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["trace"], r["config"]) for r in rows] == [
+        (t, c) for t in ("azure-code 1h", "azure-code 1h x3", "mooncake", "mooncake x3")
+        for c in ("mbt:2048", "ppas")]
+    for r in rows:
+        assert r["wall_s_per_hour"] == r["wall_s"] * 3600 / r["span_s"]
+        assert r["avg_latency"] > 0 and r["target_s_per_hour"] == 10
+    assert abs(rows[2]["span_s"] * 3 - rows[0]["span_s"]) < 1e-6  # x3: a third of the span
+    assert "bar" in proc.stdout.splitlines()[2]
+    proc = bench("trace_speed.py", "--azure", str(tmp_path / "missing.csv"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

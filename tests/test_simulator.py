@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.roofline import RooflineCostModel
-from ppas.engine.simulator import EngineConfig, lower_bound_latency, simulate
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.solo import lower_bound_latency
 from ppas.policies import make_policy, policy_names
 from ppas.workload import RequestSpec, phase_trace
 

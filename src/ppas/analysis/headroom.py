@@ -36,7 +36,8 @@ from ppas.core.decision import Decision, EngineKnobs
 from ppas.core.view import SchedulerView, is_pending_prefill, is_prefill_chunk
 from ppas.cost.base import CostModel, StepShape
 from ppas.engine.setup import engine_for
-from ppas.engine.simulator import EngineConfig, EngineSim, lower_bound_latency
+from ppas.engine.simulator import EngineConfig, EngineSim
+from ppas.engine.solo import lower_bound_latency
 from ppas.engine.step_rules import enforced_budget
 from ppas.policies import Policy, make_policy
 from ppas.policies.predictive import limit_budget

@@ -99,3 +99,30 @@ def plot_cluster_sweep(records: Sequence[dict[str, Any]], path: str | Path) -> N
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
     save_figure(fig, p)
+
+
+def plot_attainment(records: Sequence[dict[str, Any]], path: str | Path,
+                    target: float) -> None:
+    """SLO attainment against rate scale (``ppas capacity``), one line per config, the
+    target dashed and each capacity marked. Written atomically."""
+    p = check_plot_path(path)
+    fig, ax = new_figure()
+    for r in records:
+        pts = sorted(r["points"], key=lambda q: q["rate_scale"])
+        line = ax.plot([q["rate_scale"] for q in pts], [q["slo_attainment"] for q in pts],
+                       "-o", markersize=3, label=str(r["config"]))
+        if r["capacity_bound"] == "found":
+            ax.axvline(r["capacity_scale"], color=line[0].get_color(), linestyle=":",
+                       linewidth=1)
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
+    ax.set_xscale("log")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("rate scale (x the trace's rate)")
+    ax.set_ylabel("SLO attainment")
+    ax.set_title(f"SLO attainment vs rate ({records[0]['slo'] if records else ''})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, p)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ppas.core.metrics import geomean_improvement, mean_over
 from ppas.cost.base import CostModel
-from ppas.engine.simulator import EngineConfig, lower_bound_latency, simulate
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.solo import lower_bound_latency
 from ppas.policies import make_policy
 from ppas.workload import PAPER_PHASES, Trace, phase_trace
 

@@ -9,10 +9,13 @@ from typing import Any
 from ppas.cluster.config import ClusterConfig
 from ppas.cluster.simulator import ClusterResult
 from ppas.core.metrics import RunSummary, percentiles
+from ppas.core.slo import SloSpec
+from ppas.engine.solo import SoloTable
 
 #: Columns of ``table`` (record keys), in order.
-COLUMNS = ("ttft_p50", "ttft_p95", "ttft_p99", "tpot_p50", "tpot_p95", "tpot_p99", "e2e_p50",
-           "e2e_p95", "e2e_p99", "ttft_attainment", "tpot_attainment", "slo_attainment")
+COLUMNS = ("ttft_p50", "ttft_p95", "ttft_p99", "tpot_p50", "tpot_p95", "tpot_p99", "itl_p99",
+           "e2e_p50", "e2e_p95", "e2e_p99", "ttft_attainment", "tpot_attainment",
+           "slo_attainment")
 
 
 def layout(config: ClusterConfig) -> str:
@@ -22,14 +25,24 @@ def layout(config: ClusterConfig) -> str:
     return f"{config.pool('prefill').instances}P:{config.pool('decode').instances}D"
 
 
-def cluster_record(res: ClusterResult, config: ClusterConfig) -> dict[str, Any]:
+def cluster_record(res: ClusterResult, config: ClusterConfig,
+                   slo: SloSpec | None = None) -> dict[str, Any]:
+    """The run record; ``slo`` replaces the requests' SLOs (relative ones against the
+    first instance's cost model: each request's latency alone there)."""
     ms = res.request_metrics()
+    if slo is not None:
+        solo = SoloTable(res.instances[0].cost_model) if slo.relative and res.instances else None
+        ms = slo.apply_all(ms, [solo(r.spec.prompt_tokens, r.spec.output_tokens)
+                                for r in res.requests if r.metrics() is not None]
+                           if solo else None)
     rec: dict[str, Any] = {"layout": layout(config), "instances": config.num_instances,
                            "router": config.router}
     if config.disaggregated:
         rec["prefill_instances"] = config.pool("prefill").instances
         rec["decode_instances"] = config.pool("decode").instances
-    rec |= RunSummary.of(ms, res.num_failed).record()
+    rec |= RunSummary.of(ms, res.num_failed, res.gaps()).record(tails=True)
+    if slo is not None:
+        rec["slo"] = str(slo)
     rec |= percentiles(ms, (50, 95, 99))
     rec["deflected"] = res.num_deflected
     rec["preemptions"] = sum(x.engine.num_preemptions for x in res.instances)
@@ -38,7 +51,7 @@ def cluster_record(res: ClusterResult, config: ClusterConfig) -> dict[str, Any]:
 
 
 def table(records: Sequence[dict[str, Any]]) -> str:
-    """One row per run: layout, then latencies in seconds (TPOT in ms) and attainment."""
+    """One row per run: layout, then latencies in seconds (TPOT, ITL in ms) and attainment."""
     heads = ["layout", "failed", "deflected"] + [c.replace("_attainment", " att")
                                                  for c in COLUMNS]
     rows = []
@@ -48,7 +61,7 @@ def table(records: Sequence[dict[str, Any]]) -> str:
             v = r.get(c)
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 row.append("-")
-            elif c.startswith("tpot_p"):
+            elif c.startswith(("tpot_p", "itl_p")):
                 row.append(f"{v * 1e3:.1f}ms")
             elif "attainment" in c:
                 row.append(f"{v:.1%}")

@@ -47,7 +47,7 @@ from ppas.cluster.events import Arrival, Event, StepStart, TransferLanded
 from ppas.cluster.instance import ClusterRequest, Instance, build_instances
 from ppas.cluster.queue import make_queue
 from ppas.cluster.router import make_router
-from ppas.core.metrics import RequestMetrics
+from ppas.core.metrics import Gaps, RequestMetrics
 from ppas.cost import CostModel
 from ppas.cost.base import StepShape
 from ppas.engine.request import SimRequest
@@ -64,6 +64,15 @@ class ClusterResult:
 
     def request_metrics(self) -> list[RequestMetrics]:
         return [m for m in (r.metrics() for r in self.requests) if m is not None]
+
+    def gaps(self) -> Gaps:
+        """Every instance's inter-token latencies (ITL). A disaggregated request's client
+        tokens all come from its decode instance (the prefill instance's one sampled token
+        is not sent), so these are the client's gaps."""
+        out = Gaps()
+        for x in self.instances:
+            out.merge(x.engine.gaps)
+        return out
 
     @property
     def num_failed(self) -> int:

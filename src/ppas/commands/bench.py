@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ppas.commands.common import add_slo_arg
 from ppas.commands.trace_args import add_trace_file_arguments, check_no_file_flags, trace_file
 from ppas.core.errors import NO_SUCCESS, PpasError
 from ppas.core.limits import (
@@ -32,6 +33,7 @@ from ppas.core.limits import (
     float_arg,
     int_arg,
 )
+from ppas.core.slo import SloSpec
 from ppas.live.client import ReplayOptions, run_trace
 from ppas.live.http import USAGE_MODES, normalize_base_url
 from ppas.live.prompts import DEFAULT_FILLER, DEFAULT_VOCAB, PROMPT_FORMATS
@@ -90,6 +92,16 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
     if len(trace) == 0:
         raise PpasError(f"the phases {trace.description!r} produce no requests; raise the rates")
     return trace
+
+
+def slo_goodput(slo: SloSpec) -> dict[str, float]:
+    """``--slo``'s absolute bounds as ``--goodput``'s milliseconds."""
+    if slo.relative:
+        raise PpasError(f"ppas bench measures against absolute SLOs (s, ms); {slo} is "
+                        "relative to the solo latency on a cost model: use ppas simulate")
+    return {key: b.value * 1000.0 for key, name in (("ttft", "ttft"), ("tpot", "tpot"),
+                                                    ("e2el", "e2e"))
+            if (b := getattr(slo, name)) is not None}
 
 
 def parse_goodput(items: Sequence[str] | None) -> dict[str, float]:
@@ -162,6 +174,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("results")
     g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
+    add_slo_arg(g)
     g.add_argument("--percentile-metrics", default="ttft,tpot,itl",
                    help="metrics to report percentiles of: ttft,tpot,itl,e2el (default "
                    "ttft,tpot,itl)")
@@ -189,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     normalize_base_url(args.base_url)  # fail fast, before building a long trace
-    goodput = parse_goodput(args.goodput)
+    if args.slo is not None and args.goodput:
+        raise PpasError("give --slo or --goodput, not both (both set the SLOs)")
+    goodput = slo_goodput(args.slo) if args.slo is not None else parse_goodput(args.goodput)
     pmetrics = _parse_list(args.percentile_metrics, "--percentile-metrics", METRICS)
     percentiles = parse_percentiles(args.metric_percentiles)
     if args.vocab_size is not None and args.filler_token is not None and (

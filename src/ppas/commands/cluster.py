@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     trace = cluster_trace(args)
     records: list[dict[str, Any]] = []
     for c in cfgs:
-        records.append({**cluster_record(simulate_cluster(trace, c), c),
+        records.append({**cluster_record(simulate_cluster(trace, c), c, args.slo),
                         "trace": trace.description, "trace_dropped": dict(trace.dropped)})
     if args.plot:
         plot_cluster_sweep(records, args.plot)

@@ -23,6 +23,7 @@ from ppas.core.limits import (
     int_arg,
 )
 from ppas.core.outputs import finite
+from ppas.core.slo import SLO_HELP, SloSpec
 from ppas.cost import CostModel
 from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
 from ppas.engine.setup import engine_for
@@ -109,6 +110,20 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
                    help="policy config strings, e.g. mbt:2048,ppas:n_th=2,b_max=16384,b_cap=2048;"
                    f" policies: {', '.join(policy_names())}")
     p.add_argument("--json", action="store_true", help="print only a JSON array of run records")
+
+
+def add_slo_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                required: bool = False) -> None:
+    """``--slo``: the SLOs attainment and goodput are measured against (``ppas.core.slo``)."""
+    p.add_argument("--slo", type=_slo, required=required, default=None,
+                   help=f"SLOs for attainment and goodput: {SLO_HELP}")
+
+
+def _slo(text: str) -> SloSpec:
+    try:
+        return SloSpec.parse(text)
+    except PpasError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def check_common(args: argparse.Namespace) -> None:

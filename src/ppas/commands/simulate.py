@@ -11,6 +11,7 @@ from ppas.commands import cluster
 from ppas.commands.common import (
     add_cost_args,
     add_shape_args,
+    add_slo_arg,
     check_common,
     cost_model_for,
     max_model_len,
@@ -21,6 +22,7 @@ from ppas.commands.common import (
 from ppas.commands.trace_args import add_trace_arguments, build_trace
 from ppas.core.errors import PpasError
 from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.solo import SoloTable
 from ppas.policies import make_policy
 
 
@@ -33,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "their 'prefix' field)")
     add_shape_args(p)
     add_cost_args(p)
+    add_slo_arg(p)
     cluster.add_arguments(p)
 
 
@@ -59,9 +62,12 @@ def run(args: argparse.Namespace) -> int:
         cm = cost_model_for(args, c)
         res = simulate(trace, make_policy(c), cm, engine)
         lb = mean_lower_bound(trace, cm)
+        slo = args.slo
+        solo = SoloTable(cm) if slo is not None and slo.relative else None
         records.append({"config": c, "burst_rate": burst, "seed": args.seed,
                         "trace": trace.description, "trace_dropped": dict(trace.dropped),
-                        **res.summary(),
+                        **res.summary(slo, solo),
+                        **({"slo": str(slo)} if slo is not None else {}),
                         "failure_reasons": res.failure_reasons(),
                         "num_preemptions": res.num_preemptions, "num_steps": res.num_steps,
                         "prefix_hit_rate": res.prefix_hit_rate,
@@ -71,13 +77,19 @@ def run(args: argparse.Namespace) -> int:
         return no_success_exit(records, "simulate")
     print(f"trace: {trace.description}, {len(trace)} requests"
           + (f" ({sum(n for _, n in trace.dropped)} dropped)" if trace.dropped else ""))
-    cols = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot", "p95_tpot",
-            "makespan")
+    cols: tuple[str, ...] = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft",
+                             "avg_tpot", "p95_tpot", "makespan", "ttft_p99", "tpot_p99",
+                             "itl_p99")
+    if args.slo is not None:
+        cols += ("slo_attainment", "goodput")
+        print(f"SLOs: {args.slo}" + (" (x: times each request's latency alone on the cost "
+                                     "model)" if args.slo.relative else ""))
     w = max(10, *(len(c) for c in configs))
-    print(f"{'config':<{w}} " + " ".join(f"{c:>11}" for c in cols)
+    print(f"{'config':<{w}} " + " ".join(f"{c:>{max(11, len(c))}}" for c in cols)
           + f" {'E2E/bound':>9} {'failed':>6}")
     for r in records:
-        print(f"{r['config']:<{w}} " + " ".join(f"{_f(float(r[c])):>11}" for c in cols)
+        print(f"{r['config']:<{w}} " + " ".join(
+            f"{_f(float(r.get(c, 'nan'))):>{max(11, len(c))}}" for c in cols)
               + f" {_f(float(r['avg_latency']) / float(r['lower_bound_latency'])):>9}"
               + f" {r['failed']:>6}")
     for r in records:

@@ -3,6 +3,7 @@ and per run, plus aggregation over seeds and the paper's geometric-mean improvem
 
     E2E = completion - submission      TTFT = first token - submission
     TPOT = (completion - first token) / max(output_tokens - 1, 1)
+    ITL = each gap between consecutive tokens of a request, pooled over the run (``Gaps``)
     makespan = last completion - first submission (``RunSummary``)
 Percentiles are numpy's linear interpolation. E2E is ``e2e`` in code; the JSON edges keep their
 names: ``avg_latency``/``p95_latency`` in run records, ``e2el`` where ``vllm bench serve``'s
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -51,6 +52,90 @@ def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> fl
     return (completion_s - first_token_s) / max(output_tokens - 1, 1)
 
 
+class Gaps:
+    """Inter-token latencies (ITL, seconds): single gaps (``one``), and (value, count)
+    pairs, so that a simulated decode run of k steps over n requests adds k values counted
+    n times each, not k * n floats. ``quantiles`` are those of the expanded sample, as
+    numpy's linear interpolation."""
+
+    __slots__ = ("one", "values", "counts")
+
+    def __init__(self, values: Iterable[float] = ()) -> None:
+        self.one: list[float] = list(values)  # each counted once (engines append to it)
+        self.values: list[float] = []
+        self.counts: list[int] = []
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count == 1:
+            self.one.append(value)
+        else:
+            self.values.append(value)
+            self.counts.append(count)
+
+    def extend(self, values: Sequence[float], count: int) -> None:
+        """Each of ``values`` counted ``count`` times."""
+        self.values.extend(values)
+        self.counts.extend([count] * len(values))
+
+    def mark(self) -> tuple[int, int]:
+        """Where ``truncate`` can come back to."""
+        return len(self.one), len(self.values)
+
+    def truncate(self, mark: tuple[int, int]) -> None:
+        """Undo what was added after ``mark``."""
+        del self.one[mark[0]:]
+        del self.values[mark[1]:], self.counts[mark[1]:]
+
+    def merge(self, other: Gaps) -> None:
+        self.one.extend(other.one)
+        self.values.extend(other.values)
+        self.counts.extend(other.counts)
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        v = np.array(self.one + self.values, dtype=np.float64)
+        c = np.concatenate([np.ones(len(self.one), dtype=np.int64),
+                            np.array(self.counts, dtype=np.int64)])
+        return v, c
+
+    @property
+    def total(self) -> int:
+        return len(self.one) + sum(self.counts)
+
+    def expanded(self) -> np.ndarray:
+        """Every gap, in no particular order (tests)."""
+        v, c = self._arrays()
+        return np.repeat(v, c)
+
+    def mean(self) -> float:
+        n = self.total
+        if not n:
+            return math.nan
+        v, c = self._arrays()
+        return float(np.dot(v, c) / n)
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """The ``qs`` percentiles of the expanded sample (NaN when empty): rank
+        h = q/100 (N - 1), between the order statistics floor(h) and floor(h) + 1."""
+        if not self.total:
+            return [math.nan] * len(qs)
+        v, c = self._arrays()
+        order = np.argsort(v, kind="stable")
+        v = v[order]
+        cum = np.cumsum(c[order])
+        n = int(cum[-1])
+        out = []
+        for q in qs:
+            h = q / 100.0 * (n - 1)
+            lo = math.floor(h)
+            a = float(v[np.searchsorted(cum, lo, side="right")])
+            b = float(v[np.searchsorted(cum, min(lo + 1, n - 1), side="right")])
+            out.append(a + (b - a) * (h - lo))
+        return out
+
+
+#: The tail percentiles every run reports beside RUN_KEYS' mean and P95 (``tails``).
+TAIL_QS = (50, 90, 99)
+
 #: Keys of a run record (the simulator's and the benchmark's ``--json`` objects, run files).
 RUN_KEYS = ("num_requests", "avg_latency", "p95_latency", "avg_ttft", "p95_ttft", "avg_tpot",
             "p95_tpot", "makespan", "failed")
@@ -66,7 +151,10 @@ class RunSummary:
     * ``makespan`` = last completion - first submission, both over completed requests;
     * ``good``: completed requests meeting every SLO they carry (``RequestMetrics.meets_slo``),
       None when no request carries one;
-    * ``slo_attainment`` = good / num_requests; ``goodput`` = good / makespan (requests/s).
+    * ``slo_attainment`` = good / num_requests; ``goodput`` = good / makespan (requests/s);
+    * ``tails``: P50/P90/P99 of TTFT, TPOT and E2E (``ttft_p50``, ..., as ``percentiles``
+      names them, with its per-kind attainments), and of ITL with its mean (``avg_itl``,
+      ``itl_p50``, ...) when the run's inter-token gaps are given.
 
     Figures of a run with no completed request are NaN. ``record`` writes the JSON edge."""
 
@@ -80,12 +168,19 @@ class RunSummary:
     p95_tpot: float
     makespan: float
     good: int | None = None
+    tails: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, reqs: Sequence[RequestMetrics], failed: int = 0) -> RunSummary:
+    def of(cls, reqs: Sequence[RequestMetrics], failed: int = 0,
+           itl: Gaps | None = None) -> RunSummary:
+        tails = percentiles(reqs, TAIL_QS)
+        if itl is not None and itl.total:
+            tails["avg_itl"] = itl.mean()
+            for q, v in zip(TAIL_QS, itl.quantiles(TAIL_QS), strict=True):
+                tails[f"itl_p{q:g}"] = v
         if not reqs:
             nan = float("nan")
-            return cls(failed, failed, nan, nan, nan, nan, nan, nan, nan)
+            return cls(failed, failed, nan, nan, nan, nan, nan, nan, nan, tails=tails)
         e2e = np.array([r.e2e for r in reqs])
         ttft = np.array([r.ttft for r in reqs])
         tpot = np.array([r.tpot for r in reqs])
@@ -99,7 +194,7 @@ class RunSummary:
             mean_ttft=float(ttft.mean()), p95_ttft=float(np.percentile(ttft, 95)),
             mean_tpot=float(tpot.mean()), p95_tpot=float(np.percentile(tpot, 95)),
             makespan=float(last - first),
-            good=sum(r.meets_slo() for r in reqs) if has_slo else None)
+            good=sum(r.meets_slo() for r in reqs) if has_slo else None, tails=tails)
 
     @property
     def completed(self) -> int:
@@ -113,9 +208,9 @@ class RunSummary:
     def goodput(self) -> float | None:
         return None if self.good is None else self.good / max(self.makespan, 1e-9)
 
-    def record(self) -> dict[str, float | int]:
+    def record(self, tails: bool = False) -> dict[str, float | int]:
         """The run record's keys (``RUN_KEYS``; E2E is ``latency`` there), plus
-        ``slo_attainment`` and ``goodput`` when requests carry SLOs."""
+        ``slo_attainment`` and ``goodput`` when requests carry SLOs, plus ``tails`` if asked."""
         out: dict[str, float | int] = {
             "num_requests": self.num_requests,
             "avg_latency": self.mean_e2e,
@@ -130,6 +225,8 @@ class RunSummary:
         if self.slo_attainment is not None and self.goodput is not None:
             out["slo_attainment"] = self.slo_attainment
             out["goodput"] = self.goodput
+        if tails:
+            out.update(self.tails)
         return out
 
 
@@ -171,5 +268,6 @@ def geomean_improvement(policy: Sequence[float], baseline: Sequence[float]) -> f
     return (1.0 - math.exp(sum(logs) / len(logs))) * 100.0
 
 
-__all__ = ["RUN_KEYS", "RequestMetrics", "RunSummary", "geomean_improvement", "mean_over",
+__all__ = ["RUN_KEYS", "TAIL_QS", "Gaps", "RequestMetrics", "RunSummary", "geomean_improvement",
+           "mean_over",
            "percentiles", "tpot_of", "asdict"]

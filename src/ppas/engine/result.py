@@ -1,13 +1,16 @@
 """What a simulated run returns: per-step records (``StepTrace``, with ``record_steps``) and
-the run's requests (``SimResult``), summarised by ``ppas.core.metrics.RunSummary``.
+the run's requests and inter-token gaps (``SimResult``), summarised by
+``ppas.core.metrics.RunSummary``, against SLOs if given (``ppas.core.slo``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ppas.core.metrics import RequestMetrics, RunSummary, tpot_of
+from ppas.core.metrics import Gaps, RequestMetrics, RunSummary, tpot_of
+from ppas.core.slo import SloSpec
 from ppas.engine.request import SimRequest
+from ppas.engine.solo import SoloTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class SimResult:
     num_preemptions: int
     kv_blocks_total: int | None
     steps: list[StepTrace] = field(default_factory=list)
+    gaps: Gaps = field(default_factory=Gaps)  # inter-token latencies (ITL)
 
     @property
     def prefix_hit_rate(self) -> float:
@@ -61,22 +65,37 @@ class SimResult:
         total = sum(r.prompt_tokens for r in done)
         return sum(r.num_hit_tokens for r in done) / total if total else 0.0
 
-    def request_metrics(self) -> list[RequestMetrics]:
+    def request_metrics(self, slo: SloSpec | None = None,
+                        solo: SoloTable | None = None) -> list[RequestMetrics]:
+        """The completed requests' metrics, with the trace's SLOs, or ``slo``'s in their
+        place (``solo``: each request's latency alone, for relative SLOs)."""
         out = []
         for r in self.requests:
             if r.failed or r.finish_time is None or r.first_token_time is None:
                 continue
-            out.append(RequestMetrics(
+            m = RequestMetrics(
                 arrival_s=r.arrival_time, ttft=r.first_token_time - r.arrival_time,
                 e2e=r.finish_time - r.arrival_time,
                 tpot=tpot_of(r.first_token_time, r.finish_time, r.max_output_tokens),
                 output_tokens=r.max_output_tokens, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
-                slo_class=r.slo_class))
+                slo_class=r.slo_class)
+            if slo is not None:
+                alone = solo(r.prompt_tokens, r.max_output_tokens) if solo else None
+                m = slo.apply(m, alone)
+            out.append(m)
         return out
 
-    def summary(self) -> dict[str, float | int]:
+    def run_summary(self, slo: SloSpec | None = None,
+                    solo: SoloTable | None = None) -> RunSummary:
+        """``RunSummary`` of the run: figures, tails with ITL, attainment and goodput."""
         failed = sum(1 for r in self.requests if r.failed)
-        return RunSummary.of(self.request_metrics(), failed).record()
+        return RunSummary.of(self.request_metrics(slo, solo), failed, self.gaps)
+
+    def summary(self, slo: SloSpec | None = None,
+                solo: SoloTable | None = None) -> dict[str, float | int]:
+        """The run record: ``RUN_KEYS``, attainment and goodput under SLOs, and the tails
+        (P50/P90/P99 of TTFT, TPOT, E2E and ITL)."""
+        return self.run_summary(slo, solo).record(tails=True)
 
     def failure_reasons(self) -> dict[str, int]:
         """Failed requests per reason (empty when all finished)."""

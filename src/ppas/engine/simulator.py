@@ -53,8 +53,9 @@ from dataclasses import dataclass
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
+from ppas.core.metrics import Gaps
 from ppas.core.view import SchedulerView, StepRecord
-from ppas.cost.base import CostModel, StepShape
+from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
@@ -150,6 +151,8 @@ class EngineSim:
         self._last_launch: float | None = None
         #: Requests finished by the steps so far, in finishing order (drivers may clear it).
         self.finished: list[SimRequest] = []
+        #: Inter-token latencies of every token after a request's first (ITL), as sampled.
+        self.gaps = Gaps()
         self.cost_model = cost_model
         self.decode_steps = cost_model.decode_steps
         # The last decode run (start, durations, cap, n, last launch before it, the step
@@ -158,6 +161,7 @@ class EngineSim:
         self._run: tuple[float, list[float], int, int, float | None, list[StepRecord],
                          list[float | None]] | None = None
         self._run_steps = -1
+        self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
@@ -209,7 +213,8 @@ class EngineSim:
         trying other decisions from here: ``ppas.analysis.headroom``). Cheaper than
         ``deepcopy``: finished requests, step records, the cost model and the trace are
         shared, being no longer mutated; unfinished requests, the queues, the KV pool's
-        count and the cadence are copied. Prefix caching and step recording off."""
+        count and the cadence are copied; the fork's inter-token gaps start empty. Prefix
+        caching and step recording off."""
         assert self.pool.cache is None and not self.record_steps and not self.steps
         new = copy.copy(self)
         fresh: dict[int, SimRequest] = {}
@@ -228,6 +233,7 @@ class EngineSim:
         new.finished = list(self.finished)
         new.recent = deque(self.recent, maxlen=self.recent.maxlen)
         new.pool = copy.copy(self.pool)
+        new.gaps = Gaps()
         new.cadence = copy.copy(self.cadence)
         new._chain = _Chain(new.running, new.waiting)
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
@@ -317,12 +323,15 @@ class EngineSim:
         self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
                      [r.last_token_time for r in running])
         self._run_steps = 0
+        self._run_gaps = self.gaps.mark()
         self._apply_run(len(dts))
         return True
 
     def _apply_run(self, k: int) -> None:
         """Move the requests, the clock and the step records ``k`` steps into the current
-        run (from its start; ``k`` may be less than the run's length: ``rewind``)."""
+        run (from its start; ``k`` may be less than the run's length: ``rewind``). Its
+        inter-token gaps: each request's first (from its last token before the run), then
+        the durations of the run's later steps, each counted once per request."""
         assert self._run is not None
         start, dts, cap, n, last_launch, recent0, ltt0 = self._run
         recent = self.recent
@@ -349,6 +358,15 @@ class EngineSim:
         self.num_steps += moved
         bs = self.block_size
         used = 0
+        gaps = self.gaps
+        gaps.truncate(self._run_gaps)
+        if k:
+            t1 = start + dts[0]
+            one = gaps.one
+            for ltt in ltt0:
+                one.append(t1 - ltt)  # type: ignore[operator]  # a decode has a last token
+            if k > 1:
+                gaps.extend(dts[1:k], n)
         for r, ltt in zip(self.running, ltt0, strict=True):
             c = r.num_computed_tokens + moved
             r.num_computed_tokens = c
@@ -474,12 +492,15 @@ class EngineSim:
 
         any_finished = False
         samples_token = step_rules.samples_token
+        gap = self.gaps.one.append
         for r, n in sched:
             r.num_computed_tokens += n
             if samples_token(r.num_computed_tokens, r.prompt_tokens + r.num_output_tokens):
                 r.num_output_tokens += 1
                 if r.first_token_time is None:
                     r.first_token_time = now
+                else:
+                    gap(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
                 if r.num_output_tokens >= r.max_output_tokens:
                     r.finish_time = now
@@ -507,7 +528,7 @@ class EngineSim:
 
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
-                         self.total_blocks, self.steps)
+                         self.total_blocks, self.steps, self.gaps)
 
 
 def _num_tokens(r: SimRequest) -> int:
@@ -537,17 +558,3 @@ def simulate(
             sim.idle_until(specs[i].arrival_s)
         else:
             return sim.result()
-
-
-def lower_bound_latency(spec: RequestSpec, cost_model: CostModel,
-                        chunks: Sequence[int] = (512, 1024, 2048, 4096, 8192, 16384)) -> float:
-    """E2E of one request with the machine to itself: the best prefill chunking (including
-    the whole prompt in one step) followed by one decode step per remaining token."""
-    best = math.inf
-    for c in (*chunks, spec.prompt_tokens):
-        t = cost_model.prefill_time(spec.prompt_tokens, c)
-        if t < best:
-            best = t
-    for k in range(1, spec.output_tokens):
-        best += cost_model.step_time(StepShape(0, 0, 0.0, 0, 1, spec.prompt_tokens + k - 1))
-    return best

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ppas.core.errors import PpasError
-from ppas.core.metrics import RunSummary
+from ppas.core.metrics import Gaps, RunSummary
 from ppas.core.outputs import (
     check_output_dir,
     check_output_file,
@@ -84,7 +84,8 @@ def run_summary(result: BenchResult, goodput: Mapping[str, float] | None = None)
     ms = [dataclasses.replace(m, ttft_slo=slo.get("ttft"), tpot_slo=slo.get("tpot"),
                               e2e_slo=slo.get("e2el"))
           for r in result.outcomes if (m := r.metrics()) is not None]
-    return RunSummary.of(ms, failed=len(result.outcomes) - len(ms))
+    return RunSummary.of(ms, failed=len(result.outcomes) - len(ms),
+                         itl=Gaps(metric_values(result)["itl"]))
 
 
 def summarize(
@@ -124,8 +125,11 @@ def summarize(
         "request_throughput": len(ok) / dur if dur > 0 else None,
         "output_throughput": out_tokens / dur if dur > 0 else None,
         "total_token_throughput": (in_tokens + out_tokens) / dur if dur > 0 else None,
+        # P50/P90/P99 of TTFT, TPOT, E2E and ITL in seconds (RunSummary.tails)
+        **{k: _or_none(v) for k, v in run.tails.items()},
     }
     if goodput:
+        s["slo_attainment"] = run.slo_attainment or 0.0
         good = run.good or 0  # None: no request completed
         s["goodput_slos_ms"] = dict(goodput)
         s["good_requests"] = good
