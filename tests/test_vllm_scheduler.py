@@ -529,3 +529,24 @@ def test_data_parallel_ranks_each_run_their_policy_and_log(model_dir: str,
     (run,) = read_step_log(given).runs
     assert run.header is not None and (run.header["data_parallel_rank"],
                                        run.header["data_parallel_size"]) == (0, 1)
+
+
+def test_data_parallel_rank_survives_the_dense_model_reset() -> None:
+    """What vLLM's run_engine_core does to each engine core's ParallelConfig: the MoE path
+    keeps rank and size; the dense path sets data_parallel_index, then resets
+    data_parallel_rank/size to 0/1 (reconfigure_for_independent_dp_rank). Both still read
+    as (rank, 2); a server without DP reads as (0, 1)."""
+    from vllm.config import ParallelConfig
+
+    from ppas.live.versions import data_parallel_rank
+
+    assert data_parallel_rank(ParallelConfig()) == (0, 1)
+    for rank in (0, 1):
+        moe = ParallelConfig(data_parallel_size=2, data_parallel_rank=rank)
+        moe.data_parallel_index = rank
+        assert data_parallel_rank(moe) == (rank, 2)
+        dense = ParallelConfig(data_parallel_size=2, data_parallel_rank=rank)
+        dense.data_parallel_index = rank
+        dense.reconfigure_for_independent_dp_rank()
+        assert (dense.data_parallel_rank, dense.data_parallel_size) == (0, 1)  # vLLM's reset
+        assert data_parallel_rank(dense) == (rank, 2)
