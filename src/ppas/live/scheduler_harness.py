@@ -71,7 +71,8 @@ def make_scheduler(
             additional["ppas"]["cost_model"] = cost_model
     vllm_config = make_vllm_config(
         model_dir, json.dumps(additional), max_num_batched_tokens, max_num_seqs, num_blocks,
-        enable_prefix_caching, async_scheduling, data_parallel,
+        enable_prefix_caching, async_scheduling,
+        *(() if data_parallel == (0, 1) else (data_parallel,)),  # one cache key per config
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
@@ -129,8 +130,12 @@ def make_vllm_config(
         enable_prefix_caching=enable_prefix_caching,
     )
     rank, size = data_parallel
+    # VllmConfig's own default ParallelConfig unless asked for data parallel: every other
+    # caller gets the config it always had.
+    parallel = ({} if data_parallel == (0, 1) else {"parallel_config": ParallelConfig(
+        data_parallel_size=size, data_parallel_rank=rank)})
     vllm_config = VllmConfig(
-        parallel_config=ParallelConfig(data_parallel_size=size, data_parallel_rank=rank),
+        **parallel,
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,
