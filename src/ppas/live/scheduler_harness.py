@@ -130,12 +130,9 @@ def make_vllm_config(
         enable_prefix_caching=enable_prefix_caching,
     )
     rank, size = data_parallel
-    # VllmConfig's own default ParallelConfig unless asked for data parallel: every other
-    # caller gets the config it always had.
-    parallel = ({} if data_parallel == (0, 1) else {"parallel_config": ParallelConfig(
-        data_parallel_size=size, data_parallel_rank=rank)})
     vllm_config = VllmConfig(
-        **parallel,
+        # (0, 1): ParallelConfig(), what VllmConfig builds by default
+        parallel_config=ParallelConfig(data_parallel_size=size, data_parallel_rank=rank),
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,
