@@ -20,12 +20,14 @@ from ppas.core.steplog import (
     StepLogHeader,
     StepLogRecord,
     StepLogWriter,
+    rank_path,
     read_step_log,
 )
 
 HEADER: StepLogHeader = {"ppas_step_log": FORMAT_VERSION, "started": "2026-01-01T00:00:00",
                          "started_unix": 0.0, "pid": 1, "policy": "mbt:2048",
-                         "cost_model": None, "server": {"max_num_batched_tokens": 2048}}
+                         "cost_model": None, "server": {"max_num_batched_tokens": 2048},
+                         "data_parallel_rank": 0, "data_parallel_size": 1}
 
 
 def record(step: int) -> StepLogRecord:
@@ -150,3 +152,31 @@ def test_step_of_names_what_is_wrong(change: dict[str, object], why: str) -> Non
     assert Step.of(dict(record(1))).decode_contexts == (50, 60)
     with pytest.raises(ValueError, match=why):
         Step.of({**record(1), **change})
+
+
+def test_rank_files_and_headers(tmp_path: Path) -> None:
+    """Data parallel: one file per rank (all suffixed when size > 1), the rank in the
+    header; a header from before the rank keys existed reads as rank 0 of 1."""
+    assert rank_path("/d/steps.jsonl", 0, 1) == "/d/steps.jsonl"
+    assert rank_path("/d/steps.jsonl", 0, 2) == "/d/steps.dp0.jsonl"
+    assert rank_path("/d/steps.jsonl", 1, 2) == "/d/steps.dp1.jsonl"
+    assert rank_path("steps", 3, 4) == "steps.dp3"
+    assert rank_path("/d.x/.log", 1, 2) == "/d.x/.log.dp1"
+    assert rank_path("a.b.jsonl", 1, 2) == "a.b.dp1.jsonl"
+    log = tmp_path / "s.jsonl"
+    old = {k: v for k, v in HEADER.items() if not k.startswith("data_parallel")}
+    log.write_text(json.dumps(old) + "\n" + json.dumps(record(1)) + "\n"
+                   + json.dumps({**HEADER, "data_parallel_rank": 1, "data_parallel_size": 2})
+                   + "\n" + json.dumps(record(2)) + "\n")
+    assert [(r.dp_rank, r.dp_size) for r in read_step_log(log).runs] == [(0, 1), (1, 2)]
+    assert read_step_log(log).runs[1].steps[0].record["step"] == 2
+    for rank, size, msg in ((2, 2, "data_parallel_rank must be an integer in \\[0, 1\\]"),
+                            (-1, 2, "data_parallel_rank must"), ("0", 2, "data_parallel_rank"),
+                            (0, 0, "data_parallel_size must be an integer in \\[1, "),
+                            (0, True, "data_parallel_size must"),
+                            (0, 10**9, "data_parallel_size must")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({**HEADER, "data_parallel_rank": rank,
+                                   "data_parallel_size": size}) + "\n")
+        with pytest.raises(PpasError, match=r"bad.jsonl:1: " + msg):
+            read_step_log(bad)

@@ -17,6 +17,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from ppas.calibrate.fit import read_steps  # noqa: E402
+from ppas.cli import main  # noqa: E402
 from ppas.core.errors import PpasError  # noqa: E402
 from ppas.core.steplog import (  # noqa: E402
     FORMAT_VERSION,
@@ -484,3 +485,68 @@ def test_zero_budget_while_decoding_cannot_stall_recompute(model_dir: str) -> No
     tokens, _ = drive(sched, {0: reqs}, check=check, max_steps=5000)
     assert preempted, "the mix must force a preemption"
     assert tokens == {f"r{i}": 300 + 10 * i for i in range(4)}
+
+
+def test_data_parallel_ranks_each_run_their_policy_and_log(model_dir: str,
+                                                            tmp_path: Path) -> None:
+    """--data-parallel-size 2 at the scheduler level: vLLM builds one scheduler per engine
+    core; each has its own policy and writes its own rank file, its header naming the rank."""
+    given = tmp_path / "steps.jsonl"
+    scheds = [make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096,
+                             step_log=str(given), data_parallel=(rank, 2)) for rank in (0, 1)]
+    work = {0: {0: [make_request("a", 5000, 3), make_request("b", 100, 20, seed=1)]},
+            1: {0: [make_request("x", 700, 4, seed=9)],
+                2: [make_request(f"y{i}", 2000, 2, seed=10 + i) for i in range(3)]}}
+    done = [drive(s, work[rank]) for rank, s in enumerate(scheds)]
+    for s in scheds:
+        s.shutdown()
+    assert set(done[0][1]) == {"a", "b"} and set(done[1][1]) == {"x", "y0", "y1", "y2"}
+    p0, p1 = (s.ppas_policy for s in scheds)  # type: ignore[attr-defined]
+    assert p0 is not p1 and p0.spec == p1.spec == make_policy(PPAS).spec
+    assert not given.exists()  # size 2: every rank suffixed, the given name unused
+    files = [tmp_path / "steps.dp0.jsonl", tmp_path / "steps.dp1.jsonl"]
+    assert [s.step_log_path for s in scheds] == [str(f) for f in files]  # type: ignore[attr-defined]
+    logs = [read_step_log(f) for f in files]
+    for rank, log in enumerate(logs):
+        (run,) = log.runs
+        assert run.header is not None and run.header["data_parallel_rank"] == rank
+        assert run.header["data_parallel_size"] == 2 and (run.dp_rank, run.dp_size) == (rank, 2)
+    # Each file holds that rank's steps only: its prompts' tokens, no one else's.
+    prefilled = [sum(c for s in log.steps for c, _ in s.prefill_chunks) for log in logs]
+    assert prefilled == [5000 + 100, 700 + 3 * 2000]
+    # calibrate takes both rank files at once and fits every step of both.
+    out = tmp_path / "cost.json"
+    assert main(["calibrate", *map(str, files), "-o", str(out), "--json"]) == 0
+    fitted = json.loads(out.read_text())
+    assert fitted["sources"] == [str(f) for f in files]
+    assert fitted["fit"]["num_steps"] == sum(len(log.steps) for log in logs) == sum(
+        len(read_steps(f)) for f in files)
+    # One engine core (size 1) keeps the given name; its header says rank 0 of 1.
+    one = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096,
+                         step_log=str(given))
+    drive(one, {0: [make_request("z", 300, 2)]})
+    one.shutdown()
+    (run,) = read_step_log(given).runs
+    assert run.header is not None and (run.header["data_parallel_rank"],
+                                       run.header["data_parallel_size"]) == (0, 1)
+
+
+def test_data_parallel_rank_survives_the_dense_model_reset() -> None:
+    """What vLLM's run_engine_core does to each engine core's ParallelConfig: the MoE path
+    keeps rank and size; the dense path sets data_parallel_index, then resets
+    data_parallel_rank/size to 0/1 (reconfigure_for_independent_dp_rank). Both still read
+    as (rank, 2); a server without DP reads as (0, 1)."""
+    from vllm.config import ParallelConfig
+
+    from ppas.live.versions import data_parallel_rank
+
+    assert data_parallel_rank(ParallelConfig()) == (0, 1)
+    for rank in (0, 1):
+        moe = ParallelConfig(data_parallel_size=2, data_parallel_rank=rank)
+        moe.data_parallel_index = rank
+        assert data_parallel_rank(moe) == (rank, 2)
+        dense = ParallelConfig(data_parallel_size=2, data_parallel_rank=rank)
+        dense.data_parallel_index = rank
+        dense.reconfigure_for_independent_dp_rank()
+        assert (dense.data_parallel_rank, dense.data_parallel_size) == (0, 1)  # vLLM's reset
+        assert data_parallel_rank(dense) == (rank, 2)

@@ -27,6 +27,7 @@ MIN_TIME_S = 1e-6  # an SLO, a step-time target, a latency: 1 us, below any engi
 MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape (vllm bench serve --burstiness)
 MAX_SEED = 2**32 - 1
 MAX_TP = 1024
+MAX_DP_SIZE = 65_536  # data-parallel ranks of one server (a step log header's size)
 MAX_NUM_SEQS = 1 << 20
 MAX_PREFILL_INTERVAL = 1_000_000  # vLLM's prefill_schedule_interval, in steps
 MAX_KV_BLOCKS = 1 << 40

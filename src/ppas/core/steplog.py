@@ -6,6 +6,13 @@ one ``StepLogRecord`` line per completed step. Several runs may share one file; 
 lines tell them apart. Logs from before the header existed (format 0: records only) still
 read, as one run.
 
+Data parallel (``--data-parallel-size N``): each engine core runs its own scheduler, so each
+rank writes its own file (``rank_path``: ``steps.jsonl`` -> ``steps.dp0.jsonl``, ...,
+``steps.dp{N-1}.jsonl``; with N = 1 the path is used as given), since several processes
+appending to one file would interleave their lines. The header carries the rank and the size
+(``data_parallel_rank``, ``data_parallel_size``); a header without them (written before they
+existed) reads as rank 0 of 1 (``StepLogRun.dp_rank``, ``StepLogRun.dp_size``).
+
 Durability (``StepLogWriter``): each record is one ``write()`` of a whole line, handed to the
 OS when the step completes (every ``flush_every`` steps; default 1), so a server killed with
 SIGKILL loses at most the step being written, and SIGTERM to the whole process group (a
@@ -31,7 +38,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ppas.core.errors import PpasError
-from ppas.core.limits import MAX_CONTEXT_TOKENS, MAX_PROMPT_TOKENS, MAX_TIME_S
+from ppas.core.limits import MAX_CONTEXT_TOKENS, MAX_DP_SIZE, MAX_PROMPT_TOKENS, MAX_TIME_S
 
 FORMAT_VERSION = 1
 HEADER_KEY = "ppas_step_log"  # its value is the format version
@@ -47,6 +54,21 @@ class StepLogHeader(TypedDict):
     policy: str  # the policy's canonical config string
     cost_model: str | None  # the plugin's cost_model spec, if any
     server: dict[str, Any]  # vLLM settings: version, model, max_num_batched_tokens, ...
+    data_parallel_rank: int  # this engine core's data-parallel rank (absent in old logs: 0)
+    data_parallel_size: int  # the server's data-parallel size (absent in old logs: 1)
+
+
+def rank_path(path: str, rank: int, size: int) -> str:
+    """The file data-parallel rank ``rank`` of ``size`` writes: ``path`` itself when
+    ``size`` is 1, else ``path`` with ``.dp{rank}`` before its last suffix (``steps.jsonl``
+    -> ``steps.dp1.jsonl``; ``steps`` -> ``steps.dp1``). Every rank is suffixed, rank 0
+    too, so no reader mistakes one rank's file for the whole server's log."""
+    if size <= 1:
+        return path
+    head, name = os.path.split(path)
+    stem, dot, ext = name.rpartition(".")
+    new = f"{stem}.dp{rank}.{ext}" if dot and stem else f"{name}.dp{rank}"
+    return os.path.join(head, new)
 
 
 class StepLogRecord(TypedDict):
@@ -174,6 +196,16 @@ class StepLogRun:
     header: StepLogHeader | None
     steps: list[Step] = field(default_factory=list)
 
+    @property
+    def dp_rank(self) -> int:
+        """The data-parallel rank that wrote this run (0 if the header does not say)."""
+        return int(self.header.get("data_parallel_rank", 0)) if self.header else 0
+
+    @property
+    def dp_size(self) -> int:
+        """The server's data-parallel size (1 if the header does not say)."""
+        return int(self.header.get("data_parallel_size", 1)) if self.header else 1
+
 
 @dataclass
 class StepLog:
@@ -222,6 +254,13 @@ def read_step_log(path: str | Path, offset: int = 0) -> StepLog:
                     1 <= version <= FORMAT_VERSION):
                 raise PpasError(f"{p}:{n}: step log format {version!r} is not supported; "
                                 f"this ppas reads formats 0 to {FORMAT_VERSION}")
+            size, rank = obj.get("data_parallel_size", 1), obj.get("data_parallel_rank", 0)
+            if not _is_int(size) or not 1 <= size <= MAX_DP_SIZE:
+                raise PpasError(f"{p}:{n}: data_parallel_size must be an integer in [1, "
+                                f"{MAX_DP_SIZE}], got {size!r:.40}")
+            if not _is_int(rank) or not 0 <= rank < size:
+                raise PpasError(f"{p}:{n}: data_parallel_rank must be an integer in [0, "
+                                f"{size - 1}] (below data_parallel_size), got {rank!r:.40}")
             runs.append(StepLogRun(obj))  # type: ignore[arg-type]
             continue
         if not runs:
@@ -234,4 +273,4 @@ def read_step_log(path: str | Path, offset: int = 0) -> StepLog:
 
 
 __all__ = ["FORMAT_VERSION", "HEADER_KEY", "REQUIRED", "Step", "StepLog", "StepLogHeader",
-           "StepLogRecord", "StepLogRun", "StepLogWriter", "read_step_log"]
+           "StepLogRecord", "StepLogRun", "StepLogWriter", "rank_path", "read_step_log"]

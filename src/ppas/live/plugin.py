@@ -6,8 +6,12 @@
 
 Config keys under ``ppas`` (``PluginConfig``): ``policy`` (required, a policy config string),
 ``step_log`` (JSONL path, ``ppas.core.steplog``: a header line per server run, then one line
-per step), ``step_log_flush`` (steps per write, default 1: each step reaches the OS when it
-completes, so a killed server loses at most the step being written),
+per step; under ``--data-parallel-size N > 1`` every engine core runs its own policy and
+writes its own file, ``steps.jsonl`` -> ``steps.dp0.jsonl`` ... ``steps.dp{N-1}.jsonl``,
+its header carrying ``data_parallel_rank`` and ``data_parallel_size``; see
+``ppas.core.steplog.rank_path``), ``step_log_flush`` (steps per write, default 1: each
+step reaches the OS when it completes, so a killed server loses at most the step being
+written),
 ``cost_model`` (a ``ppas.cost.make_cost_model`` spec such as ``fitted:FILE``, bound to the
 policy; default none). Supported vLLM release lines: ``SUPPORTED_VLLM`` (0.32.x, 0.33.x;
 checked at startup against the installed scheduler's source, see ``ppas.live.versions``).
@@ -66,11 +70,17 @@ from vllm.v1.request import Request, RequestStatus
 from ppas.core.config import from_table, require
 from ppas.core.decision import Knob
 from ppas.core.errors import PpasError
-from ppas.core.steplog import FORMAT_VERSION, StepLogHeader, StepLogRecord, StepLogWriter
+from ppas.core.steplog import (
+    FORMAT_VERSION,
+    StepLogHeader,
+    StepLogRecord,
+    StepLogWriter,
+    rank_path,
+)
 from ppas.core.view import RequestView, SchedulerView, StepRecord
 from ppas.engine import step_rules
 from ppas.live.versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
-from ppas.live.versions import ReleaseLine, check_scheduler
+from ppas.live.versions import ReleaseLine, check_scheduler, data_parallel_rank
 from ppas.policies import Decision, Policy, make_policy, policy_names
 
 logger = init_logger("vllm.ppas")  # under "vllm." so vLLM's log handler prints it
@@ -338,16 +348,20 @@ class PolicyScheduler(Scheduler):
         self._last_schedule: float | None = None
         self._last_done = 0.0
         self._step = 0
+        self.ppas_dp_rank, self.ppas_dp_size = data_parallel_rank(vllm_config.parallel_config)
+        self.step_log_path = (rank_path(cfg.step_log, self.ppas_dp_rank, self.ppas_dp_size)
+                              if cfg.step_log else None)
         self.step_log = (
-            StepLogWriter(cfg.step_log, step_log_header(vllm_config, cfg, policy, self),
+            StepLogWriter(self.step_log_path, step_log_header(vllm_config, cfg, policy, self),
                           cfg.step_log_flush)
-            if cfg.step_log else None
+            if self.step_log_path else None
         )
         if self.step_log is not None:  # close even if the engine never calls shutdown()
             weakref.finalize(self, self.step_log.close)
         logger.info(
-            "ppas.vllm: %s with policy %s, MBT %d, step log %s",
-            type(self).__name__, policy.spec, sc.max_num_batched_tokens, cfg.step_log,
+            "ppas.vllm: %s with policy %s, MBT %d, DP rank %d of %d, step log %s",
+            type(self).__name__, policy.spec, sc.max_num_batched_tokens, self.ppas_dp_rank,
+            self.ppas_dp_size, self.step_log_path,
         )
 
     # -- the view the policy reads ------------------------------------------------------
@@ -505,6 +519,7 @@ def step_log_header(vllm_config: Any, cfg: PluginConfig, policy: Policy,
     now = time.time()
     mc, sc = vllm_config.model_config, vllm_config.scheduler_config
     kv = getattr(sched, "kv_cache_config", None)
+    dp_rank, dp_size = data_parallel_rank(vllm_config.parallel_config)
     return {
         "ppas_step_log": FORMAT_VERSION,
         "started": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),
@@ -525,6 +540,8 @@ def step_log_header(vllm_config: Any, cfg: PluginConfig, policy: Policy,
             "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
             "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
         },
+        "data_parallel_rank": dp_rank,
+        "data_parallel_size": dp_size,
     }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -56,9 +56,12 @@ def make_scheduler(
     cost_model: str | None = None,
     async_scheduling: bool = False,
     cls: type[Scheduler] | None = None,
+    data_parallel: tuple[int, int] = (0, 1),
 ) -> Scheduler:
     """A ``PolicyScheduler`` (``policy`` given) or stock ``Scheduler`` with a fake KV cache
-    of ``num_blocks`` blocks of ``BLOCK_SIZE`` tokens and no tensors."""
+    of ``num_blocks`` blocks of ``BLOCK_SIZE`` tokens and no tensors. ``data_parallel`` is
+    ``(rank, size)``: the scheduler of that data-parallel engine core (its config only;
+    no process group, no coordinator)."""
     additional: dict[str, Any] = {}
     if policy is not None:
         additional = {"ppas": {"policy": policy}}
@@ -69,6 +72,7 @@ def make_scheduler(
     vllm_config = make_vllm_config(
         model_dir, json.dumps(additional), max_num_batched_tokens, max_num_seqs, num_blocks,
         enable_prefix_caching, async_scheduling,
+        *(() if data_parallel == (0, 1) else (data_parallel,)),  # one cache key per config
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
@@ -107,6 +111,7 @@ def make_vllm_config(
     num_blocks: int,
     enable_prefix_caching: bool,
     async_scheduling: bool,
+    data_parallel: tuple[int, int] = (0, 1),
 ) -> VllmConfig:
     """The VllmConfig of ``make_scheduler`` (cached: building a ModelConfig reads files)."""
     model_config = ModelConfig(model=model_dir, dtype="float32", seed=0, max_model_len=8192)
@@ -124,7 +129,10 @@ def make_vllm_config(
         cache_dtype="auto",
         enable_prefix_caching=enable_prefix_caching,
     )
+    rank, size = data_parallel
     vllm_config = VllmConfig(
+        # (0, 1): ParallelConfig(), what VllmConfig builds by default
+        parallel_config=ParallelConfig(data_parallel_size=size, data_parallel_rank=rank),
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,

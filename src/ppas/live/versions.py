@@ -214,3 +214,23 @@ def check_scheduler(version: str, scheduler_cls: type) -> ReleaseLine:
         raise _unsupported(version, f"its scheduler differs from what the plugin expects of "
                                     f"{rl.line}.x: found {sites}, expected {expected}")
     return rl
+
+
+def data_parallel_rank(parallel_config: Any) -> tuple[int, int]:
+    """(rank, size) of the engine core whose ``vllm_config.parallel_config`` this is.
+
+    vLLM 0.32 and 0.33 (``run_engine_core`` in ``vllm/v1/engine/core.py``) set
+    ``data_parallel_index`` to the engine core's DP rank. For a MoE model they keep
+    ``data_parallel_rank``/``data_parallel_size``; for a dense model each rank is
+    independent and ``ParallelConfig.reconfigure_for_independent_dp_rank()`` resets them to
+    0 and 1 before the scheduler is built, but leaves ``elastic_ep_max_dp_size`` (set to
+    the configured ``data_parallel_size`` in ``ParallelConfig.__post_init__`` when elastic
+    EP is off). A config built outside an engine core (no ``data_parallel_index``: the
+    scheduler-level tests) reads ``data_parallel_rank``/``data_parallel_size`` as given."""
+    pc = parallel_config
+    size = int(getattr(pc, "data_parallel_size", 1) or 1)
+    index = getattr(pc, "data_parallel_index", None)
+    rank = index if isinstance(index, int) else int(getattr(pc, "data_parallel_rank", 0))
+    if size == 1 and not getattr(pc, "enable_elastic_ep", False):
+        size = int(getattr(pc, "elastic_ep_max_dp_size", None) or 1)
+    return rank, max(size, rank + 1)
