@@ -20,6 +20,8 @@ from ppas.core.errors import PpasError
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("ppas.commands.simulate", "simulate one trace under one or more policies"),
     "sweep": ("ppas.commands.sweep", "simulate a grid of burst rates x seeds x policies"),
+    "tune": ("ppas.commands.tune",
+             "search stock vLLM's knobs for a trace; compare our policies with the best"),
     "bench": ("ppas.commands.bench", "replay a trace against an OpenAI-compatible server"),
     "calibrate": ("ppas.commands.calibrate", "fit a cost model from the vLLM plugin's step log"),
     "experiment": ("ppas.commands.experiment",

@@ -9,13 +9,16 @@ ignores it), and the admission limit set by ``max_num_seqs`` or ``max_num_active
 limit are the same schedule and are tried once).
 
 Every setting is scored at every load (a rate multiplier of the trace,
-``TraceTransform.at_load``) by one ``Objective`` (``OBJECTIVES``): lower is better, infinite
-when infeasible. ``search`` is **successive halving** over the trace's length: every setting
-runs on the first 1/eta^k of the trace at every load, the best 1/eta (by the objective, plus
-the best at each load alone, so the per-load oracle survives) go on to a trace eta times
-longer, until the survivors run the whole trace. With ``rungs=1`` it is the plain grid
-search. What is reported (best single setting, per-load oracle, Pareto front) is over the
-settings run on the whole trace.
+``TraceTransform.at_load``) by one ``Objective`` (``OBJECTIVES``, a registry: capacity can be
+one more entry): lower is better, infinite when infeasible. ``search`` is **coordinate
+descent** (``descent``) from vLLM's defaults: one coordinate (``COORDINATES``) at a time,
+every value of it tried with the others held, the best kept, until a pass moves nothing;
+then the same at each load alone, from the best single setting, for the per-load oracle.
+``method="grid"`` runs every setting instead. Measured on the Azure code trace's first 10
+minutes at loads 1 and 2 (H100, Qwen3-8B, mean E2E): the descent reached the grid's optimum
+of 414 settings after running 33; successive halving over the trace's length (every
+setting on the first 1/27 of the trace, the best third on a trace three times longer, ...)
+ended 18% above it, the short prefixes ranking the settings wrongly.
 """
 
 from __future__ import annotations
@@ -82,6 +85,18 @@ class StockSpace:
                                         if getattr(cfg, k) is None]
                                 out.append(config_string("vllm", cfg, omit=omit))
         return out
+
+
+def short_name(config: str) -> str:
+    """A ``vllm:`` setting with only its knobs off vLLM's defaults (and its MBT); any other
+    config as it is."""
+    cfg = make_policy(config).config
+    if not isinstance(cfg, VllmStockConfig):
+        return config
+    d = VllmStockConfig(version=cfg.version)
+    return config_string("vllm", cfg, omit=[k for k in KNOB_PARAMS.values() if k != "mbt"
+                                            and getattr(cfg, k) == getattr(d, k)]
+                         + ["version"])
 
 
 def serve_flags(config: str) -> list[str]:
@@ -186,15 +201,6 @@ TAKES_TPOT_SLO = (P99TtftUnderTpot.name,)
 # ---------------------------------------------------------------- the search
 
 
-def prefix(trace: Trace, fraction: float) -> Trace:
-    """The requests arriving in the first ``fraction`` of the trace (at least one)."""
-    if fraction >= 1:
-        return trace
-    end = trace.duration_s * fraction
-    reqs = tuple(r for r in trace.requests if r.arrival_s < end) or trace.requests[:1]
-    return Trace(reqs, end, f"{trace.description}; first {fraction:.3g} of it", trace.dropped)
-
-
 @dataclass
 class Evaluator:
     """Runs settings on the trace of each load, with cost models sized per token budget."""
@@ -208,73 +214,101 @@ class Evaluator:
     simulations: int = 0
     _costs: dict[int, CostModel] = field(default_factory=dict)
 
-    def run(self, config: str, load: float, fraction: float = 1.0) -> Figures:
+    def run(self, config: str, load: float) -> Figures:
         mbt = make_policy(config).max_num_batched_tokens
         if mbt not in self._costs:
             self._costs[mbt] = engine_for(config, self.hardware, self.model,
                                           cost_model=self.cost_model, tp=self.tp,
                                           config=self.engine).cost_model
         self.simulations += 1
-        return figures(prefix(self.traces[load], fraction), config, self._costs[mbt],
-                       self.engine)
+        return figures(self.traces[load], config, self._costs[mbt], self.engine)
 
     @property
     def loads(self) -> list[float]:
         return list(self.traces)
 
 
-@dataclass(frozen=True)
-class Rung:
-    fraction: float
-    settings: int
+#: The coordinates of the descent: the knobs moved together (a threshold with its switch,
+#: the two admission knobs).
+COORDINATES: tuple[tuple[str, ...], ...] = (
+    ("mbt",), ("long_prefill_token_threshold", "adaptive"), ("prefill_schedule_interval",),
+    ("max_num_seqs", "max_num_active_seqs"))
 
 
 @dataclass
 class Search:
-    """The settings run on the whole trace, their figures per load, and how the search went."""
+    """Every setting run, its figures at the loads it was run at, and how the search went."""
 
     results: dict[str, dict[float, Figures]]
-    rungs: list[Rung]
     simulations: int
+    passes: int = 0
 
 
-def num_rungs(n: int, eta: int, keep: int, max_rungs: int) -> int:
-    """Rungs of successive halving for ``n`` settings: enough that about ``keep`` reach
-    the whole trace, at most ``max_rungs``."""
-    r = 1
-    while r < max_rungs and n / eta ** (r - 1) > keep * eta:
-        r += 1
-    return r
+def _knobs(config: str) -> VllmStockConfig:
+    cfg = make_policy(config).config
+    assert isinstance(cfg, VllmStockConfig)
+    return cfg
 
 
-def search(settings: Sequence[str], ev: Evaluator, objective: Objective, *, eta: int = 3,
-           keep: int = 8, max_rungs: int = 5,
-           progress: Callable[[str], None] | None = None) -> Search:
-    """Successive halving (see the module docstring); ``max_rungs=1`` is the grid search."""
+def descent(settings: Sequence[str], score: Callable[[str], float], start: str,
+            max_passes: int = 4) -> tuple[str, int]:
+    """Coordinate descent over ``settings`` (``COORDINATES``): from ``start``, try every
+    value of one coordinate with the others held (those in ``settings``), move to the best
+    if it is strictly better; repeat over the coordinates until a pass moves nothing.
+    Returns the setting reached and the passes made."""
+    by_key = {tuple(getattr(_knobs(c), f) for fs in COORDINATES for f in fs): c
+              for c in settings}
+    names = [f for fs in COORDINATES for f in fs]
+    cur = start
+    for n in range(1, max_passes + 1):
+        moved = False
+        for fs in COORDINATES:
+            base = dict(zip(names, next(k for k, c in by_key.items() if c == cur),
+                            strict=True))
+            values = {tuple(k[names.index(f)] for f in fs) for k in by_key}
+            cands = []
+            for v in values:
+                key = tuple((dict(base) | dict(zip(fs, v, strict=True)))[f] for f in names)
+                if key in by_key:
+                    cands.append(by_key[key])
+            best = min(cands, key=lambda c: (score(c), settings.index(c)))
+            if score(best) < score(cur):
+                cur, moved = best, True
+        if not moved:
+            return cur, n
+    return cur, max_passes
+
+
+def search(settings: Sequence[str], ev: Evaluator, objective: Objective, *,
+           method: str = "descent") -> tuple[Search, str, dict[float, str]]:
+    """The best single setting over the loads, and the best at each load: by coordinate
+    descent from vLLM's defaults (the per-load ones from the single best), or the grid."""
     if not settings:
         raise PpasError("no stock settings to search")
-    alive = list(dict.fromkeys(settings))
-    rungs_n = num_rungs(len(alive), eta, keep, max_rungs)
-    rungs: list[Rung] = []
     loads = ev.loads
-    scored: dict[str, dict[float, Figures]] = {}
-    for k in range(rungs_n):
-        fraction = 1.0 / eta ** (rungs_n - 1 - k)
-        rungs.append(Rung(fraction, len(alive)))
-        if progress:
-            progress(f"rung {k + 1}/{rungs_n}: {len(alive)} settings on {fraction:.3g} of "
-                     "the trace")
-        scored = {c: {load: ev.run(c, load, fraction) for load in loads} for c in alive}
-        if k == rungs_n - 1:
-            break
-        rank = sorted(alive, key=lambda c: objective.score(list(scored[c].values())))
-        nxt = rank[:max(keep, math.ceil(len(alive) / eta))]
-        for load in loads:
-            best = min(alive, key=lambda c: objective.at_load(scored[c][load]))  # noqa: B023
-            if best not in nxt:
-                nxt.append(best)
-        alive = nxt
-    return Search(scored, rungs, ev.simulations)
+    runs: dict[str, dict[float, Figures]] = {}
+
+    def at(c: str, x: float) -> Figures:
+        if x not in runs.setdefault(c, {}):
+            runs[c][x] = ev.run(c, x)
+        return runs[c][x]
+
+    def overall(c: str) -> float:
+        return objective.score([at(c, x) for x in loads])
+
+    passes = 0
+    if method == "grid":
+        best = min(settings, key=overall)
+        oracle = {x: min(settings, key=lambda c: objective.at_load(at(c, x)))  # noqa: B023
+                  for x in loads}
+    else:
+        default = config_string("vllm", VllmStockConfig(version=_knobs(settings[0]).version),
+                                omit=(Knob.MAX_NUM_SEQS, Knob.MAX_NUM_ACTIVE_SEQS))
+        start = default if default in settings else settings[0]
+        best, passes = descent(settings, overall, start)
+        oracle = {x: descent(settings, lambda c: objective.at_load(at(c, x)),  # noqa: B023
+                             best)[0] for x in loads}
+    return Search(runs, ev.simulations, passes), best, oracle
 
 
 # ---------------------------------------------------------------- what is reported
@@ -284,9 +318,11 @@ def pareto_front(points: dict[str, Figures]) -> list[str]:
     """The names whose (P99 TTFT, P99 TPOT) no other point beats in both, by P99 TTFT."""
     items = [(n, f.p99_ttft, f.p99_tpot) for n, f in points.items()
              if math.isfinite(f.p99_ttft) and math.isfinite(f.p99_tpot)]
-    front = [n for n, t, p in items
-             if not any((t2 <= t and p2 <= p) and (t2 < t or p2 < p) for _, t2, p2 in items)]
-    return sorted(front, key=lambda n: (points[n].p99_ttft, points[n].p99_tpot))
+    front: dict[tuple[float, float], str] = {}  # one name per point: the first given
+    for n, t, p in items:
+        if not any((t2 <= t and p2 <= p) and (t2 < t or p2 < p) for _, t2, p2 in items):
+            front.setdefault((t, p), n)
+    return [front[k] for k in sorted(front)]
 
 
 @dataclass
@@ -322,7 +358,7 @@ class TuneReport:
     def fronts(self) -> dict[float, list[str]]:
         out = {}
         for load in self.loads:
-            pts = {c: r[load] for c, r in self.search.results.items()}
+            pts = {c: r[load] for c, r in self.search.results.items() if load in r}
             pts |= {c: r[load] for c, r in self.ours.items()}
             out[load] = pareto_front(pts)
         return out
@@ -342,22 +378,16 @@ class TuneReport:
             "gains": {c: {"per_load": {f"{x:g}": self.gain(c, x) for x in self.loads},
                           "overall": self.overall_gain(c)} for c in self.ours},
             "pareto_front": {f"{x:g}": names for x, names in self.fronts().items()},
-            "search": {"rungs": [r.__dict__ for r in self.search.rungs],
-                       "simulations": self.search.simulations},
+            "search": {"settings_run": len(self.search.results),
+                       "passes": self.search.passes, "simulations": self.search.simulations},
             "stock": per(self.search.results), "ours": per(self.ours),
         }
 
 
 def tune(settings: Sequence[str], ours: Sequence[str], ev: Evaluator, objective: Objective,
-         max_rungs: int = 5, progress: Callable[[str], None] | None = None) -> TuneReport:
-    """Search ``settings``, then run ``ours`` on the whole trace at every load."""
-    s = search(settings, ev, objective, max_rungs=max_rungs, progress=progress)
-    loads = ev.loads
-    if progress and ours:
-        progress(f"our policies: {', '.join(ours)}")
-    mine = {c: {x: ev.run(c, x) for x in loads} for c in ours}
+         method: str = "descent") -> TuneReport:
+    """Search ``settings`` (``search``), then run ``ours`` on the trace at every load."""
+    s, best, oracle = search(settings, ev, objective, method=method)
+    mine = {c: {x: ev.run(c, x) for x in ev.loads} for c in ours}
     s.simulations = ev.simulations
-    best = min(s.results, key=lambda c: objective.score(list(s.results[c].values())))
-    oracle = {x: min(s.results, key=lambda c: objective.at_load(s.results[c][x]))  # noqa: B023
-              for x in loads}
-    return TuneReport(objective, loads, s, mine, best, oracle)
+    return TuneReport(objective, ev.loads, s, mine, best, oracle)

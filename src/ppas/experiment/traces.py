@@ -148,9 +148,9 @@ class WorkloadSpec:
             output_tokens=t.output_tokens or 16, warmup_requests=t.warmup_requests,
             request_timeout_s=t.request_timeout_s)
         if t.kind == "trace":
-            spec = WorkloadSpec("trace", t.loads or (0.0,), file=t.file, file_format=t.format or "auto",
-                                block_size=t.block_size or 512, transform=t.transform,
-                                **common)
+            spec = WorkloadSpec("trace", t.loads or (0.0,), file=t.file,
+                                file_format=t.format or "auto", block_size=t.block_size or 512,
+                                transform=t.transform, **common)
             for load in spec.loads:
                 _ = spec.trace(load, t.seeds[0])  # readable, non-empty
             return spec
