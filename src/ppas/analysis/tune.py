@@ -388,6 +388,9 @@ def tune(settings: Sequence[str], ours: Sequence[str], ev: Evaluator, objective:
          method: str = "descent") -> TuneReport:
     """Search ``settings`` (``search``), then run ``ours`` on the trace at every load."""
     s, best, oracle = search(settings, ev, objective, method=method)
+    if not math.isfinite(objective.score(list(s.results[best].values()))):
+        raise PpasError(f"no stock setting tried meets the objective at every load "
+                        f"({objective.describe()}); loosen the SLO or lower the loads")
     mine = {c: {x: ev.run(c, x) for x in ev.loads} for c in ours}
     s.simulations = ev.simulations
     return TuneReport(objective, ev.loads, s, mine, best, oracle)
