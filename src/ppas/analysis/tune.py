@@ -55,8 +55,9 @@ class StockSpace:
     def settings(self, version: str = "0.33", engine_max_num_seqs: int = 256) -> list[str]:
         """Every distinct setting as a ``vllm:`` config string (``max_num_seqs`` written only
         when set), in the order of the fields: a threshold only below the MBT, ``adaptive``
-        only with a threshold, an interval only where the release line applies it, an
-        admission limit only once."""
+        only with a threshold, an interval only where the release line applies it, each
+        admission limit once (``engine_max_num_seqs``: the engine's, the limit when no knob
+        sets one)."""
         out: list[str] = []
         seen: set[tuple[object, ...]] = set()
         psis = self.prefill_schedule_interval if version != "0.32" else (1,)
@@ -81,8 +82,7 @@ class StockSpace:
                                 if key in seen:
                                     continue
                                 seen.add(key)
-                                omit = [k for k in (Knob.MAX_NUM_SEQS, Knob.MAX_NUM_ACTIVE_SEQS)
-                                        if getattr(cfg, k) is None]
+                                omit = (Knob.MAX_NUM_SEQS,) if seqs is None else ()
                                 out.append(config_string("vllm", cfg, omit=omit))
         return out
 
@@ -303,7 +303,7 @@ def search(settings: Sequence[str], ev: Evaluator, objective: Objective, *,
                   for x in loads}
     else:
         default = config_string("vllm", VllmStockConfig(version=_knobs(settings[0]).version),
-                                omit=(Knob.MAX_NUM_SEQS, Knob.MAX_NUM_ACTIVE_SEQS))
+                                omit=(Knob.MAX_NUM_SEQS,))
         start = default if default in settings else settings[0]
         best, passes = descent(settings, overall, start)
         oracle = {x: descent(settings, lambda c: objective.at_load(at(c, x)),  # noqa: B023
