@@ -31,7 +31,7 @@ CONSTANT = {"format": "ppas-fitted-cost-model/1",
                              "per_attn_pair_s": 0.0, "per_decode_s": 0.0,
                              "per_decode_ctx_token_s": 0.0}}
 BEST = ("vllm:mbt=16384,long_prefill_token_threshold=0,adaptive=false,"
-        "prefill_schedule_interval=1,version=0.33")
+        "prefill_schedule_interval=1,max_num_active_seqs=None,version=0.33")
 
 
 @pytest.fixture
