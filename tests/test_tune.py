@@ -90,6 +90,10 @@ def test_p99_ttft_objective_respects_the_tpot_slo() -> None:
     assert obj.at_load(slow) == math.inf
     assert obj.score([ok, slow]) == math.inf
     assert obj.score([ok, ok]) == pytest.approx(0.9)
+    # a search walks out of infeasibility: feasible first, then the smaller overshoot
+    slower = Figures(1.0, 0.5, 0.04, 2.0, 0.1, 0.06, 10, 0)
+    assert obj.rank([ok]) < obj.rank([slow]) < obj.rank([slower])
+    assert obj.rank([slow])[1] == pytest.approx(0.02)
     with pytest.raises(PpasError, match="unknown objective 'capacity-x'; allowed: mean-e2e"):
         OBJECTIVES.get("capacity-x")
 

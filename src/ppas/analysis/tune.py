@@ -163,6 +163,17 @@ class Objective:
             return math.inf
         return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
+    def violation(self, f: Figures) -> float:
+        """How far one load is from feasible (0: feasible), so that a search can walk out
+        of an infeasible region."""
+        return 0.0 if f.completed else math.inf
+
+    def rank(self, figs: Sequence[Figures]) -> tuple[float, float]:
+        """The search's key: feasible settings by ``score``, then the others by their worst
+        ``violation``."""
+        v = self.score(figs)
+        return (0.0, v) if math.isfinite(v) else (1.0, max(self.violation(f) for f in figs))
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -184,6 +195,9 @@ class P99TtftUnderTpot(Objective):
 
     def at_load(self, f: Figures) -> float:
         return f.p99_ttft if f.completed and f.p99_tpot <= self.tpot_slo else math.inf
+
+    def violation(self, f: Figures) -> float:
+        return max(0.0, f.p99_tpot / self.tpot_slo - 1) if f.completed else math.inf
 
     def describe(self) -> str:
         return (f"P99 TTFT (geometric mean over loads) with P99 TPOT <= "
@@ -250,7 +264,7 @@ def _knobs(config: str) -> VllmStockConfig:
     return cfg
 
 
-def descent(settings: Sequence[str], score: Callable[[str], float], start: str,
+def descent(settings: Sequence[str], score: Callable[[str], tuple[float, float]], start: str,
             max_passes: int = 4) -> tuple[str, int]:
     """Coordinate descent over ``settings`` (``COORDINATES``): from ``start``, try every
     value of one coordinate with the others held (those in ``settings``), move to the best
@@ -293,20 +307,20 @@ def search(settings: Sequence[str], ev: Evaluator, objective: Objective, *,
             runs[c][x] = ev.run(c, x)
         return runs[c][x]
 
-    def overall(c: str) -> float:
-        return objective.score([at(c, x) for x in loads])
+    def overall(c: str) -> tuple[float, float]:
+        return objective.rank([at(c, x) for x in loads])
 
     passes = 0
     if method == "grid":
         best = min(settings, key=overall)
-        oracle = {x: min(settings, key=lambda c: objective.at_load(at(c, x)))  # noqa: B023
+        oracle = {x: min(settings, key=lambda c: objective.rank([at(c, x)]))  # noqa: B023
                   for x in loads}
     else:
         default = config_string("vllm", VllmStockConfig(version=_knobs(settings[0]).version),
                                 omit=(Knob.MAX_NUM_SEQS,))
         start = default if default in settings else settings[0]
         best, passes = descent(settings, overall, start)
-        oracle = {x: descent(settings, lambda c: objective.at_load(at(c, x)),  # noqa: B023
+        oracle = {x: descent(settings, lambda c: objective.rank([at(c, x)]),  # noqa: B023
                              best)[0] for x in loads}
     return Search(runs, ev.simulations, passes), best, oracle
 
