@@ -34,14 +34,12 @@ from harness import Table, finish, parser, start
 from ppas.analysis.plot import plot_e2e_vs_burst
 from ppas.analysis.reference import PAPER_BURSTS
 from ppas.analysis.sweep import Grid, cell_means, improvement, run_grid, run_one
-from ppas.core.config import config_string
-from ppas.core.decision import Knob
+from ppas.analysis.tune import StockSpace
 from ppas.core.metrics import geomean_improvement
 from ppas.cost.base import CostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.setup import engine_for
 from ppas.policies import make_policy
-from ppas.policies.vllm_stock import VllmStockConfig
 from ppas.workload import SloClass, Trace, assign_slo_classes, phase_trace
 
 FIXED = ("mbt:512", "mbt:1024", "mbt:2048", "mbt:4096", "mbt:8192", "mbt:16384")
@@ -104,19 +102,10 @@ OURS = ("ppas", "ppas-auto", "predictive", "predictive:max_active=0", "predictiv
 
 
 def stock_grid(version: str = "0.33") -> list[str]:
-    """Every stock-vLLM knob setting of the oracle (a threshold only below the MBT)."""
-    out = []
-    for mbt in STOCK_MBT:
-        for lpt in STOCK_LPT:
-            if lpt >= mbt:
-                continue
-            for adaptive in ((False,) if lpt == 0 else (False, True)):
-                for psi in STOCK_PSI:
-                    for active in STOCK_ACTIVE:
-                        cfg = VllmStockConfig(mbt, lpt, adaptive, psi,
-                                              max_num_active_seqs=active, version=version)
-                        out.append(config_string("vllm", cfg, omit=(Knob.MAX_NUM_SEQS,)))
-    return out
+    """Every stock-vLLM knob setting of the oracle (a threshold only below the MBT), in the
+    space ``ppas tune`` searches (``StockSpace``) with this benchmark's values."""
+    return StockSpace(STOCK_MBT, STOCK_LPT, (False, True), STOCK_PSI, (None,),
+                      STOCK_ACTIVE).settings(version)
 
 
 def print_stock_oracle(recs: list[Record], stock: list[Record]) -> None:

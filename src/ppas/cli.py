@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("ppas.commands.sweep", "simulate a grid of burst rates x seeds x policies"),
     "capacity": ("ppas.commands.capacity",
                  "the largest rate of a trace each policy serves within SLOs"),
+    "tune": ("ppas.commands.tune",
+             "search stock vLLM's knobs for a trace; compare our policies with the best"),
     "bench": ("ppas.commands.bench", "replay a trace against an OpenAI-compatible server"),
     "calibrate": ("ppas.commands.calibrate", "fit a cost model from the vLLM plugin's step log"),
     "experiment": ("ppas.commands.experiment",

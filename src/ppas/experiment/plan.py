@@ -104,7 +104,8 @@ def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
         lines.append(f"  workload: gamma arrivals, {n} prompts, burstiness "
                      f"{w.burstiness:g}, request rates {', '.join(map(load_text, w.loads))}")
     else:
-        lines.append(f"  workload: trace file {w.file}")
+        lines.append(f"  workload: trace file {w.file}" + (
+            f", rate multipliers {', '.join(f'{x:g}' for x in w.loads)}" if w.loads[0] else ""))
     if w.kind != "trace":
         lines.append(f"  prompts {w.prompt_tokens} tokens, outputs {w.output_tokens} tokens")
     lines.append(f"  seeds {', '.join(map(str, w.seeds))}; {w.warmup_requests} warm-up "

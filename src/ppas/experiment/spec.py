@@ -10,7 +10,8 @@
                      | "gamma"  (request_rates = [...], burstiness, num_prompts = N or
                                  [N per request rate])
                      | "trace"  (file = "trace.jsonl", format, block_size, window,
-                                 time_scale or rate, length_scale, drop_longer_than)
+                                 time_scale or rate, length_scale, drop_longer_than,
+                                 loads = [rate multipliers, e.g. 1, 1.5, 2])
                 prompt_tokens, output_tokens, seeds = [...], warmup_requests (sent before
                 the first run on each server start), request_timeout_s
     [[arms]]    name, and one of: policy = "ppas:..." (the ppas plugin) or

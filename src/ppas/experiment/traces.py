@@ -32,7 +32,7 @@ WORKLOAD_KINDS = ("phases", "gamma", "trace")
 _KIND_KEYS = {"phases": ("phases", "burst_rates"),
               "gamma": ("request_rates", "burstiness", "num_prompts"),
               "trace": ("file", "format", "block_size", "window", "time_scale", "rate",
-                        "length_scale", "drop_longer_than")}
+                        "length_scale", "drop_longer_than", "loads")}
 
 
 def load_text(load: float) -> str:
@@ -60,6 +60,7 @@ class WorkloadTable:
     rate: float | None = None
     length_scale: float | None = None
     drop_longer_than: int | None = None
+    loads: tuple[float, ...] | None = None  # rate multipliers of the trace file
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     seeds: tuple[int, ...] = (0,)
@@ -97,6 +98,10 @@ class WorkloadTable:
                         "file gives each request's lengths)", key=key)
             check_fields(self, "format", one_of=TRACE_FORMATS)
             check_fields(self, "block_size", at_least=1)
+            loads = self.loads
+            require(loads is None or (bool(loads) and min(loads) > 0
+                                      and len(set(loads)) == len(loads)),
+                    f"must be distinct rate multipliers > 0, got {loads!r}", key="loads")
             if self.window is not None:
                 try:
                     parse_window(self.window)
@@ -145,7 +150,9 @@ class WorkloadTable:
 @dataclass(frozen=True)
 class WorkloadSpec:
     """The traces: one per (load, seed). ``loads`` are burst rates (phases), mean request
-    rates (gamma) or ``(0.0,)`` for a trace file (replayed as recorded)."""
+    rates (gamma), or for a trace file its rate multipliers (``loads = [1, 2]``: as
+    transformed, and twice as fast; ``TraceTransform.at_load``), ``(0.0,)`` when not
+    given (replayed as transformed)."""
 
     kind: str
     loads: tuple[float, ...]
@@ -171,10 +178,11 @@ class WorkloadSpec:
             output_tokens=t.output_tokens or 16, warmup_requests=t.warmup_requests,
             request_timeout_s=t.request_timeout_s)
         if t.kind == "trace":
-            spec = WorkloadSpec("trace", (0.0,), file=t.file, file_format=t.format or "auto",
-                                block_size=t.block_size or 512, transform=t.transform,
-                                **common)
-            _ = spec.trace(0.0, t.seeds[0])  # readable, non-empty
+            spec = WorkloadSpec("trace", t.loads or (0.0,), file=t.file,
+                                file_format=t.format or "auto", block_size=t.block_size or 512,
+                                transform=t.transform, **common)
+            for load in spec.loads:
+                _ = spec.trace(load, t.seeds[0])  # readable, non-empty
             return spec
         loads = getattr(t, t.rates_key)
         if t.kind == "phases":
@@ -206,8 +214,9 @@ class WorkloadSpec:
             tr = load_trace(self.file, self.file_format, self.block_size)
         except PpasError as e:
             raise config_error("workload", "file", str(e)) from None
+        tf = self.transform.at_load(load) if load else self.transform
         try:
-            tr = self.transform.apply(tr) if self.transform else tr
+            tr = tf.apply(tr) if tf else tr
         except PpasError as e:
             raise config_error("workload", "", str(e)) from None
         if len(tr) == 0:
@@ -221,8 +230,11 @@ class WorkloadSpec:
         return self.num_prompts[self.loads.index(load)]
 
     def load_label(self, load: float) -> str:
-        """The load in file names: ``trace``, else ``load_text``."""
-        return "trace" if self.kind == "trace" else load_text(load)
+        """The load in file names and tables (``load_text``: distinct loads never share one);
+        a trace replayed as published is ``trace``, at a rate multiplier ``xM``."""
+        if self.kind == "trace":
+            return f"x{load_text(load)}" if load else "trace"
+        return load_text(load)
 
     @property
     def load_name(self) -> str:

@@ -10,7 +10,7 @@ lengths, the ones the engine sees)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppas.core.config import check_fields, require
 from ppas.core.errors import PpasError
@@ -68,6 +68,16 @@ class TraceTransform:
             require(v is None or (math.isfinite(v) and 0 < v <= hi),
                     f"{key} must be a number in (0, {hi:g}], got {v!r}")
         check_fields(self, "drop_longer_than", at_least=2)
+
+    def at_load(self, load: float) -> TraceTransform:
+        """This transform with the arrivals ``load`` times as fast on top: a rate ``load``
+        times higher, a time scale ``load`` times smaller (a load of 1 changes nothing)."""
+        require(math.isfinite(load) and load > 0, f"load must be a number > 0, got {load!r}")
+        if load == 1:
+            return self
+        if self.rate is not None:
+            return replace(self, rate=self.rate * load)
+        return replace(self, time_scale=(self.time_scale or 1.0) / load)
 
     def __bool__(self) -> bool:
         return any(getattr(self, k) is not None for k in self.__dataclass_fields__)
