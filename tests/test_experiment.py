@@ -21,15 +21,17 @@ from fake_vllm import FakeLauncher
 
 from ppas.cli import main
 from ppas.core.errors import PpasError
+from ppas.core.metrics import tpot_of
 from ppas.core.outputs import json_text
 from ppas.core.processes import alive, start_time
 from ppas.experiment.plan import _sim_policy, estimate, plan_text
-from ppas.experiment.report import write_report
+from ppas.experiment.report import build_report, write_report
 from ppas.experiment.runfile import RunFile, read_run
 from ppas.experiment.runner import Interrupted, Runner
 from ppas.experiment.spec import Experiment, load_experiment, parse_experiment
 from ppas.live.versions import FALLBACK_LINE, installed_vllm_version, simulated_line
 from ppas.policies import make_policy
+from ppas.workload import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -205,6 +207,11 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"+": "\n[report]\nn_boot = 100.0\n"}, "report.n_boot: must be an integer, got 100.0"),
     ({"+": "\n[report]\nbootstrap_seed = -1\n"}, "report.bootstrap_seed: must be >= 0, got -1"),
     ({"+": "\n[report]\nstyle = 1\n"}, "report.style: unknown key; allowed: level"),
+    ({"+": "\n[report]\nslo = \"ttft=2\"\n"}, "report.slo: bad SLO value 'ttft=2'"),
+    ({"+": "\n[report]\nslo = \"speed=2s\"\n"}, "report.slo: bad SLO 'speed=2s'"),
+    ({"+": "\n[report]\nslo = 3\n"}, "report.slo: must be a string"),
+    ({"+": "\n[report]\nslo = \"ttft=5x\"\n"}, "report.slo: relative SLOs (ttft=5x) need a "
+     "cost model for each request's solo latency: set run.estimate_cost_model"),
     ({"+": "\n[[arms]]\nname = \"x\"\npolicy = \"mbt:64\"\nstock = 3\n"},
      "arms[4]: give exactly one of policy"),
     ({"name = \"t\"": "name = \"t\" \"\""}, "not valid TOML"),
@@ -747,9 +754,37 @@ def _run_file(exp: Experiment, arm: str, load: float, seed: int) -> dict[str, An
             "max_num_batched_tokens": mbt, "attempts": attempts, "retried": retried,
             "wall_s": summary["makespan"] + 0.5, "finished_at": 1.8e9 + seed,
             "summary": summary,
-            "per_request": {"arrival_s": [r.arrival_s for r in trace.requests],
-                            "e2el": [e2e] * len(trace)},
+            "per_request": _per_request(trace, e2e, f"{arm}-{load}-{seed}", failed),
             "steps": _steps(exp, arm, load, seed, rng) if spec.plugin else []}
+
+
+def _per_request(trace: Trace, e2e: float, key: str, failed: int) -> dict[str, Any]:
+    """The per-request arrays ``BenchResult.per_request`` writes: TTFT about 0.6 of the run's
+    mean E2E, the rest decode gaps; the last ``failed`` requests failed (a generator of its
+    own, so that the summaries' draws stay as they were)."""
+    rng = random.Random("per-request-" + key)
+    n = len(trace)
+    out: dict[str, list[Any]] = {k: [] for k in (
+        "arrival_s", "scheduled_s", "end_s", "input_lens", "output_lens", "ttfts", "tpots",
+        "itls", "e2els", "errors")}
+    t0 = trace.requests[0].arrival_s
+    for i, r in enumerate(trace.requests):
+        ok = i < n - failed
+        ttft = e2e * 0.6 * rng.uniform(0.5, 1.5)
+        itl = [e2e * 0.4 / max(r.output_tokens - 1, 1) * rng.uniform(0.5, 1.5)
+               for _ in range(r.output_tokens - 1)] if ok else []
+        total = ttft + sum(itl)
+        out["arrival_s"].append(r.arrival_s)
+        out["scheduled_s"].append(r.arrival_s - t0)
+        out["end_s"].append(r.arrival_s - t0 + total)
+        out["input_lens"].append(r.prompt_tokens)
+        out["output_lens"].append(r.output_tokens if ok else 0)
+        out["ttfts"].append(ttft if ok else None)
+        out["tpots"].append(tpot_of(ttft, total, r.output_tokens) if ok else None)
+        out["itls"].append(itl)
+        out["e2els"].append(total if ok else None)
+        out["errors"].append("" if ok else "http: 500")
+    return out
 
 
 def make_results(tmp_path: Path, model: Path) -> Experiment:
@@ -757,7 +792,8 @@ def make_results(tmp_path: Path, model: Path) -> Experiment:
     but ``MISSING``)."""
     exp = parse_experiment(_text(tmp_path, model, **{
         "name = \"t\"": "name = \"golden\"\ndescription = \"a fixed results folder\"",
-        "seeds = [0, 1]": "seeds = [0, 1, 2]", "+": "\n[report]\nn_boot = 500\n"}), "golden")
+        "seeds = [0, 1]": "seeds = [0, 1, 2]",
+        "+": "\n[report]\nn_boot = 500\nslo = \"ttft=0.6s,tpot=250ms\"\n"}), "golden")
     for arm in exp.arms:
         for load, seed in exp.cells():
             if (arm.name, load, seed) == MISSING:
@@ -773,7 +809,8 @@ def test_report_matches_golden(tmp_path: Path, model: Path) -> None:
     """The report stays byte-identical for the same run files: a results folder made
     deterministically here (summaries, step slices, a retried run, a failed run, a missing
     run) against the report.txt/report.json the code made for it at 8685c44, regenerated for
-    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files). Regenerate
+    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files) and for
+    issue 19 (tail latencies, SLO attainment and goodput: new keys and a new table only). Regenerate
     only for a deliberate change of the report: ``PPAS_WRITE_GOLDEN=1 pytest -k golden``."""
     exp = make_results(tmp_path, model)
     write_report(exp)
@@ -795,7 +832,8 @@ def test_report_golden_is_not_trivial(name: str) -> None:
     if name == "report.txt":
         for part in ("winner per burst", "baseline arms head to head", "oracle",
                      "geometric-mean improvement", "simulator: cost model fitted",
-                     "(simulated as vllm:", "retried after a server death"):
+                     "(simulated as vllm:", "retried after a server death",
+                     "tail latencies (means over seeds); SLO ttft=0.6s,tpot=250ms"):
             assert part in text, part
     else:
         rep = json.loads(text)
@@ -803,6 +841,24 @@ def test_report_golden_is_not_trivial(name: str) -> None:
                     "simulator"):
             assert rep[key], key
         assert rep["relative"]["rows"]
+        atts = [c["slo_attainment"]["estimate"] for c in rep["cells"]]
+        assert min(atts) < 0.5 and max(atts) == 1.0  # the SLO separates the arms
+        assert all(c["itl_p99"]["estimate"] >= c["itl_p50"]["estimate"] for c in rep["cells"])
+
+
+@pytest.mark.parametrize(("slo", "expect"), [("ttft=1000x", 1.0), ("ttft=0.01x", 0.0)])
+def test_report_relative_slo(tmp_path: Path, model: Path, slo: str, expect: float) -> None:
+    """A relative SLO is against each request's solo latency on the experiment's estimate
+    cost model: a loose one every completed request meets, a tight one none."""
+    exp = make_results(tmp_path, model)
+    text = exp.source.replace('slo = "ttft=0.6s,tpot=250ms"', f'slo = "{slo}"') + (
+        '[run]\nestimate_cost_model = "roofline"\nhardware = "h100-sxm-80gb"\n'
+        'catalog_model = "qwen3-8b"\n')
+    rep = build_report(parse_experiment(text, "golden"))
+    assert rep["slo"] == slo
+    for c in rep["cells"]:
+        failed = c["failed"]["estimate"] > 0
+        assert c["slo_attainment"]["estimate"] == pytest.approx(expect, abs=0.1 if failed else 0)
 
 
 # ---------------------------------------------------------------- a results folder to trust

@@ -14,6 +14,9 @@ From the run files only (so it can be rebuilt at any time, also from a partial e
   t-interval of every other arm / winner excludes 1 at the family-wise level (Bonferroni over
   the k - 1 comparisons), else "within noise"; the paired t-test at ``level`` for every
   pair of baseline arms (the fixed-budget crossover);
+* per (arm, load): P50/P90/P99 of TTFT, TPOT, ITL and E2E over each run's requests, and,
+  when the file gives ``[report] slo``, SLO attainment and goodput (``RunSummary``'s, as
+  ``ppas bench`` measures them; ``ppas.experiment.slo``), means over seeds;
 * the simulator's prediction of every run: a cost model fitted to every plugin arm's step
   slices (``cost-report.json``), the run's trace, the arm's policy; the error beside the
   measurement, and the arms whose mean error exceeds ``SIM_TOLERANCE`` named with why.
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ppas.calibrate.fit import fit_and_save
+from ppas.core.metrics import TAIL_QS
 from ppas.core.outputs import write_atomic, write_json_atomic
 from ppas.core.steplog import Step
 from ppas.cost.fitted import FittedCostModel
@@ -39,6 +43,7 @@ from ppas.experiment.figure import plot_report
 from ppas.experiment.folder import ResultsFolder
 from ppas.experiment.prediction import SIM_TOLERANCE, model_dict, predict
 from ppas.experiment.runfile import RunFile
+from ppas.experiment.slo import TAIL_KEYS, run_summaries
 from ppas.experiment.spec import Experiment
 from ppas.experiment.tables import Report
 from ppas.experiment.traces import load_text
@@ -54,10 +59,10 @@ def build_report(exp: Experiment) -> Report:
     predicted = predict(exp, runs, model)
     pr = tables.Paired(exp, runs)
     return {"experiment": exp.name, "description": exp.description, "level": exp.report.level,
-            "load_name": exp.workload.load_name, "num_runs": len(runs),
+            "slo": exp.report.slo, "load_name": exp.workload.load_name, "num_runs": len(runs),
             "planned_runs": exp.num_runs(),
             "cost_model": None if model is None else model_dict(model),
-            "cells": tables.cells(exp, predicted),
+            "cells": tables.cells(exp, predicted, run_summaries(exp, runs)),
             "improvements": tables.improvements(exp, pr),
             "winners": tables.winners(exp, pr),
             "baseline_pairs": tables.baseline_pairs(exp, pr),
@@ -110,7 +115,8 @@ def _pct(x: float | None) -> str:
 
 def format_report(rep: Report) -> str:
     """``report.txt``: the tables, one block each."""
-    return "\n".join([*_cells_text(rep), "", *_winners_text(rep), *_pairs_text(rep),
+    return "\n".join([*_cells_text(rep), *_tails_text(rep), "", *_winners_text(rep),
+                      *_pairs_text(rep),
                       *_oracle_text(rep), *_improvements_text(rep), "", *_simulator_text(rep),
                       *_retried_text(rep), *_ignored_text(rep)])
 
@@ -129,6 +135,46 @@ def _cells_text(rep: Report) -> list[str]:
                    f"{_pm(c['avg_tpot'], 4):>13} {_pm(c['makespan'], 1):>11} "
                    f"{_pm(c['failed'], 1):>9} | {sim:>7} {_pct(c['sim_error']):>7}")
     return out
+
+
+def _tails_text(rep: Report) -> list[str]:
+    """P50/P90/P99 of TTFT and E2E (s), TPOT and ITL (ms), means over seeds; attainment and
+    goodput under the report's SLO."""
+    rows = [c for c in sorted(rep["cells"], key=lambda c: c["load"])
+            if any(c.get(k) for k in TAIL_KEYS)]
+    if not rows:
+        return []
+    slo = rep.get("slo")
+    lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
+    groups = (("TTFT s", "ttft", 1.0, 3), ("TPOT ms", "tpot", 1e3, 1), ("ITL ms", "itl", 1e3, 1),
+              ("E2E s", "e2e", 1.0, 3))
+    head = f"{ln:>6}  {'arm':<18}" + "".join(f" | {g + ' P50/P90/P99':^26}" for g, *_ in groups)
+    if slo is not None:
+        head += f" | {'attainment':>11} {'goodput':>11}"
+    out = ["", "tail latencies (means over seeds)"
+           + (f"; SLO {slo}: attainment (share of requests meeting it, failed ones "
+              f"missing) and goodput (req/s), mean ± half-width of the {lvl} t-interval"
+              if slo is not None else ""), head, "-" * len(head)]
+    for c in rows:
+        line = f"{_load(c['load']):>6}  {c['arm']:<18}"
+        for _, m, scale, digits in groups:
+            vals = [c.get(f"{m}_p{q}") for q in TAIL_QS]
+            line += " | " + "/".join("n/a" if v is None else f"{v['estimate'] * scale:.{digits}f}"
+                                     for v in vals).rjust(26)
+        if slo is not None:
+            att = c.get("slo_attainment")
+            att_text = "n/a" if att is None else _pm(_times(att, 100), 1) + "%"
+            line += f" | {att_text:>11} {_pm(c.get('goodput')):>11}"
+        out.append(line)
+    return out
+
+
+def _times(d: dict[str, Any] | None, k: float) -> dict[str, Any] | None:
+    """An interval dict scaled by ``k``."""
+    if d is None:
+        return None
+    return {key: (v * k if isinstance(v, float | int) and key in ("estimate", "lo", "hi")
+                  else v) for key, v in d.items()}
 
 
 def _winners_text(rep: Report) -> list[str]:

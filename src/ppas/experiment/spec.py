@@ -20,7 +20,9 @@
                 | "roofline", max_num_batched_tokens (plugin arms), baseline = true
     [run]       devices = ["0", "1"] (arms in parallel, one per GPU), server_startup_s,
                 estimate_cost_model = "fitted:FILE" | "roofline", hardware, catalog_model
-    [report]    level, n_boot, bootstrap_seed
+    [report]    level, n_boot, bootstrap_seed, slo = "ttft=2s,tpot=100ms" (optional: SLO
+                attainment and goodput per arm and load; ``ppas.core.slo``; relative bounds
+                such as ttft=5x need run.estimate_cost_model or an arm's fitted:FILE)
 
 Every rule about what a valid file is lives here and in the modules of its sections
 (``server_spec``: model and engine; ``traces``: workload; ``arms``): each table is a frozen
@@ -64,6 +66,7 @@ from ppas.core.limits import (
     MAX_TIMEOUT_S,
     MIN_LEVEL,
 )
+from ppas.core.slo import SloSpec, parse_slo
 from ppas.cost import make_cost_model
 from ppas.cost.catalog import HARDWARE, MODELS
 from ppas.experiment.arms import FITTED_AUTO, ArmSpec
@@ -122,13 +125,23 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """``[report]``: the confidence level and the bootstrap's resamples and seed."""
+    """``[report]``: the confidence level, the bootstrap's resamples and seed, and the SLOs
+    attainment and goodput are measured against (``ppas.core.slo``'s text; None: none)."""
 
     level: float = 0.95
     n_boot: int = 10_000
     bootstrap_seed: int = 0
+    slo: str | None = None
+
+    @property
+    def slo_spec(self) -> SloSpec | None:
+        return parse_slo(self.slo)
 
     def __post_init__(self) -> None:
+        try:
+            parse_slo(self.slo)
+        except PpasError as e:
+            raise FieldError("slo", str(e)) from None
         require(0 < self.level < 1, f"must be in (0, 1), got {self.level}", key="level")
         require(MIN_LEVEL <= self.level <= MAX_LEVEL, f"must be in [{MIN_LEVEL:g}, "
                 f"{MAX_LEVEL:g}], got {self.level}", key="level")
@@ -203,6 +216,14 @@ class Experiment:
                 "engine": repr(self.engine), "workload": repr(self.workload),
                 "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
 
+    def slo_cost_model(self) -> str | None:
+        """The cost model relative SLOs (``ttft=5x``) are against: ``run.estimate_cost_model``,
+        else the first arm's ``fitted:FILE``; None when there is neither."""
+        if self.run.estimate_cost_model is not None:
+            return self.run.estimate_cost_model
+        return next((a.cost_model for a in self.arms
+                     if a.cost_model is not None and not a.auto_fitted), None)
+
     def settings_hash(self) -> str:
         """The fingerprint's hash, recorded in every run file (``RunFile.settings``)."""
         text = json.dumps(self.fingerprint(), sort_keys=True)
@@ -248,8 +269,16 @@ def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experi
     run = RunSettings.parse(f.run)
     report = from_table(ReportSettings, f.report if f.report is not None else {}, "report")
     out = out_dir or f.out_dir or f"out/{exp_name}"
-    return Experiment(exp_name, out, model, engine, workload, arms, run, report,
-                      f.description, text)
+    exp = Experiment(exp_name, out, model, engine, workload, arms, run, report,
+                     f.description, text)
+    slo = report.slo_spec
+    if slo is not None and slo.relative and exp.slo_cost_model() is None:
+        raise config_error("report", "slo", f"relative SLOs ({slo}) need a cost model for "
+                           "each request's solo latency: set run.estimate_cost_model "
+                           "(fitted:FILE, or roofline with run.hardware and run.catalog_model) "
+                           "or an arm's cost_model = \"fitted:FILE\"; or give absolute bounds "
+                           "(s, ms)")
+    return exp
 
 
 def load_experiment(path: str | Path, out_dir: str | None = None) -> Experiment:

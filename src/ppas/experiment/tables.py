@@ -26,9 +26,11 @@ from ppas.analysis.stats import (
     paired_t_ratio,
     t_interval,
 )
+from ppas.core.metrics import RunSummary
 from ppas.cost.fitted import FittedCostModel
 from ppas.experiment.prediction import SIM_TOLERANCE, Predicted, step_time_error, why_off
 from ppas.experiment.runfile import RunFile
+from ppas.experiment.slo import TAIL_KEYS, RunKey
 from ppas.experiment.spec import Experiment
 
 #: (summary key, column title): the per-cell statistics
@@ -45,6 +47,7 @@ class Report(TypedDict):
     experiment: str
     description: str
     level: float
+    slo: str | None  # ``[report] slo``: what the cells' attainment and goodput are against
     load_name: str
     num_runs: int
     planned_runs: int
@@ -116,8 +119,11 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def cells(exp: Experiment, runs: Sequence[Predicted]) -> list[Row]:
-    """Per (arm, load): each metric's mean and t-interval over seeds; the simulator's."""
+def cells(exp: Experiment, runs: Sequence[Predicted],
+          sums: dict[RunKey, RunSummary | None]) -> list[Row]:
+    """Per (arm, load): each metric's mean and t-interval over seeds; the simulator's; the
+    tails (P50/P90/P99 of TTFT, TPOT, ITL, E2E) of the runs' requests (``sums``, from
+    ``ppas.experiment.slo``) and, under the report's SLO, attainment and goodput."""
     level = exp.report.level
     by: dict[tuple[str, float], list[Predicted]] = {}
     for p in runs:
@@ -136,6 +142,14 @@ def cells(exp: Experiment, runs: Sequence[Predicted]) -> list[Row]:
             c["sim_avg_latency"] = _mean([p.pred.sim["avg_latency"] for p in ps if p.pred.sim])
             c["sim_error"] = _mean([p.pred.error for p in ps if p.pred.error is not None])
             c["sim_note"] = next((p.pred.note for p in ps if p.pred.note), None)
+            ss = [s for p in ps if (s := sums.get((p.run.arm, p.run.load, p.run.seed)))]
+            for key in TAIL_KEYS:
+                iv = _iv([s.tails.get(key) for s in ss], level)
+                c[key] = None if iv is None else iv.to_dict()
+            if exp.report.slo is not None:
+                for key in ("slo_attainment", "goodput"):
+                    iv = _iv([getattr(s, key) for s in ss], level)
+                    c[key] = None if iv is None else iv.to_dict()
             out.append(c)
     return out
 
