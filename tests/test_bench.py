@@ -589,6 +589,41 @@ def test_slo_gives_attainment_and_tails_as_goodput_does(
     assert s["ttft_p50"] <= s["ttft_p99"] and s["e2e_p99"] >= s["ttft_p99"]
 
 
+@pytest.mark.parametrize(("slo", "good"), [("ttft=1000x,e2e=1000x", 3), ("ttft=0.001x", 0)])
+def test_relative_slo_against_the_cost_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], slo: str, good: int) -> None:
+    """Issue 19: ``--slo ttft=5x`` with a cost model bounds each request by its solo
+    latency there: a loose factor every completed request meets, a tight one none."""
+    trace_file = tmp_path / "t.jsonl"
+    save_trace(constant_trace(50.0, 4, prompt_tokens=PROMPT, output_tokens=5), trace_file)
+    with FakeServer({1: "500"}) as base:
+        rc = main(_bench_argv(base, "--trace", str(trace_file), "--json", "--slo", slo,
+                              "--hardware", "h100-sxm-80gb", "--catalog-model", "qwen3-8b"))
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["slo"] == slo and s["good_requests"] == good and "goodput_slos_ms" not in s
+    assert s["slo_attainment"] == good / 4  # the failed request misses
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--slo", "ttft=5x"], "--slo ttft=5x is relative to each request's solo latency, which "
+     "needs a cost model: give --hardware H --catalog-model M (roofline) or --cost-model "
+     "fitted:FILE"),
+    (["--slo", "ttft=5x", "--hardware", "h100-sxm-80gb"], "the roofline cost model needs "
+     "--hardware and --catalog-model"),
+    (["--slo", "ttft=2s", "--hardware", "h100-sxm-80gb"], "--hardware applies to a relative "
+     "--slo only"),
+    (["--cost-model", "roofline", "--tp", "2"], "--cost-model, --tp apply to a relative --slo"),
+    (["--slo", "ttft=5x", "--cost-model", "fitted:/nowhere.json"], "nowhere.json"),
+])
+def test_relative_slo_needs_a_cost_model(extra: list[str], message: str, free_port: int,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(_bench_argv(f"http://127.0.0.1:{free_port}", "--request-rate", "1",
+                          "--num-prompts", "1", *extra))
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
 @pytest.mark.parametrize("extra", [["--slo", "ttft=5x"],
                                    ["--slo", "ttft=1s", "--goodput", "ttft:1000"]])
 def test_bad_slo_is_one_line(extra: list[str], free_port: int,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_cli import run_cli
 
+from ppas.analysis.capacity import trace_capacity
 from ppas.analysis.tune import (
     OBJECTIVES,
     Evaluator,
@@ -20,6 +21,8 @@ from ppas.analysis.tune import (
     tune,
 )
 from ppas.core.errors import PpasError
+from ppas.core.slo import SloSpec
+from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig
 from ppas.experiment.spec import load_experiment, parse_experiment
 from ppas.workload import TraceTransform, load_trace
@@ -49,11 +52,13 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     return trace, cost
 
 
-def _evaluator(trace: Path, cost: Path, loads: tuple[float, ...] = (1.0, 2.0)) -> Evaluator:
+def _evaluator(trace: Path, cost: Path, loads: tuple[float, ...] = (1.0, 2.0),
+               slo: SloSpec | None = None) -> Evaluator:
     raw = load_trace(trace)
     return Evaluator({x: TraceTransform().at_load(x).apply(raw) if x != 1 else raw
                       for x in loads}, None, None, f"fitted:{cost}",
-                     engine=EngineConfig(max_num_seqs=256))
+                     engine=EngineConfig(max_num_seqs=256), slo=slo,
+                     make_trace=lambda x: TraceTransform().at_load(x).apply(raw))
 
 
 def test_space_is_distinct_and_valid() -> None:
@@ -96,6 +101,47 @@ def test_p99_ttft_objective_respects_the_tpot_slo() -> None:
     assert obj.rank([slow])[1] == pytest.approx(0.02)
     with pytest.raises(PpasError, match="unknown objective 'capacity-x'; allowed: mean-e2e"):
         OBJECTIVES.get("capacity-x")
+
+
+@pytest.mark.parametrize("slo", ["ttft=0.3s", "ttft=30x"])
+def test_capacity_objective_is_the_capacity_search(files: tuple[Path, Path], slo: str) -> None:
+    """Issue 19: ``--objective capacity`` maximises what ``ppas capacity`` finds (the loads
+    as its grid, the same bisections): for the best setting and our policy alike."""
+    trace, cost = files
+    loads = (0.5, 1.0, 2.0)
+    spec = SloSpec.parse(slo)
+    obj = OBJECTIVES.get("capacity")(None, 0.9, 3)
+    rep = tune(StockSpace().settings(), ["mbt:2048"], _evaluator(trace, cost, loads, spec),
+               obj)
+    caps = {c: obj.overall(obj.figs(r, loads)) for c, r in rep.search.results.items()}
+    assert len(set(caps.values())) > 2  # the settings differ: the search has work to do
+    assert rep.overall(rep.best) == max(caps.values())
+    for c in (rep.best, "mbt:2048"):
+        cap = trace_capacity(load_trace(trace), lambda c=c: engine_for(  # type: ignore[misc]
+            c, None, None, cost_model=f"fitted:{cost}", config=EngineConfig(max_num_seqs=256)),
+            spec, 0.9, scales=loads, steps=3)
+        assert rep.overall(c) == (cap.scale or 0.0)
+    assert rep.overall_gain("mbt:2048") == pytest.approx(
+        (rep.overall("mbt:2048") / rep.overall(rep.best) - 1) * 100)
+    assert rep.gain("mbt:2048", 1.0) == pytest.approx(
+        (rep.value("mbt:2048", 1.0) / rep.value(rep.best, 1.0) - 1) * 100)
+
+
+def test_command_capacity_objective(files: tuple[Path, Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    trace, cost = files
+    out = tmp_path / "tune.json"
+    rc, stdout, err = run_cli(["tune", str(trace), "--cost-model", f"fitted:{cost}",
+                               "--loads", "0.5,1,2", "--configs", "mbt:2048",
+                               "--objective", "capacity", "--slo", "ttft=0.3s",
+                               "--attainment", "90", "--json", str(out)], capsys)
+    assert rc == 0, err
+    assert "SLO attainment per load" in stdout and "SLO ttft=300ms" in stdout
+    rec = json.loads(out.read_text())
+    assert rec["objective"] == "capacity" and rec["objective_unit"] == "x"
+    assert rec["best"]["overall"] >= rec["overall"]["mbt:2048"]
+    # the bisection's runs are kept beside the loads asked for
+    assert set(rec["stock"][rec["best"]["setting"]]) >= {"0.5", "1", "2"}
 
 
 def test_pareto_front() -> None:
@@ -168,6 +214,11 @@ def test_emitted_experiment_with_roofline_has_a_calibration_arm(
     (["--json", "burst.jsonl"], "--json"),
     (["--vllm-version", "0.1"], "invalid choice: '0.1'"),
     (["--objective", "p99-ttft", "--tpot-slo", "1ms"], "no stock setting tried meets"),
+    (["--objective", "capacity"], "--objective capacity needs --slo (METRIC=VALUE"),
+    (["--slo", "ttft=1s"], "--slo applies to --objective capacity only"),
+    (["--attainment", "80", "--bisect-steps", "2"], "--attainment, --bisect-steps apply to "
+     "--objective capacity only"),
+    (["--objective", "capacity", "--slo", "ttft=1ms"], "no stock setting tried meets"),
 ])
 def test_bad_flags_exit_2_in_one_line(flags: list[str], msg: str, files: tuple[Path, Path],
                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

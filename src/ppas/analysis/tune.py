@@ -9,8 +9,11 @@ ignores it), and the admission limit set by ``max_num_seqs`` or ``max_num_active
 limit are the same schedule and are tried once).
 
 Every setting is scored at every load (a rate multiplier of the trace,
-``TraceTransform.at_load``) by one ``Objective`` (``OBJECTIVES``, a registry: capacity can be
-one more entry): lower is better, infinite when infeasible. ``search`` is **coordinate
+``TraceTransform.at_load``) by one ``Objective`` (``OBJECTIVES``, a registry): lower is
+better, infinite when infeasible; ``capacity`` ranks a setting by the largest rate
+multiplier at which its SLO attainment stays at or above a target (``ppas.analysis.capacity``:
+the loads as the grid, then bisection inside the first failing bracket, each scale one more
+run of the setting). ``search`` is **coordinate
 descent** (``descent``) from vLLM's defaults: one coordinate (``COORDINATES``) at a time,
 every value of it tried with the others held, the best kept, until a pass moves nothing;
 then the same at each load alone, from the best single setting, for the per-load oracle.
@@ -24,18 +27,21 @@ ended 18% above it, the short prefixes ranking the settings wrongly.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
+from ppas.analysis.capacity import Point, find_capacity
 from ppas.core.config import config_string
 from ppas.core.decision import EngineKnobs, Knob, admission_limit
 from ppas.core.errors import PpasError
 from ppas.core.metrics import RunSummary, geomean_improvement, percentiles
 from ppas.core.registry import Registry
-from ppas.cost import CostModel
+from ppas.core.slo import SloSpec
+from ppas.cost import CostModel, make_cost_model
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.solo import SoloTable
 from ppas.policies import make_policy
 from ppas.policies.vllm_stock import KNOB_PARAMS, VllmStockConfig
 from ppas.workload import Trace
@@ -131,20 +137,27 @@ class Figures:
     p99_tpot: float
     completed: int
     failed: int
+    load: float = 1.0  # the rate multiplier the run was at
+    slo_attainment: float | None = None  # under the evaluator's SLO, None without one
 
-    def record(self) -> dict[str, float | int]:
+    def record(self) -> dict[str, float | int | None]:
         return dict(self.__dict__)
 
 
-def figures(trace: Trace, config: str, cost_model: CostModel, engine: EngineConfig) -> Figures:
-    """``config`` on ``trace`` in the simulator."""
+def figures(trace: Trace, config: str, cost_model: CostModel, engine: EngineConfig,
+            load: float = 1.0, slo: SloSpec | None = None,
+            solo: SoloTable | None = None) -> Figures:
+    """``config`` on ``trace`` (at ``load``) in the simulator; attainment under ``slo``
+    (``solo``: the solo latencies of a relative one)."""
     res = simulate(trace, make_policy(config), cost_model, engine)
-    reqs = res.request_metrics()
+    reqs = res.request_metrics(slo, solo) if slo is not None else res.request_metrics()
     s = RunSummary.of(reqs, sum(1 for r in res.requests if r.failed))
     p = percentiles(reqs, (99,))
     nan = math.nan
+    att = None if slo is None else (s.slo_attainment or 0.0)
     return Figures(s.mean_e2e, s.mean_ttft, s.mean_tpot, p.get("e2e_p99", nan),
-                   p.get("ttft_p99", nan), p.get("tpot_p99", nan), s.completed, s.failed)
+                   p.get("ttft_p99", nan), p.get("tpot_p99", nan), s.completed, s.failed,
+                   load, att)
 
 
 class Objective:
@@ -153,9 +166,27 @@ class Objective:
 
     name: ClassVar[str]
     unit: ClassVar[str] = "s"
+    #: ``overall`` and ``at_load`` are better higher (capacity, attainment), not lower
+    higher_is_better: ClassVar[bool] = False
 
     def at_load(self, f: Figures) -> float:
         raise NotImplementedError
+
+    def probe(self, at: Callable[[float], Figures], loads: Sequence[float]) -> list[Figures]:
+        """The runs that rank a setting (``at(load)`` runs it): one per load."""
+        return [at(x) for x in loads]
+
+    def figs(self, runs: Mapping[float, Figures], loads: Sequence[float]) -> list[Figures]:
+        """The runs of a setting that ``rank`` and ``overall`` read."""
+        return [runs[x] for x in loads]
+
+    def load_rank(self, f: Figures) -> tuple[float, float]:
+        """The key of the per-load oracle's search."""
+        return self.rank([f])
+
+    def overall(self, figs: Sequence[Figures]) -> float:
+        """The figure printed for a setting over the loads: ``score``."""
+        return self.score(figs)
 
     def score(self, figs: Sequence[Figures]) -> float:
         vals = [self.at_load(f) for f in figs]
@@ -204,12 +235,79 @@ class P99TtftUnderTpot(Objective):
                 f"{self.tpot_slo * 1000:g} ms at every load")
 
 
-#: Objective name -> its factory (``tpot_slo`` in seconds, for the objectives that take one).
-OBJECTIVES: Registry[Callable[[float | None], Objective]] = Registry("objective")
-OBJECTIVES.add(MeanE2E.name, lambda slo: MeanE2E())
-OBJECTIVES.add(P99TtftUnderTpot.name, lambda slo: P99TtftUnderTpot(slo if slo else 0.1))
-#: Objectives that read ``--tpot-slo``.
+@dataclass
+class CapacityObjective(Objective):
+    """The largest rate multiplier at which the SLO attainment (the evaluator's SLO) stays at
+    or above ``target``: ``find_capacity`` with the loads as the grid and ``steps``
+    bisections; maximised (``score`` is its inverse). Per load: the attainment."""
+
+    name = "capacity"
+    unit = "x"
+    higher_is_better = True
+    target: float = 0.9
+    steps: int = 3
+
+    def at_load(self, f: Figures) -> float:
+        return f.slo_attainment or 0.0
+
+    def probe(self, at: Callable[[float], Figures], loads: Sequence[float]) -> list[Figures]:
+        cap = find_capacity(lambda x: Point(x, self.at_load(at(x))), loads, self.target,
+                            self.steps)
+        return [at(p.scale) for p in cap.points]  # each run once: ``at`` keeps them
+
+    def figs(self, runs: Mapping[float, Figures], loads: Sequence[float]) -> list[Figures]:
+        return [runs[x] for x in sorted(runs)]
+
+    def capacity(self, figs: Sequence[Figures]) -> float:
+        """``find_capacity``'s answer from its runs (by scale: the last before the first
+        that fails); 0 when the lowest fails, the highest (a lower bound) when none does."""
+        pts = sorted(figs, key=lambda f: f.load)
+        fail = next((i for i, f in enumerate(pts) if self.at_load(f) < self.target), None)
+        if fail is None:
+            return pts[-1].load if pts else 0.0
+        return pts[fail - 1].load if fail else 0.0
+
+    def score(self, figs: Sequence[Figures]) -> float:
+        cap = self.capacity(figs)
+        return 1 / cap if cap > 0 else math.inf
+
+    def rank(self, figs: Sequence[Figures]) -> tuple[float, float]:
+        cap = self.capacity(figs)
+        if cap > 0:
+            return (0.0, 1 / cap)
+        return (1.0, self.target - min((self.at_load(f) for f in figs), default=0.0))
+
+    def load_rank(self, f: Figures) -> tuple[float, float]:
+        return (0.0, 1 - self.at_load(f))
+
+    def overall(self, figs: Sequence[Figures]) -> float:
+        return self.capacity(figs)
+
+    def describe(self) -> str:
+        return (f"capacity: the largest rate multiplier with SLO attainment >= "
+                f"{self.target:.0%} (the loads as the grid, {self.steps} bisections; at "
+                "least the highest load when none fails, 0 when the lowest does); per load: "
+                "SLO attainment")
+
+
+class ObjectiveFactory(Protocol):
+    """An objective from the flags that shape it (``tpot_slo`` in seconds)."""
+
+    def __call__(self, tpot_slo: float | None = None, target: float = 0.9,
+                 steps: int = 3) -> Objective: ...
+
+
+#: Objective name -> its factory.
+OBJECTIVES: Registry[ObjectiveFactory] = Registry("objective")
+OBJECTIVES.add(MeanE2E.name, lambda tpot_slo=None, target=0.9, steps=3: MeanE2E())
+OBJECTIVES.add(P99TtftUnderTpot.name, lambda tpot_slo=None, target=0.9, steps=3:
+               P99TtftUnderTpot(tpot_slo if tpot_slo else 0.1))
+OBJECTIVES.add(CapacityObjective.name, lambda tpot_slo=None, target=0.9, steps=3:
+               CapacityObjective(target, steps))
+#: Objectives that read ``--tpot-slo``; those that need an SLO (``--slo``) and read
+#: ``--attainment`` and ``--bisect-steps``.
 TAKES_TPOT_SLO = (P99TtftUnderTpot.name,)
+TAKES_SLO = (CapacityObjective.name,)
 
 
 # ---------------------------------------------------------------- the search
@@ -225,8 +323,20 @@ class Evaluator:
     cost_model: str = "roofline"
     tp: int = 1
     engine: EngineConfig = field(default_factory=EngineConfig)
+    #: SLOs each run's attainment is measured against (relative ones on the cost model
+    #: without a token budget of its own: ``make_cost_model``'s default)
+    slo: SloSpec | None = None
+    #: the trace at a load not in ``traces`` (the capacity objective's bisection)
+    make_trace: Callable[[float], Trace] | None = None
     simulations: int = 0
     _costs: dict[int, CostModel] = field(default_factory=dict)
+    _solo: SoloTable | None = None
+
+    def __post_init__(self) -> None:
+        self.loads = list(self.traces)  # the loads asked for
+        if self.slo is not None and self.slo.relative:
+            self._solo = SoloTable(make_cost_model(self.cost_model, self.hardware,
+                                                   self.model, self.tp))
 
     def run(self, config: str, load: float) -> Figures:
         mbt = make_policy(config).max_num_batched_tokens
@@ -234,12 +344,13 @@ class Evaluator:
             self._costs[mbt] = engine_for(config, self.hardware, self.model,
                                           cost_model=self.cost_model, tp=self.tp,
                                           config=self.engine).cost_model
+        if load not in self.traces:
+            if self.make_trace is None:
+                raise PpasError(f"no trace at load x{load:g}")
+            self.traces[load] = self.make_trace(load)
         self.simulations += 1
-        return figures(self.traces[load], config, self._costs[mbt], self.engine)
-
-    @property
-    def loads(self) -> list[float]:
-        return list(self.traces)
+        return figures(self.traces[load], config, self._costs[mbt], self.engine, load,
+                       self.slo, self._solo)
 
 
 #: The coordinates of the descent: the knobs moved together (a threshold with its switch,
@@ -308,19 +419,19 @@ def search(settings: Sequence[str], ev: Evaluator, objective: Objective, *,
         return runs[c][x]
 
     def overall(c: str) -> tuple[float, float]:
-        return objective.rank([at(c, x) for x in loads])
+        return objective.rank(objective.probe(lambda x: at(c, x), loads))
 
     passes = 0
     if method == "grid":
         best = min(settings, key=overall)
-        oracle = {x: min(settings, key=lambda c: objective.rank([at(c, x)]))  # noqa: B023
+        oracle = {x: min(settings, key=lambda c: objective.load_rank(at(c, x)))  # noqa: B023
                   for x in loads}
     else:
         default = config_string("vllm", VllmStockConfig(version=_knobs(settings[0]).version),
                                 omit=(Knob.MAX_NUM_SEQS,))
         start = default if default in settings else settings[0]
         best, passes = descent(settings, overall, start)
-        oracle = {x: descent(settings, lambda c: objective.rank([at(c, x)]),  # noqa: B023
+        oracle = {x: descent(settings, lambda c: objective.load_rank(at(c, x)),  # noqa: B023
                              best)[0] for x in loads}
     return Search(runs, ev.simulations, passes), best, oracle
 
@@ -350,19 +461,30 @@ class TuneReport:
     best: str  # the best single stock setting
     oracle: dict[float, str]  # the best stock setting per load
 
+    def runs(self, config: str) -> dict[float, Figures]:
+        return self.ours[config] if config in self.ours else self.search.results[config]
+
     def value(self, config: str, load: float) -> float:
-        f = self.ours[config][load] if config in self.ours else self.search.results[config][load]
-        return self.objective.at_load(f)
+        return self.objective.at_load(self.runs(config)[load])
+
+    def overall(self, config: str) -> float:
+        """The objective's figure over the loads (``Objective.overall``)."""
+        return self.objective.overall(self.objective.figs(self.runs(config), self.loads))
 
     def gain(self, config: str, load: float) -> float:
-        """Per cent lower objective than the best single stock setting at ``load``."""
-        ours, base = self.value(config, load), self.value(self.best, load)
-        if not (math.isfinite(ours) and math.isfinite(base)):
+        """Per cent better objective than the best single stock setting at ``load``."""
+        return self._better(self.value(config, load), self.value(self.best, load))
+
+    def _better(self, ours: float, base: float) -> float:
+        if not (math.isfinite(ours) and math.isfinite(base)) or base == 0:
             return math.nan
-        return (1 - ours / base) * 100
+        return (ours / base - 1 if self.objective.higher_is_better else 1 - ours / base) * 100
 
     def overall_gain(self, config: str) -> float:
-        """Geometric-mean improvement over the loads (P-PAS Eq. 1-2); nan when infeasible."""
+        """Geometric-mean improvement over the loads (P-PAS Eq. 1-2), or for an objective
+        better higher (capacity) the per cent higher ``overall``; nan when infeasible."""
+        if self.objective.higher_is_better:
+            return self._better(self.overall(config), self.overall(self.best))
         ours = [self.value(config, x) for x in self.loads]
         base = [self.value(self.best, x) for x in self.loads]
         if not all(math.isfinite(v) for v in ours + base):
@@ -384,13 +506,14 @@ class TuneReport:
         return {
             "objective": self.objective.name, "objective_description": self.objective.describe(),
             "loads": self.loads,
+            "objective_unit": self.objective.unit,
             "best": {"setting": self.best, "vllm_serve_flags": serve_flags(self.best),
-                     "score": self.objective.score(list(self.search.results[self.best]
-                                                        .values()))},
+                     "overall": self.overall(self.best)},
             "oracle": {f"{x:g}": {"setting": c, "value": self.value(c, x)}
                        for x, c in self.oracle.items()},
             "gains": {c: {"per_load": {f"{x:g}": self.gain(c, x) for x in self.loads},
                           "overall": self.overall_gain(c)} for c in self.ours},
+            "overall": {c: self.overall(c) for c in self.ours},
             "pareto_front": {f"{x:g}": names for x, names in self.fronts().items()},
             "search": {"settings_run": len(self.search.results),
                        "passes": self.search.passes, "simulations": self.search.simulations},
@@ -402,9 +525,18 @@ def tune(settings: Sequence[str], ours: Sequence[str], ev: Evaluator, objective:
          method: str = "descent") -> TuneReport:
     """Search ``settings`` (``search``), then run ``ours`` on the trace at every load."""
     s, best, oracle = search(settings, ev, objective, method=method)
-    if not math.isfinite(objective.score(list(s.results[best].values()))):
+    if objective.rank(objective.figs(s.results[best], ev.loads))[0] != 0:
         raise PpasError(f"no stock setting tried meets the objective at every load "
                         f"({objective.describe()}); loosen the SLO or lower the loads")
-    mine = {c: {x: ev.run(c, x) for x in ev.loads} for c in ours}
+    mine: dict[str, dict[float, Figures]] = {}
+    for c in ours:
+        runs = mine[c] = {}
+
+        def at(x: float, c: str = c, runs: dict[float, Figures] = runs) -> Figures:
+            if x not in runs:
+                runs[x] = ev.run(c, x)
+            return runs[x]
+
+        objective.probe(at, ev.loads)
     s.simulations = ev.simulations
     return TuneReport(objective, ev.loads, s, mine, best, oracle)

@@ -27,6 +27,7 @@ from ppas.core.limits import (
     MAX_REQUESTS,
     MAX_SEED,
     MAX_TIMEOUT_S,
+    MAX_TP,
     MAX_VOCAB,
     MAX_WARMUPS,
     MIN_BURSTINESS,
@@ -34,6 +35,9 @@ from ppas.core.limits import (
     int_arg,
 )
 from ppas.core.slo import SloSpec
+from ppas.cost import CostModel, make_cost_model
+from ppas.cost.catalog import HARDWARE, MODELS
+from ppas.engine.solo import SoloTable
 from ppas.live.client import ReplayOptions, run_trace
 from ppas.live.http import USAGE_MODES, normalize_base_url
 from ppas.live.prompts import DEFAULT_FILLER, DEFAULT_VOCAB, PROMPT_FORMATS
@@ -96,9 +100,7 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
 
 def slo_goodput(slo: SloSpec) -> dict[str, float]:
     """``--slo``'s absolute bounds as ``--goodput``'s milliseconds."""
-    if slo.relative:
-        raise PpasError(f"ppas bench measures against absolute SLOs (s, ms); {slo} is "
-                        "relative to the solo latency on a cost model: use ppas simulate")
+    assert not slo.relative
     return {key: b.value * 1000.0 for key, name in (("ttft", "ttft"), ("tpot", "tpot"),
                                                     ("e2el", "e2e"))
             if (b := getattr(slo, name)) is not None}
@@ -175,6 +177,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:10000 (milliseconds)")
     add_slo_arg(g)
+    g.add_argument("--cost-model", help="with a relative --slo (ttft=5x): the cost model of "
+                   "each request's solo latency: roofline (default with --hardware; needs "
+                   "--catalog-model) or fitted:FILE from ppas calibrate")
+    g.add_argument("--hardware", help=f"GPU of the roofline cost model: {', '.join(HARDWARE)}")
+    g.add_argument("--catalog-model", help="model of the roofline cost model (ppas simulate's "
+                   f"--model; here --model is the served name): {', '.join(MODELS)}")
+    g.add_argument("--tp", type=int_arg(1, MAX_TP), default=None,
+                   help="tensor-parallel degree of the roofline cost model (default 1)")
     g.add_argument("--percentile-metrics", default="ttft,tpot,itl",
                    help="metrics to report percentiles of: ttft,tpot,itl,e2el (default "
                    "ttft,tpot,itl)")
@@ -186,6 +196,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true",
                    help="print one JSON object of run metrics to stdout (no table, no bar)")
     g.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+
+
+_COST_FLAGS = ("cost_model", "hardware", "catalog_model", "tp")
+
+
+def solo_cost_model(args: argparse.Namespace) -> CostModel | None:
+    """The cost model of a relative ``--slo``'s solo latencies; None for absolute SLOs. A
+    relative one without a cost model, or cost-model flags without it, is one line."""
+    given = ["--" + k.replace("_", "-") for k in _COST_FLAGS if getattr(args, k) is not None]
+    if args.slo is None or not args.slo.relative:
+        if given:
+            raise PpasError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to a "
+                            "relative --slo only (e.g. ttft=5x: the cost model gives each "
+                            "request's solo latency)")
+        return None
+    spec = args.cost_model or ("roofline" if args.hardware or args.catalog_model else None)
+    if spec is None:
+        raise PpasError(f"--slo {args.slo} is relative to each request's solo latency, which "
+                        "needs a cost model: give --hardware H --catalog-model M (roofline) or "
+                        "--cost-model fitted:FILE; or absolute bounds (s, ms)")
+    if spec == "roofline" and not (args.hardware and args.catalog_model):
+        raise PpasError("the roofline cost model needs --hardware and --catalog-model "
+                        f"(hardware: {', '.join(HARDWARE)}; models: {', '.join(MODELS)})")
+    return make_cost_model(spec, args.hardware, args.catalog_model, args.tp or 1)
 
 
 def result_destination(args: argparse.Namespace) -> Path | None:
@@ -204,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
     normalize_base_url(args.base_url)  # fail fast, before building a long trace
     if args.slo is not None and args.goodput:
         raise PpasError("give --slo or --goodput, not both (both set the SLOs)")
-    goodput = slo_goodput(args.slo) if args.slo is not None else parse_goodput(args.goodput)
+    cost_model = solo_cost_model(args)
+    goodput = (parse_goodput(args.goodput) if args.slo is None
+               else {} if cost_model is not None else slo_goodput(args.slo))
     pmetrics = _parse_list(args.percentile_metrics, "--percentile-metrics", METRICS)
     percentiles = parse_percentiles(args.metric_percentiles)
     if args.vocab_size is not None and args.filler_token is not None and (
@@ -233,7 +269,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
-    summary = summarize(result, goodput, pmetrics, percentiles)
+    relative = None
+    if cost_model is not None:
+        solo = SoloTable(cost_model)
+        relative = (args.slo, [solo(r.prompt_tokens, r.output_tokens) for r in trace.requests])
+    summary = summarize(result, goodput, pmetrics, percentiles, relative)
     # The table first: whatever happens to the file, the run is on the terminal.
     if args.json:
         print(json.dumps(summary, allow_nan=False), flush=True)

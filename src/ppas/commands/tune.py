@@ -12,6 +12,7 @@ from pathlib import Path
 from ppas.analysis.plot import check_plot_path, new_figure, save_figure
 from ppas.analysis.tune import (
     OBJECTIVES,
+    TAKES_SLO,
     TAKES_TPOT_SLO,
     Evaluator,
     StockSpace,
@@ -20,10 +21,19 @@ from ppas.analysis.tune import (
     short_name,
     tune,
 )
-from ppas.commands.common import add_cost_args, check_common, floats, max_model_len, split_configs
+from ppas.commands.common import (
+    add_cost_args,
+    add_slo_arg,
+    check_common,
+    floats,
+    max_model_len,
+    split_configs,
+)
 from ppas.commands.trace_args import add_trace_file_arguments
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_BISECT_STEPS, float_arg, int_arg
 from ppas.core.outputs import check_output_file, json_text, write_atomic
+from ppas.core.slo import SLO_HELP
 from ppas.engine.simulator import EngineConfig
 from ppas.experiment.spec import parse_experiment
 from ppas.experiment.tuned import TunedTrace, tuned_experiment
@@ -58,9 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="our policies to compare with the best stock setting ('' for none)")
     p.add_argument("--objective", choices=OBJECTIVES.names(), default="mean-e2e",
                    help="mean-e2e: geometric mean over loads of mean E2E; p99-ttft: of P99 "
-                        "TTFT, with P99 TPOT within --tpot-slo at every load")
+                        "TTFT, with P99 TPOT within --tpot-slo at every load; capacity: the "
+                        "largest rate multiplier with SLO attainment (--slo) >= --attainment "
+                        "(the loads as the grid, then bisection)")
     p.add_argument("--tpot-slo", type=_duration, default=None,
                    help="P99 TPOT bound of --objective p99-ttft (e.g. 100ms; default 100ms)")
+    add_slo_arg(p)
+    p.add_argument("--attainment", type=float_arg(0, 100, lo_open=True), default=None,
+                   help="--objective capacity: target SLO attainment in percent (default 90)")
+    p.add_argument("--bisect-steps", type=int_arg(0, MAX_BISECT_STEPS), default=None,
+                   help="--objective capacity: bisections inside the first failing bracket "
+                        "of --loads (default 3)")
     p.add_argument("--vllm-version", choices=VERSIONS, default="0.33",
                    help="the release line whose semantics are simulated")
     p.add_argument("--search", choices=SEARCHES, default="descent",
@@ -80,6 +98,13 @@ def run(args: argparse.Namespace) -> int:
     check_common(args)
     if args.tpot_slo is not None and args.objective not in TAKES_TPOT_SLO:
         raise PpasError(f"--tpot-slo applies to --objective {', '.join(TAKES_TPOT_SLO)} only")
+    given = [f for f in ("slo", "attainment", "bisect_steps") if getattr(args, f) is not None]
+    if given and args.objective not in TAKES_SLO:
+        raise PpasError(f"{', '.join('--' + f.replace('_', '-') for f in given)} appl"
+                        f"{'ies' if len(given) == 1 else 'y'} to --objective "
+                        f"{', '.join(TAKES_SLO)} only")
+    if args.objective in TAKES_SLO and args.slo is None:
+        raise PpasError(f"--objective {args.objective} needs --slo ({SLO_HELP})")
     if args.emit_experiment and not args.experiment_model:
         raise PpasError("--emit-experiment needs --experiment-model (a local model folder or "
                         "a Hugging Face id ORG/NAME)")
@@ -101,13 +126,18 @@ def run(args: argparse.Namespace) -> int:
     traces = {x: tf.at_load(x).apply(raw) if tf.at_load(x) else raw for x in loads}
     engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
                           max_model_len=max_model_len(args))
-    objective = OBJECTIVES.get(args.objective)(args.tpot_slo)
+    objective = OBJECTIVES.get(args.objective)(
+        args.tpot_slo, 0.9 if args.attainment is None else args.attainment / 100,
+        3 if args.bisect_steps is None else args.bisect_steps)
     settings = StockSpace().settings(args.vllm_version, args.max_num_seqs)
-    ev = Evaluator(traces, args.hardware, args.model, args.cost_model, args.tp, engine)
+    ev = Evaluator(dict(traces), args.hardware, args.model, args.cost_model, args.tp, engine,
+                   slo=args.slo, make_trace=lambda x: tf.at_load(x).apply(raw))
     for x, tr in traces.items():
         print(f"load x{x:g}: {tr.description}, {len(tr)} requests"
               + (f" ({sum(n for _, n in tr.dropped)} dropped)" if tr.dropped else ""))
-    print(f"objective: {objective.describe()}; {len(settings)} stock settings (vLLM "
+    print(f"objective: {objective.describe()}"
+          + (f"; SLO {args.slo}" if args.slo is not None else "")
+          + f"; {len(settings)} stock settings (vLLM "
           f"{args.vllm_version}), {args.search} search")
     rep = tune(settings, ours, ev, objective, method=args.search)
     print_report(rep)
@@ -140,6 +170,12 @@ def _f(v: float) -> str:
     return "infeasible" if math.isinf(v) else "nan" if math.isnan(v) else f"{v:.3f}"
 
 
+def _fo(rep: TuneReport, c: str) -> str:
+    """A setting's overall figure (capacity: ``x`` and the multiplier)."""
+    v = rep.overall(c)
+    return f"x{v:.3g}" if rep.objective.name == "capacity" and math.isfinite(v) else _f(v)
+
+
 def _pct(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:+.1f}%"
 
@@ -151,20 +187,23 @@ def print_report(rep: TuneReport) -> None:
     head = " ".join(f"{'x' + format(x, 'g'):>10}" for x in loads)
     print("\nbest single stock setting (one for every load): "
           f"{short_name(rep.best)}\n  vllm serve MODEL {' '.join(serve_flags(rep.best))}")
-    print(f"\n{ob.name} ({ob.unit}) per load {head} {'overall':>10}")
+    per = "SLO attainment" if ob.higher_is_better else f"{ob.name} ({ob.unit})"
+    print(f"\n{per} per load {head} {ob.name if ob.higher_is_better else 'overall':>10}")
     print(f"{'best single stock':<28}" + " ".join(f"{_f(rep.value(rep.best, x)):>10}"
                                                   for x in loads)
-          + f" {_f(ob.score(list(res[rep.best].values()))):>10}")
+          + f" {_fo(rep, rep.best):>10}")
     print(f"{'stock oracle (per load)':<28}" + " ".join(
         f"{_f(rep.value(rep.oracle[x], x)):>10}" for x in loads))
     for c in rep.ours:
         print(f"{c:<28}" + " ".join(f"{_f(rep.value(c, x)):>10}" for x in loads)
-              + f" {_f(ob.score(list(rep.ours[c].values()))):>10}")
+              + f" {_fo(rep, c):>10}")
     print("\nstock oracle, per load:")
     for x in loads:
         print(f"  x{x:g}: {short_name(rep.oracle[x])}")
     if rep.ours:
-        print(f"\ngain over the best single stock setting ({ob.name}, lower is better):")
+        print(f"\ngain over the best single stock setting ({ob.name}, "
+              f"{'higher' if ob.higher_is_better else 'lower'} is better"
+              + ("; per load: SLO attainment" if ob.higher_is_better else "") + "):")
         print(f"{'policy':<28}{head} {'overall':>10}")
         for c in rep.ours:
             print(f"{c:<28}" + " ".join(f"{_pct(rep.gain(c, x)):>10}" for x in loads)

@@ -32,6 +32,7 @@ from ppas.core.outputs import (
     write_json_atomic,
     write_new_file,
 )
+from ppas.core.slo import SloSpec, SoloLatency
 from ppas.live.http import public_url
 from ppas.live.outcome import BenchResult
 
@@ -77,12 +78,15 @@ def metric_values(result: BenchResult) -> dict[str, list[float]]:
     }
 
 
-def run_summary(result: BenchResult, goodput: Mapping[str, float] | None = None) -> RunSummary:
+def run_summary(result: BenchResult, goodput: Mapping[str, float] | None = None,
+                relative: tuple[SloSpec, Sequence[SoloLatency]] | None = None) -> RunSummary:
     """The run's ``RunSummary``; ``goodput`` gives every request SLOs in milliseconds by
-    ``vllm bench serve --goodput`` key (``ttft``/``tpot``/``e2el``)."""
+    ``vllm bench serve --goodput`` key (``ttft``/``tpot``/``e2el``); ``relative``, an SLO
+    spec and each trace request's solo latency (by index), gives each request its own."""
     slo = {k: ms / 1000.0 for k, ms in (goodput or {}).items()}
     ms = [dataclasses.replace(m, ttft_slo=slo.get("ttft"), tpot_slo=slo.get("tpot"),
                               e2e_slo=slo.get("e2el"))
+          if relative is None else relative[0].apply(m, relative[1][r.index])
           for r in result.outcomes if (m := r.metrics()) is not None]
     return RunSummary.of(ms, failed=len(result.outcomes) - len(ms),
                          itl=Gaps(metric_values(result)["itl"]))
@@ -93,13 +97,14 @@ def summarize(
     goodput: Mapping[str, float] | None = None,
     percentile_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
     percentiles: Sequence[float] = (99.0,),
+    relative: tuple[SloSpec, Sequence[SoloLatency]] | None = None,
 ) -> dict[str, Any]:
     """Run-level metrics (see the module doc): seconds under the run record's names and
     milliseconds under ``vllm bench serve``'s. Means and percentiles are over successful
-    requests; None when there are none. ``goodput``: SLOs as in ``run_summary``; a value
-    equal to its SLO meets it."""
+    requests; None when there are none. ``goodput``, ``relative``: SLOs as in
+    ``run_summary``; a value equal to its SLO meets it."""
     o = result.outcomes
-    run = run_summary(result, goodput)
+    run = run_summary(result, goodput, relative)
     vals = metric_values(result)
     ok = [r for r in o if r.success]
     dur = result.duration_s
@@ -128,10 +133,13 @@ def summarize(
         # P50/P90/P99 of TTFT, TPOT, E2E and ITL in seconds (RunSummary.tails)
         **{k: _or_none(v) for k, v in run.tails.items()},
     }
-    if goodput:
+    if goodput or relative is not None:
         s["slo_attainment"] = run.slo_attainment or 0.0
         good = run.good or 0  # None: no request completed
-        s["goodput_slos_ms"] = dict(goodput)
+        if relative is not None:
+            s["slo"] = str(relative[0])
+        else:
+            s["goodput_slos_ms"] = dict(goodput or {})
         s["good_requests"] = good
         s["request_goodput"] = good / dur if dur > 0 else None
     for m in percentile_metrics:
