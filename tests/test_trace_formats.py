@@ -188,11 +188,61 @@ def test_window_keeps_shifts_and_counts_the_rest() -> None:
     tr = TraceTransform(window=(10, 20)).apply(_trace([0, 5, 10, 15, 29.5, 30, 40]))
     assert [r.arrival_s for r in tr] == [0, 5, 19.5]
     assert tr.duration_s == 20
-    assert tr.dropped == (("outside the window 10:20 s", 4),)
+    assert tr.excluded == 4 and tr.dropped == ()  # not asked for: not lost
     assert "window 10:20 s (applied before rescaling)" in tr.description
-    assert "dropped 4 outside the window" in tr.description
+    assert "excluded 4 outside the window 10:20 s" in tr.description
+    assert "dropped" not in tr.description
     with pytest.raises(PpasError, match="holds no request"):
         TraceTransform(window=(100, 5)).apply(_trace([0, 1]))
+
+
+@pytest.mark.parametrize("path", [AZURE, MOONCAKE, BURSTGPT, "ours"])
+@pytest.mark.parametrize("window", [(0.0, 5.0), (2.5, 1e4), (0.0, 1e6), (1.0, 1.0)])
+def test_window_while_reading_is_the_window_after(path: Path | str, window: tuple[float, float],
+                                                  tmp_path: Path) -> None:
+    """Issue 19: the window applied while reading keeps, shifts and counts exactly what the
+    window applied to the whole trace does."""
+    if path == "ours":
+        path = tmp_path / "ours.jsonl"
+        path.write_text("".join(json.dumps({"arrival_s": 0.7 * i, "prompt_tokens": 5 + i,
+                                            "output_tokens": 2}) + "\n" for i in range(20)))
+    whole = load_trace(path)
+    try:
+        after = TraceTransform(window=window).apply(whole)
+    except PpasError as e:
+        with pytest.raises(PpasError, match="holds no request") as e2:
+            load_trace(path, window=window)
+        assert str(e2.value) == str(e)
+        return
+    read = load_trace(path, window=window)
+    assert read.requests == after.requests and read.duration_s == after.duration_s
+    # every row counted once: kept, dropped (failed, in the window) or excluded (outside it,
+    # failed ones included)
+    rows = len(whole) + sum(n for _, n in whole.dropped)
+    assert len(read) + sum(n for _, n in read.dropped) + read.excluded == rows
+    assert read.excluded >= after.excluded
+
+
+def test_request_limit_is_on_the_requests_kept(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19: a file with more rows than the limit is refused whole (in one line saying
+    how to read a slice) but read through a window holding fewer."""
+    import ppas.core.limits as limits
+
+    monkeypatch.setattr(limits, "MAX_REQUESTS", 100)
+    big = tmp_path / "week.csv"
+    big.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                   + "".join(f"{i * 0.5},ChatGPT,{10 + i % 7},{i % 5},{20},Conversation log\n"
+                             for i in range(1000)))
+    with pytest.raises(PpasError, match=r"week.csv: 800 requests; the limit is 100 per trace "
+                       r"\(--window START:DURATION reads a slice\)"):
+        load_trace(big)
+    tr = load_trace(big, window=(100.0, 60.0))  # rows 200..319
+    assert len(tr) == 96 and tr.excluded == 880
+    assert tr.dropped == (("with 0 prompt or output tokens (failed requests)", 24),)
+    assert tr.requests[0].arrival_s == 0.5 and tr.duration_s == 60
+    with pytest.raises(PpasError, match=r"260 requests in the window 0:163 s; the limit is 100"):
+        load_trace(big, window=(0.0, 163.0))
 
 
 def test_time_scale_and_rate_rescale_arrivals() -> None:
@@ -257,15 +307,16 @@ def test_simulate_prints_and_records_every_transformation_and_drop(
     header = out.splitlines()[0]
     for words in ("(burstgpt format)", "dropped 3 with 0 prompt or output tokens",
                   "window 0:500 s (applied before rescaling)", "arrival times x0.5",
-                  "lengths x0.5", "dropped 4 outside the window 0:500 s",
-                  "dropped 3 longer than 700 tokens"):
+                  "lengths x0.5", "excluded 4 outside the window 0:500 s",
+                  "dropped 3 longer than 700 tokens", "10 requests (6 dropped, 4 excluded "
+                  "by the window)"):
         assert words in header
     rc, out, _ = run_cli([*SIM, *flags, "--json"], capsys)
     rec = json.loads(out)[0]
-    assert rec["trace"] == header.removeprefix("trace: ").rsplit(",", 1)[0]
+    assert rec["trace"] == header.removeprefix("trace: ").rsplit(", 10 requests", 1)[0]
     assert rec["trace_dropped"] == {"with 0 prompt or output tokens (failed requests)": 3,
-                                    "outside the window 0:500 s": 4,
                                     "longer than 700 tokens (prompt + output)": 3}
+    assert rec["trace_excluded"] == 4
     assert rec["num_requests"] == 17 - 4 - 3
 
 

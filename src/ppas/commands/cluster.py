@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     for c in cfgs:
         records.append({**cluster_record(simulate_cluster(trace, c), c, args.slo),
-                        "trace": trace.description, "trace_dropped": dict(trace.dropped)})
+                        "trace": trace.description, "trace_dropped": dict(trace.dropped),
+                        "trace_excluded": trace.excluded})
     if args.plot:
         plot_cluster_sweep(records, args.plot)
     if args.json:

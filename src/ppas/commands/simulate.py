@@ -19,7 +19,7 @@ from ppas.commands.common import (
     print_json,
     split_configs,
 )
-from ppas.commands.trace_args import add_trace_arguments, build_trace
+from ppas.commands.trace_args import add_trace_arguments, build_trace, trace_counts
 from ppas.core.errors import PpasError
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import SoloTable
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         solo = SoloTable(cm) if slo is not None and slo.relative else None
         records.append({"config": c, "burst_rate": burst, "seed": args.seed,
                         "trace": trace.description, "trace_dropped": dict(trace.dropped),
-                        **res.summary(slo, solo),
+                        "trace_excluded": trace.excluded, **res.summary(slo, solo),
                         **({"slo": str(slo)} if slo is not None else {}),
                         "failure_reasons": res.failure_reasons(),
                         "num_preemptions": res.num_preemptions, "num_steps": res.num_steps,
@@ -75,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return no_success_exit(records, "simulate")
-    print(f"trace: {trace.description}, {len(trace)} requests"
-          + (f" ({sum(n for _, n in trace.dropped)} dropped)" if trace.dropped else ""))
+    print(f"trace: {trace.description}, {len(trace)} requests{trace_counts(trace)}")
     cols: tuple[str, ...] = ("avg_latency", "p95_latency", "avg_ttft", "p95_ttft",
                              "avg_tpot", "p95_tpot", "makespan", "ttft_p99", "tpot_p99",
                              "itl_p99")

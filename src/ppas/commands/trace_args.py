@@ -26,9 +26,9 @@ from ppas.workload import (
     Trace,
     TraceTransform,
     gamma_trace,
-    load_trace,
     parse_window,
     phase_trace,
+    read_trace,
 )
 from ppas.workload.transforms import WINDOW_HELP
 
@@ -98,10 +98,16 @@ def trace_file(args: argparse.Namespace) -> Trace:
     """``--trace`` read in its format, then transformed."""
     if args.time_scale is not None and args.rate is not None:
         raise PpasError("give --time-scale or --rate, not both (both rescale the arrivals)")
-    trace = load_trace(args.trace, args.trace_format or "auto", args.trace_block_size or 512)
     tf = TraceTransform(args.window, args.time_scale, args.rate, args.length_scale,
                         args.drop_longer_than)
-    return tf.apply(trace) if tf else trace
+    return read_trace(args.trace, args.trace_format or "auto", args.trace_block_size or 512, tf)
+
+
+def trace_counts(trace: Trace) -> str:
+    """`` (K dropped, E excluded by the window)`` for a run's header; "" when none."""
+    parts = ([f"{sum(n for _, n in trace.dropped)} dropped"] if trace.dropped else []) + (
+        [f"{trace.excluded} excluded by the window"] if trace.excluded else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def check_no_file_flags(args: argparse.Namespace) -> None:

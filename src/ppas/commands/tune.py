@@ -29,7 +29,7 @@ from ppas.commands.common import (
     max_model_len,
     split_configs,
 )
-from ppas.commands.trace_args import add_trace_file_arguments
+from ppas.commands.trace_args import add_trace_file_arguments, trace_counts
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_BISECT_STEPS, float_arg, int_arg
 from ppas.core.outputs import check_output_file, json_text, write_atomic
@@ -38,7 +38,7 @@ from ppas.engine.simulator import EngineConfig
 from ppas.experiment.spec import parse_experiment
 from ppas.experiment.tuned import TunedTrace, tuned_experiment
 from ppas.policies.vllm_stock import VERSIONS
-from ppas.workload import TraceTransform, load_trace
+from ppas.workload import Trace, TraceTransform, load_trace
 
 SEARCHES = ("descent", "grid")
 _DURATION = re.compile(r"^\s*([0-9.eE+-]+)\s*(ms|s)?\s*$")
@@ -120,10 +120,16 @@ def run(args: argparse.Namespace) -> int:
     if args.time_scale is not None and args.rate is not None:
         raise PpasError("give --time-scale or --rate, not both (both rescale the arrivals)")
     t0 = time.perf_counter()
-    raw = load_trace(args.trace, args.trace_format or "auto", args.trace_block_size or 512)
     tf = TraceTransform(args.window, args.time_scale, args.rate, args.length_scale,
                         args.drop_longer_than)
-    traces = {x: tf.at_load(x).apply(raw) if tf.at_load(x) else raw for x in loads}
+    raw = load_trace(args.trace, args.trace_format or "auto", args.trace_block_size or 512,
+                     tf.window)  # the window while reading: the rest per load
+
+    def at_load(x: float) -> Trace:
+        rest = tf.without_window().at_load(x)
+        return rest.apply(raw) if rest else raw
+
+    traces = {x: at_load(x) for x in loads}
     engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
                           max_model_len=max_model_len(args))
     objective = OBJECTIVES.get(args.objective)(
@@ -131,10 +137,9 @@ def run(args: argparse.Namespace) -> int:
         3 if args.bisect_steps is None else args.bisect_steps)
     settings = StockSpace().settings(args.vllm_version, args.max_num_seqs)
     ev = Evaluator(dict(traces), args.hardware, args.model, args.cost_model, args.tp, engine,
-                   slo=args.slo, make_trace=lambda x: tf.at_load(x).apply(raw))
+                   slo=args.slo, make_trace=at_load)
     for x, tr in traces.items():
-        print(f"load x{x:g}: {tr.description}, {len(tr)} requests"
-              + (f" ({sum(n for _, n in tr.dropped)} dropped)" if tr.dropped else ""))
+        print(f"load x{x:g}: {tr.description}, {len(tr)} requests{trace_counts(tr)}")
     print(f"objective: {objective.describe()}"
           + (f"; SLO {args.slo}" if args.slo is not None else "")
           + f"; {len(settings)} stock settings (vLLM "
@@ -149,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     if out_json:
         write_atomic(out_json, json_text(rep.record() | {
             "traces": {f"{x:g}": {"description": t.description, "requests": len(t),
-                                  "dropped": dict(t.dropped)} for x, t in traces.items()}},
+                                  "dropped": dict(t.dropped), "excluded": t.excluded}
+                       for x, t in traces.items() if x in loads}},
             allow_nan=True))
         print(f"JSON written to {out_json}")
     if out_exp:

@@ -211,10 +211,12 @@ class WorkloadSpec:
                                self.prompt_tokens, self.output_tokens)
         assert self.file is not None
         try:
-            tr = load_trace(self.file, self.file_format, self.block_size)
+            tr = load_trace(self.file, self.file_format, self.block_size,
+                            self.transform.window)  # the window while reading
         except PpasError as e:
             raise config_error("workload", "file", str(e)) from None
-        tf = self.transform.at_load(load) if load else self.transform
+        rest = self.transform.without_window()
+        tf = rest.at_load(load) if load else rest
         try:
             tr = tf.apply(tr) if tf else tr
         except PpasError as e:

@@ -18,7 +18,7 @@ from ppas.workload.arrivals import (
     mixed_trace,
     parse_lengths,
 )
-from ppas.workload.files import TRACE_FORMATS, load_trace, save_trace
+from ppas.workload.files import TRACE_FORMATS, load_trace, read_trace, save_trace
 from ppas.workload.phases import (
     PAPER_PHASES,
     Phase,
@@ -35,5 +35,5 @@ __all__ = [
     "LengthDist", "Phase", "RequestSpec", "Segments", "SloClass", "Trace",
     "assign_slo_classes", "constant_trace", "gamma_trace", "load_trace", "mixed_trace",
     "parse_lengths", "parse_phases", "phase_arrivals", "phase_trace", "prefix_group_trace",
-    "save_trace", "session_trace",
+    "read_trace", "save_trace", "session_trace",
 ]

@@ -1,21 +1,40 @@
 """Trace files: ``load_trace`` reads a trace in our own CSV/JSONL format or a public one as
 published (Azure LLM inference, Mooncake/Kimi, BurstGPT; ``READERS``, one per format,
 detected from the CSV header or the JSONL keys), checks every row against the limits and
-names the file, line and field of a bad one; ``save_trace`` writes JSONL."""
+names the file, line and field of a bad one; ``save_trace`` writes JSONL.
+
+A time window (``--window``) is applied while reading: rows outside it are counted as
+``excluded`` (not dropped: they are not lost, just not asked for) and never become requests,
+and the request limit (``MAX_REQUESTS``) is checked on the requests kept, so a slice of a
+week-long file is read where the whole file would be refused. A public trace's rows are kept
+as numbers until the window has chosen them."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import io
 import json
 import math
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ppas.core import limits
 from ppas.core.errors import PpasError
-from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_REQUESTS, MAX_TIME_S
+from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_TIME_S
 from ppas.core.outputs import write_atomic
 from ppas.workload.requests import Dropped, RequestSpec, Segments, Trace
+from ppas.workload.transforms import (
+    TraceTransform,
+    Window,
+    empty_window,
+    in_window,
+    window_duration,
+    window_words,
+)
 
 _FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
 _OPTIONAL = ("ttft_slo", "tpot_slo", "slo_class")
@@ -60,59 +79,72 @@ def _csv_rows(p: Path, text: str) -> Rows:
     return [(n, {k: v for k, v in row.items() if v not in (None, "")}) for n, row in rows]
 
 
-#: A reader's result: the requests (any order) and the rows it left out, by reason.
-Read = tuple[list[RequestSpec], Dropped]
+@dataclass(frozen=True)
+class Read:
+    """A reader's result: the requests kept (any order; in the window, shifted to start at
+    its start), the rows it left out by reason, the rows outside the window, and the
+    trace's duration before the window (its last kept arrival on its own clock)."""
+
+    requests: list[RequestSpec]
+    dropped: Dropped = ()
+    excluded: int = 0
+    duration_s: float = 0.0
+
+
 _ZERO = "with 0 prompt or output tokens (failed requests)"
 
 
-def _read_ppas(p: Path, text: str, block_size: int) -> Read:
-    """Our own format: CSV (``.csv``) or JSONL, the columns of ``load_trace``'s docstring."""
+def _read_ppas(p: Path, text: str, block_size: int, window: Window | None) -> Read:
+    """Our own format: CSV (``.csv``) or JSONL, the columns of ``load_trace``'s docstring;
+    the window on the arrivals as written."""
     rows = (_csv_rows if _is_csv(p) else _jsonl_rows)(p, text)
-    _check_count(p, len(rows))
     reqs = [_parse_row(p, n, obj) for n, obj in rows]
-    return reqs, ()
+    duration = max((r.arrival_s for r in reqs), default=0.0)
+    if window is None:
+        return Read(reqs, (), 0, duration)
+    kept = [_at(r, r.arrival_s - window[0]) for r in reqs if in_window(window, r.arrival_s)]
+    return Read(kept, (), len(reqs) - len(kept), duration)
 
 
-def _read_azure(p: Path, text: str, block_size: int) -> Read:
+def _read_azure(p: Path, text: str, block_size: int, window: Window | None) -> Read:
     """Azure LLM inference trace (2023 and 2024 releases): ``TIMESTAMP`` a wall-clock
     datetime as published (``2023-11-16 18:17:03.9799600``, optionally with a UTC offset),
     ``ContextTokens``, ``GeneratedTokens``; arrival = seconds after the earliest row."""
     rows, ix = _csv_table(p, text, _SIGNATURES["azure"][1])
     t, c, g = ix["TIMESTAMP"], ix["ContextTokens"], ix["GeneratedTokens"]
-    return _public(p, [(n, _datetime_s(p, n, "TIMESTAMP", r[t]),
+    return _public(p, ((n, _datetime_s(p, n, "TIMESTAMP", r[t]),
                         _tokens(p, n, "ContextTokens", r[c]),
-                        _tokens(p, n, "GeneratedTokens", r[g]), ()) for n, r in rows])
+                        _tokens(p, n, "GeneratedTokens", r[g]), ()) for n, r in rows), window)
 
 
-def _read_burstgpt(p: Path, text: str, block_size: int) -> Read:
+def _read_burstgpt(p: Path, text: str, block_size: int, window: Window | None) -> Read:
     """BurstGPT: ``Timestamp`` (seconds), ``Request tokens``, ``Response tokens`` (0 = a
     failed request, dropped and counted), ``Model``, ``Log Type``; arrival = seconds after
     the earliest row."""
     rows, ix = _csv_table(p, text, _SIGNATURES["burstgpt"][1])
     t, q, a = ix["Timestamp"], ix["Request tokens"], ix["Response tokens"]
-    return _public(p, [(n, _seconds(p, n, "Timestamp", r[t], 1),
+    return _public(p, ((n, _seconds(p, n, "Timestamp", r[t], 1),
                         _tokens(p, n, "Request tokens", r[q]),
-                        _tokens(p, n, "Response tokens", r[a]), ()) for n, r in rows])
+                        _tokens(p, n, "Response tokens", r[a]), ()) for n, r in rows), window)
 
 
-def _read_mooncake(p: Path, text: str, block_size: int) -> Read:
+def _read_mooncake(p: Path, text: str, block_size: int, window: Window | None) -> Read:
     """Mooncake / Kimi: ``timestamp`` (ms), ``input_length``, ``output_length``,
     ``hash_ids`` (one id per ``block_size``-token prompt block; equal ids = equal prefixes
     up to that block). Block ``i`` becomes the prefix segment ``("kv<id>", tokens of block
     i)``, so two requests agreeing on their first k ids share their first k blocks'
     tokens in the prefix cache (``RequestSpec.prefix``)."""
-    rows = _jsonl_rows(p, text)
-    _check_count(p, len(rows))
-    out = []
-    for n, obj in rows:
-        missing = [k for k in _SIGNATURES["mooncake"][1] if k not in obj]
-        if missing:
-            raise PpasError(f"{p}:{n}: missing {', '.join(missing)} (mooncake format)")
-        pt = _tokens(p, n, "input_length", obj["input_length"])
-        out.append((n, _seconds(p, n, "timestamp", obj["timestamp"], 1000), pt,
-                    _tokens(p, n, "output_length", obj["output_length"]),
-                    _blocks(p, n, obj["hash_ids"], pt, block_size)))
-    return _public(p, out)
+    def rows() -> Iterator[tuple[int, float, int, int, Segments]]:
+        for n, obj in _jsonl_rows(p, text):
+            missing = [k for k in _SIGNATURES["mooncake"][1] if k not in obj]
+            if missing:
+                raise PpasError(f"{p}:{n}: missing {', '.join(missing)} (mooncake format)")
+            pt = _tokens(p, n, "input_length", obj["input_length"])
+            yield (n, _seconds(p, n, "timestamp", obj["timestamp"], 1000), pt,
+                   _tokens(p, n, "output_length", obj["output_length"]),
+                   _blocks(p, n, obj["hash_ids"], pt, block_size))
+
+    return _public(p, rows(), window)
 
 
 def _blocks(p: Path, n: int, ids: object, prompt_tokens: int, block_size: int) -> Segments:
@@ -125,45 +157,66 @@ def _blocks(p: Path, n: int, ids: object, prompt_tokens: int, block_size: int) -
                  for i, h in enumerate(ids))
 
 
-def _public(p: Path, rows: list[tuple[int, float, int, int, Segments]]) -> Read:
+def _public(p: Path, rows: Iterable[tuple[int, float, int, int, Segments]],
+            window: Window | None) -> Read:
     """Requests from a public trace's rows ``(line, seconds, prompt, output, prefix)``:
-    arrivals from the earliest row; rows with 0 tokens dropped and counted."""
-    if not rows:
-        return [], ()
-    t0 = min(r[1] for r in rows)
-    reqs, zero = [], 0
+    arrivals from the earliest row; rows outside ``window`` excluded, rows in it with 0
+    tokens dropped and counted. The rows are kept as numbers (and prefixes, where any)
+    until the earliest is known."""
+    lines, times, prompts, outputs = array("q"), array("d"), array("q"), array("q")
+    prefixes: dict[int, Segments] = {}
     for n, t, pt, ot, prefix in rows:
-        if pt == 0 or ot == 0:
+        if prefix:
+            prefixes[len(lines)] = prefix
+        lines.append(n)
+        times.append(t)
+        prompts.append(pt)
+        outputs.append(ot)
+    if not lines:
+        return Read([])
+    t0 = min(times)
+    start = window[0] if window is not None else 0.0
+    reqs, zero, excluded, last = [], 0, 0, 0.0
+    for i, t in enumerate(times):
+        a = t - t0
+        if a > MAX_TIME_S:
+            raise PpasError(f"{p}:{lines[i]}: arrival {a:g} s after the first row; the limit "
+                            f"is {MAX_TIME_S:g} s")
+        failed = prompts[i] == 0 or outputs[i] == 0
+        if not failed:
+            last = max(last, a)
+        if window is not None and not in_window(window, a):
+            excluded += 1
+        elif failed:
             zero += 1
-            continue
-        if t - t0 > MAX_TIME_S:
-            raise PpasError(f"{p}:{n}: arrival {t - t0:g} s after the first row; the limit is "
-                            f"{MAX_TIME_S:g} s")
-        reqs.append(RequestSpec(t - t0, pt, ot, prefix=prefix))
-    return reqs, ((_ZERO, zero),) if zero else ()
+        else:
+            reqs.append(RequestSpec(a - start, prompts[i], outputs[i],
+                                prefix=prefixes.get(i, ())))
+    return Read(reqs, ((_ZERO, zero),) if zero else (), excluded, last)
 
 
 def _csv_table(p: Path, text: str, need: tuple[str, ...]
-               ) -> tuple[list[tuple[int, list[str]]], dict[str, int]]:
-    """A CSV's rows (line number, cells) and the column index of each ``need``ed column."""
-    lines = text.splitlines()
-    reader = csv.reader(lines)
+               ) -> tuple[Iterator[tuple[int, list[str]]], dict[str, int]]:
+    """A CSV's rows (line number, cells), read as they are asked for, and the column index
+    of each ``need``ed column."""
+    reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader, [])]
     missing = [f for f in need if f not in header]
     if missing:
         raise PpasError(f"{p}:1: CSV header lacks {', '.join(missing)}; need {', '.join(need)}")
-    _check_count(p, len(lines) - 1)
     ix = {f: header.index(f) for f in need}
     width = max(ix.values()) + 1
-    rows = []
-    for n, row in enumerate(reader, 2):
-        if not row:
-            continue
-        if len(row) < width:
-            raise PpasError(f"{p}:{n}: {len(row)} fields; the header has {len(header)} "
-                            f"({', '.join(need)} needed)")
-        rows.append((n, row))
-    return rows, ix
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        for row in reader:
+            if not row:
+                continue
+            if len(row) < width:
+                raise PpasError(f"{p}:{reader.line_num}: {len(row)} fields; the header has "
+                                f"{len(header)} ({', '.join(need)} needed)")
+            yield reader.line_num, row
+
+    return rows(), ix
 
 
 def _tokens(p: Path, n: int, field: str, value: object) -> int:
@@ -202,9 +255,12 @@ def _datetime_s(p: Path, n: int, field: str, value: str) -> float:
     return (d if d.tzinfo else d.replace(tzinfo=UTC)).timestamp()
 
 
-def _check_count(p: Path, rows: int) -> None:
-    if rows > MAX_REQUESTS:
-        raise PpasError(f"{p}: {rows} requests; the limit is {MAX_REQUESTS:,} per trace")
+def _check_count(p: Path, rows: int, window: Window | None) -> None:
+    if rows > limits.MAX_REQUESTS:
+        raise PpasError(f"{p}: {rows} requests"
+                        + (f" in the window {window[0]:g}:{window[1]:g} s" if window else "")
+                        + f"; the limit is {limits.MAX_REQUESTS:,} per trace"
+                        + ("" if window else " (--window START:DURATION reads a slice)"))
 
 
 def _is_csv(p: Path) -> bool:
@@ -223,7 +279,7 @@ _SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 #: Trace formats by name. A reader turns a file's text into requests and the rows it left
 #: out; a new format is one reader and one signature.
-READERS: dict[str, Callable[[Path, str, int], Read]] = {
+READERS: dict[str, Callable[[Path, str, int, Window | None], Read]] = {
     "ppas": _read_ppas, "azure": _read_azure, "burstgpt": _read_burstgpt,
     "mooncake": _read_mooncake,
 }
@@ -250,7 +306,8 @@ def detect_format(p: Path, text: str) -> str:
     return "ppas"
 
 
-def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512) -> Trace:
+def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512,
+               window: Window | None = None) -> Trace:
     """Read a trace file in ``fmt`` (``TRACE_FORMATS``; ``auto`` detects it from the CSV
     header or the JSONL keys). Our own format is a CSV (header row) or JSONL with
     ``arrival_s, prompt_tokens, output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``,
@@ -258,7 +315,9 @@ def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512) -> Tr
     either format one segment as ``prefix_group`` + ``prefix_tokens``); the public formats
     are read as published (their readers say how). A malformed line raises a PpasError
     naming the file, line and field; rows a reader leaves out are counted in
-    ``Trace.dropped`` and said in ``Trace.description``."""
+    ``Trace.dropped`` and said in ``Trace.description``. ``window`` ``(start, duration)``
+    keeps the requests arriving in it (``TraceTransform``'s window, applied here while
+    reading: the module doc), the others counted in ``Trace.excluded``."""
     p = Path(path)
     if fmt not in TRACE_FORMATS:
         raise PpasError(f"unknown trace format {fmt!r}; allowed: {', '.join(TRACE_FORMATS)}")
@@ -276,14 +335,35 @@ def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512) -> Tr
     if kind != "either" and kind != ("csv" if _is_csv(p) else "jsonl"):
         raise PpasError(f"{p}: {name} traces are {kind.upper()} files; this one is "
                         f"{p.suffix!r} (give --trace-format auto or the file's format)")
-    reqs, dropped = READERS[name](p, text, block_size)
+    read = READERS[name](p, text, block_size, window)
+    reqs, dropped = read.requests, read.dropped
     if not reqs:
+        if window is not None and read.excluded:
+            raise empty_window(window, read.duration_s)
         raise PpasError(f"{p}: trace has no requests"
                         + "".join(f" ({k} dropped {why})" for why, k in dropped))
+    _check_count(p, len(reqs), window)
     reqs.sort(key=lambda r: r.arrival_s)
     desc = f"file {p.name}" + ("" if name == "ppas" else f" ({name} format)")
     desc += "".join(f"; dropped {k} {why}" for why, k in dropped)
-    return Trace(tuple(reqs), reqs[-1].arrival_s, desc, dropped)
+    if window is None:
+        return Trace(tuple(reqs), reqs[-1].arrival_s, desc, dropped)
+    return Trace(tuple(reqs), window_duration(window, read.duration_s),
+                 "; ".join([desc, *window_words(window, read.excluded)]), dropped,
+                 read.excluded)
+
+
+def read_trace(path: str | Path, fmt: str = "auto", block_size: int = 512,
+               transform: TraceTransform | None = None) -> Trace:
+    """``load_trace`` with ``transform``: its window while reading, the rest after."""
+    tf = transform or TraceTransform()
+    trace = load_trace(path, fmt, block_size, tf.window)
+    rest = tf.without_window()
+    return rest.apply(trace) if rest else trace
+
+
+def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
+    return dataclasses.replace(r, arrival_s=arrival_s)
 
 
 def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:

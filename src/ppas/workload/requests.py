@@ -49,12 +49,15 @@ Dropped = tuple[tuple[str, int], ...]
 @dataclass(frozen=True)
 class Trace:
     """``description`` says in words where the requests came from and what was done to them
-    (format, transformations, drops); ``dropped`` counts every request left out, by reason."""
+    (format, transformations, drops); ``dropped`` counts every request lost (a failed one in
+    the file, one longer than a limit), by reason; ``excluded`` the requests outside the
+    time window asked for (not lost: not asked for)."""
 
     requests: tuple[RequestSpec, ...]
     duration_s: float
     description: str = ""
     dropped: Dropped = ()
+    excluded: int = 0
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -97,4 +100,4 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
         out.append(RequestSpec(r.arrival_s, pt, c.output_tokens or r.output_tokens,
                                c.ttft_slo, c.tpot_slo, c.name, prefix))
     return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes",
-                 trace.dropped)
+                 trace.dropped, trace.excluded)

@@ -1,7 +1,9 @@
 """Transformations of a replayed trace (``TraceTransform``): a time window, rescaled
 arrivals, scaled lengths for small engines, and a length filter. Each one is said in words
-in the trace's description, and every request it leaves out is counted in
-``Trace.dropped``: nothing is dropped silently.
+in the trace's description, and every request it leaves out is counted: in
+``Trace.excluded`` when outside the window (not asked for), in ``Trace.dropped`` when
+filtered out (too long): nothing is left out silently. A trace file's window is applied
+while it is read (``load_trace``; ``read_trace`` does both), with the rules here.
 
 Order (fixed, and said in the description): window, then arrival rescaling (so ``--rate``
 is the window's mean rate), then length scaling, then the length filter (on the scaled
@@ -25,6 +27,30 @@ from ppas.core.limits import (
 from ppas.workload.requests import RequestSpec, Trace
 
 WINDOW_HELP = "START:DURATION in seconds, e.g. 0:3600"
+#: ``(start, duration)`` in seconds of a trace's own clock.
+Window = tuple[float, float]
+
+
+def in_window(window: Window, arrival_s: float) -> bool:
+    """A request arriving at ``arrival_s`` is in the window ``[start, start + duration)``."""
+    return window[0] <= arrival_s < window[0] + window[1]
+
+
+def window_duration(window: Window, duration_s: float) -> float:
+    """The windowed trace's duration, of a trace lasting ``duration_s``."""
+    return min(window[1], max(0.0, duration_s - window[0]))
+
+
+def window_words(window: Window, excluded: int) -> list[str]:
+    """The window's clauses of a trace's description."""
+    w = f"{window[0]:g}:{window[1]:g} s"
+    return [f"window {w} (applied before rescaling)",
+            *([f"excluded {excluded} outside the window {w}"] if excluded else [])]
+
+
+def empty_window(window: Window, duration_s: float) -> PpasError:
+    return PpasError(f"window {window[0]:g}:{window[1]:g} s holds no request of the trace "
+                     f"(its arrivals span 0 to {duration_s:g} s)")
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -45,7 +71,8 @@ class TraceTransform:
     """What to do to a trace before replaying it; None = leave as is.
 
     * ``window``: ``(start, duration)`` seconds of the trace's own clock; requests arriving
-      in ``[start, start + duration)`` are kept, shifted to start at 0.
+      in ``[start, start + duration)`` are kept, shifted to start at 0, the others
+      excluded (``Trace.excluded``).
     * ``time_scale``: every arrival time multiplied by it (0.5 = twice the rate).
     * ``rate``: arrivals rescaled so the mean rate (requests / duration) is this (req/s);
       exclusive with ``time_scale``.
@@ -53,7 +80,7 @@ class TraceTransform:
       rounded, at least 1 token.
     * ``drop_longer_than``: requests whose prompt + output exceed it (tokens) dropped."""
 
-    window: tuple[float, float] | None = None
+    window: Window | None = None
     time_scale: float | None = None
     rate: float | None = None
     length_scale: float | None = None
@@ -89,17 +116,15 @@ class TraceTransform:
         duration = trace.duration_s
         words: list[str] = []
         dropped: list[tuple[str, int]] = []
+        excluded = 0
         if self.window is not None:
-            start, dur = self.window
-            end = start + dur
-            kept = [_at(r, r.arrival_s - start) for r in reqs if start <= r.arrival_s < end]
-            words.append(f"window {start:g}:{dur:g} s (applied before rescaling)")
-            if len(kept) < len(reqs):
-                dropped.append((f"outside the window {start:g}:{dur:g} s", len(reqs) - len(kept)))
+            w = self.window
+            kept = [_at(r, r.arrival_s - w[0]) for r in reqs if in_window(w, r.arrival_s)]
             if not kept:
-                raise PpasError(f"window {start:g}:{dur:g} s holds no request of the trace "
-                                f"(its arrivals span 0 to {trace.duration_s:g} s)")
-            reqs, duration = kept, min(dur, max(0.0, trace.duration_s - start))
+                raise empty_window(w, trace.duration_s)
+            excluded = len(reqs) - len(kept)
+            words += window_words(w, excluded)
+            reqs, duration = kept, window_duration(w, trace.duration_s)
         factor = self.time_scale
         if self.rate is not None:
             if duration <= 0:
@@ -132,7 +157,13 @@ class TraceTransform:
             reqs = kept
         desc = "; ".join([trace.description, *words,
                           *(f"dropped {n} {why}" for why, n in dropped)])
-        return Trace(tuple(reqs), duration, desc, trace.dropped + tuple(dropped))
+        return Trace(tuple(reqs), duration, desc, trace.dropped + tuple(dropped),
+                     trace.excluded + excluded)
+
+    def without_window(self) -> TraceTransform:
+        """The transformations after the window (a file's window is applied by
+        ``load_trace`` while reading)."""
+        return replace(self, window=None)
 
 
 def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
