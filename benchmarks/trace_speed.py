@@ -44,9 +44,7 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Trace]]:
             continue
         if not Path(path).is_file():
             fail("trace_speed.py", f"trace file {path!r} not found")
-        base = load_trace(path, "auto", 512)
-        if window is not None:
-            base = TraceTransform(window=window).apply(base)
+        base = load_trace(path, "auto", 512, window)  # the window while reading
         out.append((name, base))
         if args.overload != 1:
             out.append((f"{name} x{args.overload:g}",
