@@ -50,7 +50,8 @@ from ppas.calibrate.kernels import (
 from ppas.core.errors import PpasError
 from ppas.core.outputs import write_atomic
 from ppas.cost.catalog import HARDWARE, PHYSICS_FILE, GemmPhysics, Hardware
-from ppas.cost.roofline import RooflineParams
+from ppas.cost.base import StepShape
+from ppas.cost.roofline import RooflineCostModel, RooflineParams
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "ppas" / "data" / PHYSICS_FILE
@@ -181,6 +182,31 @@ def report(rows: Sequence[KernelRow], before: Callable[[str], Hardware],
     return results
 
 
+#: Whole steps priced before and after (the roofline's device time, one GPU): a decode of
+#: one request and of 32 on 8k contexts, and prefill chunks of 512, 2k and 16k tokens.
+STEPS = (("decode 1 @8k", StepShape.of([], [8192])),
+         ("decode 32 @8k", StepShape.of([], [8192] * 32)),
+         ("prefill 512", StepShape.of([(512, 0)], [])),
+         ("prefill 2k", StepShape.of([(2048, 0)], [])),
+         ("prefill 16k", StepShape.of([(16384, 0)], [])))
+
+
+def step_changes(gpus: Sequence[str], model: str, before: Callable[[str], Hardware],
+                 after: Callable[[str], Hardware]) -> dict[str, object]:
+    """Print the device time of a few whole steps of ``model`` before -> after."""
+    print(f"\n{model}: device time of whole steps (ms), before -> after")
+    t = Table(("GPU", "<14"), *((name, ">17") for name, _ in STEPS))
+    t.print_header()
+    out: dict[str, object] = {}
+    for gpu in gpus:
+        b = RooflineCostModel(before(gpu), model)
+        a = RooflineCostModel(after(gpu), model)
+        cells = [(b.device_time(s), a.device_time(s)) for _, s in STEPS]
+        t.print_row(gpu, *(f"{x * 1e3:6.2f} -> {y * 1e3:6.2f}" for x, y in cells))
+        out[f"{gpu}/{model}"] = {name: c for (name, _), c in zip(STEPS, cells, strict=True)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = parser(__doc__)
     ap.add_argument("--vidur", help="folder of Vidur's *-mlp.csv (default ../shared/data/"
@@ -218,6 +244,9 @@ def main(argv: list[str] | None = None) -> None:
         return replace(HARDWARE.get(gpu), gemm=physics.get(gpu))
 
     results["errors"] = report(rows, before, after, tail)
+    gpus = list(dict.fromkeys(r.gpu for r in rows))
+    results["steps"] = {**step_changes(gpus, "qwen2.5-3b", before, after),
+                        **step_changes(gpus, "qwen3-8b", before, after)}
     finish(args, results, argv)
 
 
