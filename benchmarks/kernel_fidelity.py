@@ -49,8 +49,8 @@ from ppas.calibrate.kernels import (
 )
 from ppas.core.errors import PpasError
 from ppas.core.outputs import write_atomic
-from ppas.cost.catalog import HARDWARE, PHYSICS_FILE, GemmPhysics, Hardware
 from ppas.cost.base import StepShape
+from ppas.cost.catalog import HARDWARE, PHYSICS_FILE, GemmPhysics, Hardware
 from ppas.cost.roofline import RooflineCostModel, RooflineParams
 
 ROOT = Path(__file__).resolve().parents[1]
