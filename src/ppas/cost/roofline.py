@@ -160,6 +160,8 @@ class RooflineCostModel(CostModel):
         self._kv_read_per_tok = m.kv_bytes_per_token / L / tp / bw  # one layer
         # The LM head: one row per request (its last token); no tail on the plain roofline.
         self._lm = gemm_terms(hw, m.hidden, m.vocab / tp, 0.0)
+        self._gemm_memo: dict[int, float] = {}
+        self._lm_memo: dict[int, float] = {}
         self._fixed = p.step_overhead_s
         self._eager = p.eager_layer_overhead_s * L
         self._graph_max = p.cudagraph_max_tokens
@@ -185,10 +187,21 @@ class RooflineCostModel(CostModel):
         return gemm_seconds(self._gemms[index], n)
 
     def layer_gemm_time(self, n: int) -> float:
-        """One layer's four GEMMs over ``n`` tokens."""
-        t = 0.0
-        for g in self._gemms:
-            t += gemm_seconds(g, n)
+        """One layer's four GEMMs over ``n`` tokens (memoised per ``n``: simulations
+        price the same token counts over and over)."""
+        t = self._gemm_memo.get(n)
+        if t is None:
+            t = 0.0
+            for g in self._gemms:
+                t += gemm_seconds(g, n)
+            self._gemm_memo[n] = t
+        return t
+
+    def lm_head_time(self, reqs: int) -> float:
+        """The LM head over one row per request (memoised per ``reqs``)."""
+        t = self._lm_memo.get(reqs)
+        if t is None:
+            t = self._lm_memo[reqs] = gemm_seconds(self._lm, reqs)
         return t
 
     def prefill_attention_time(self, step: StepShape) -> float:
@@ -223,8 +236,8 @@ class RooflineCostModel(CostModel):
         layer = n * self._act_per_tok + self.layer_gemm_time(n)
         layer += self.prefill_attention_time(step)
         layer += self._kv_read_per_tok * step.decode_ctx_tokens
-        return self._layers * layer + gemm_seconds(
-            self._lm, step.num_prefill_reqs + step.num_decodes)
+        return self._layers * layer + self.lm_head_time(
+            step.num_prefill_reqs + step.num_decodes)
 
     def step_time(self, step: StepShape) -> float:
         n = step.num_prefill_tokens + step.num_decodes
@@ -245,7 +258,7 @@ class RooflineCostModel(CostModel):
         # empty prefill attention, 0.0, is exact), then step_time's sums.
         base = n * self._act_per_tok + self.layer_gemm_time(n)
         base += 0.0
-        lm = gemm_seconds(self._lm, n)
+        lm = self.lm_head_time(n)
         fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
         per_req = self._per_req * n
         kv, layers = self._kv_read_per_tok, self._layers
