@@ -12,6 +12,17 @@ predicts the same steps for that GPU (``ppas.calibrate.gpu_steps``). Nothing is 
 every step already measured); ``--compare`` re-judges a saved file against the current
 roofline without a GPU. ``--smoke`` runs a tiny model on whatever device is present (CPU
 here) to check the timer.
+
+``--suite extended`` measures issue 21's held-out shapes instead (decode batches of 1-256,
+mixed steps, prefill chunks on an empty and an 8k context: ``extended_steps``), and
+``--backends FLASH_ATTENTION,CUDNN_ATTENTION`` times every step once per forced attention
+kernel (compared per backend). The prepared device check (not yet run): 2 models x 14 steps
+x 2 backends, three timings of at most 0.2 s each (about 34 s of timing, plus building the
+models and capturing the graphs), sized for an 8-minute device call:
+
+    PYTHONPATH=src python3 benchmarks/gpu_step_times.py --hardware h200 --suite extended \
+        --models qwen2.5-0.5b,qwen3-8b --backends FLASH_ATTENTION,CUDNN_ATTENTION \
+        --budget-s 0.2 --max-iters 10 --out $OUT/h200-steps-run4.jsonl
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from harness import parser
 from ppas.calibrate.gpu_steps import (
     SMOKE_MODEL,
     comparison,
+    extended_steps,
     full_steps,
     load_records,
     smoke_steps,
@@ -35,6 +47,9 @@ from ppas.calibrate.gpu_steps import (
 from ppas.calibrate.gpu_timer import StepTimer
 from ppas.core.errors import PpasError
 from ppas.cost.catalog import HARDWARE, MODELS
+
+#: PyTorch's SDPA backends a run may force (FlashAttention-2, cuDNN, memory-efficient).
+BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 
 
 def fail(msg: str) -> NoReturn:
@@ -50,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=0.4, help="timing budget per measurement")
     ap.add_argument("--max-iters", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="tiny model and shapes (any device)")
+    ap.add_argument("--suite", choices=("full", "extended"), default="full",
+                    help="full: the paper grid's steps; extended: issue 21's held-out shapes")
+    ap.add_argument("--backends", default="",
+                    help="comma-separated SDPA backends to force, each step once per backend "
+                         f"({', '.join(BACKENDS)}; default: the fastest per step)")
     a = ap.parse_args(argv)
     if a.compare:
         try:
@@ -63,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [s for s in models if s not in MODELS]
     if bad and not a.smoke:
         fail(f"unknown model {bad[0]!r}; allowed: {', '.join(sorted(MODELS))}")
+    backends = [b for b in a.backends.split(",") if b]
+    if any(b not in BACKENDS for b in backends):
+        fail(f"unknown --backends {a.backends!r}; allowed: {', '.join(BACKENDS)}")
     if not (a.budget_s > 0 and a.max_iters >= 1):
         fail("--budget-s must be > 0 and --max-iters >= 1")
     if a.out and os.path.exists(a.out):
@@ -85,10 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             t0 = time.perf_counter()
             h = StepTimer(arch, device)
             print(f"{model}: built on {device} in {time.perf_counter() - t0:.1f} s", flush=True)
-            for step in smoke_steps() if a.smoke else full_steps(model):
+            steps = (smoke_steps() if a.smoke else
+                     extended_steps(model) if a.suite == "extended" else full_steps(model))
+            for step, forced in ((s, b) for s in steps for b in backends or [None]):
+                try:
+                    timed = h.measure(step, a.budget_s, a.max_iters, forced)
+                except RuntimeError as e:  # the forced kernel does not take this shape
+                    print(f"  {step.name:<30} {forced}: not run ({str(e)[:60]})", flush=True)
+                    continue
                 rec = {**meta, "model": arch.name, "step": step.name,
                        "chunks": [list(c) for c in step.chunks], "decodes": step.decodes,
-                       "decode_ctx": step.decode_ctx, **h.measure(step, a.budget_s, a.max_iters)}
+                       "decode_ctx": step.decode_ctx, "suite": a.suite,
+                       "forced_backend": forced, **timed}
                 records.append(rec)
                 if out:
                     out.write(json.dumps(rec) + "\n")

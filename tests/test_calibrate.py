@@ -3,6 +3,7 @@ step log in the plugin's format; reject malformed logs and model files with one 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -18,22 +19,23 @@ from ppas.cost.base import StepShape, largest_chunk_within
 from ppas.cost.fitted import COEFFICIENTS, FittedCostModel, fit, nnls
 
 TRUE = FittedCostModel(overhead_s=0.004, per_prefill_token_s=2.5e-5, per_attn_pair_s=3e-10,
-                       per_decode_s=1.2e-4, per_decode_ctx_token_s=4e-8)
+                       per_decode_s=1.2e-4, per_decode_ctx_token_s=4e-8,
+                       per_prefill_req_s=1.5e-4, eager_s=1.2e-3)
 
 
 def synthetic_log(path: Path, model: FittedCostModel, steps: int = 400, seed: int = 0,
-                  noise: float = 0.0, decodes: bool = True) -> None:
+                  noise: float = 0.0, decodes: bool = True, max_chunk: int = 2048) -> None:
     """Steps shaped like a chunked-prefill server's (``ppas.vllm`` keys), timed by ``model``
     times (1 + uniform noise)."""
     rng = random.Random(seed)
     with open(path, "w") as f:
         for i in range(steps):
-            chunks = [[rng.randint(1, 2048), rng.choice([0, rng.randint(0, 24000)])]
+            chunks = [[rng.randint(1, max_chunk), rng.choice([0, rng.randint(0, 24000)])]
                       for _ in range(rng.choice([0, 0, 1, 1, 2]))]
             ctx = [rng.randint(100, 26000) for _ in range(rng.randint(0, 12) if decodes else 0)]
             if not chunks and not ctx:
                 ctx = [rng.randint(100, 26000)] if decodes else []
-                chunks = [] if decodes else [[rng.randint(1, 2048), 0]]
+                chunks = [] if decodes else [[rng.randint(1, max_chunk), 0]]
             t = model.step_time(StepShape.of([(c, p) for c, p in chunks], ctx))
             t *= 1 + rng.uniform(-noise, noise)
             p_tokens = sum(c for c, _ in chunks)
@@ -84,6 +86,38 @@ def test_unexercised_features_stay_zero(tmp_path: Path) -> None:
     assert model.stats is not None
     assert model.stats.unfitted == ("per_decode_s", "per_decode_ctx_token_s")
     assert model.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=1e-6)
+
+
+def test_host_overhead_terms_are_fitted_only_where_the_log_identifies_them(
+        tmp_path: Path) -> None:
+    """Eager launch (steps above the CUDA-graph capture size) and per-chunk host cost: a
+    log with steps on both sides of 512 tokens and several chunks per step recovers them;
+    one whose steps all run as graphs leaves the eager cost unfitted (0), not guessed."""
+    both, graphs = tmp_path / "both.jsonl", tmp_path / "graphs.jsonl"
+    synthetic_log(both, TRUE)
+    model = fit(read_step_log(both))
+    assert model.eager_s == pytest.approx(TRUE.eager_s, rel=1e-6)
+    assert model.per_prefill_req_s == pytest.approx(TRUE.per_prefill_req_s, rel=1e-6)
+    synthetic_log(graphs, TRUE, max_chunk=250)  # 2 chunks + 12 decodes <= 512
+    small = fit(read_step_log(graphs))
+    assert small.stats is not None and "eager_s" in small.stats.unfitted
+    assert small.eager_s == 0.0
+    assert small.per_prefill_req_s == pytest.approx(TRUE.per_prefill_req_s, rel=1e-6)
+    # The capture size is the model's: the same steps priced eagerly above it only.
+    step = StepShape.of([(600, 0)], [])
+    assert model.step_time(step) - dataclasses.replace(
+        model, cudagraph_max_tokens=1024).step_time(step) == pytest.approx(TRUE.eager_s)
+
+
+def test_model_file_without_the_host_terms_loads_them_as_zero(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": "ppas-fitted-cost-model/1", "coefficients": {
+        n: 1e-3 if n == "overhead_s" else 0.0 for n in COEFFICIENTS[:5]}}))
+    m = FittedCostModel.from_file(path)
+    assert m.eager_s == m.per_prefill_req_s == 0.0 and m.cudagraph_max_tokens == 512
+    back = tmp_path / "new.json"
+    TRUE.to_file(back)
+    assert FittedCostModel.from_file(back) == TRUE
 
 
 @pytest.mark.parametrize("seed", range(20))

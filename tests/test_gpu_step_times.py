@@ -105,13 +105,36 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(tmp_path):
     not_steps = tmp_path / "not-steps.jsonl"
     not_steps.write_text('{"model": "qwen2.5-3b"}\n')
     for argv in (["--compare", str(not_steps)], ["--smoke", "--out", str(out)],
-                 ["--hardware", "tpu"], ["--models", "gpt-9"],
+                 ["--hardware", "tpu"], ["--models", "gpt-9"], ["--backends", "FA3"],
                  ["--compare", str(tmp_path / "missing.jsonl")]):
         proc = bench(*argv)
         assert proc.returncode == 2
         err = proc.stderr.strip()
         assert err.startswith("gpu_step_times: ") and "\n" not in err
     assert out.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-0.5b", "qwen3-8b"])
+def test_extended_suite_covers_decode_batches_mixed_steps_and_fits_in_memory(model):
+    """Issue 21's prepared device check: every kind of step, and no step whose KV caches
+    (every layer's, as the timer allocates them) pass the suite's memory bound."""
+    steps = gpu_steps.extended_steps(model)
+    kinds = {s.kind for s in steps}
+    assert kinds == {"prefill", "decode", "mixed"}
+    assert max(s.decodes for s in steps) >= 128
+    kv = gpu_steps.MODELS.get(model).kv_bytes_per_token
+    for s in steps:
+        tokens = sum(c + p for c, p in s.chunks) + s.decodes * (s.decode_ctx + 1)
+        assert tokens * kv <= gpu_steps.EXTENDED_KV_BYTES * 1.05, s.name
+
+
+def test_compare_keeps_runs_of_forced_backends_apart(tmp_path):
+    base = {"hardware": "h200", "model": "qwen2.5-3b", "step": "prefill 512 @0",
+            "chunks": [[512, 0]], "decodes": 0, "decode_ctx": 0, "measured_all_s": 0.009,
+            "measured_gemm_s": 0.005, "measured_attention_s": 0.001}
+    recs = [dict(base, forced_backend=b) for b in ("FLASH_ATTENTION", "CUDNN_ATTENTION")]
+    text = "\n".join(gpu_steps.comparison(recs))
+    assert "attention FLASH_ATTENTION only" in text and "attention CUDNN_ATTENTION only" in text
 
 
 @pytest.mark.parametrize("change,why", [

@@ -65,6 +65,30 @@ def full_steps(model: str) -> list[GpuStep]:
     return steps
 
 
+#: Device memory the extended suite's KV caches may take (the timer allocates every
+#: layer's cache for the step): leaves room for an 8B model's weights on an 80 GB GPU.
+EXTENDED_KV_BYTES = 40e9
+
+
+def extended_steps(model: str) -> list[GpuStep]:
+    """Issue 21's held-out shapes for a device session: decode batches of 1..256 requests,
+    mixed steps (a chunk with decodes riding along), and prefill chunks of 128..8192
+    tokens on an empty and on an 8k cached context. Decode batches whose KV caches would
+    pass ``EXTENDED_KV_BYTES`` for ``model`` are left out."""
+    kv = MODELS.get(model).kv_bytes_per_token
+    steps = [GpuStep(f"prefill {c} @{p}", ((c, p),))
+             for c, p in ((128, 0), (512, 0), (2048, 0), (8192, 0), (2048, 8192),
+                          (8192, 8192))]
+    steps += [GpuStep(f"decode {n} @{k}", (), n, k)
+              for n, k in ((1, 8192), (8, 8192), (32, 8192), (128, 2048), (256, 1024))
+              if n * (k + 1) * kv <= EXTENDED_KV_BYTES]
+    steps += [GpuStep(f"mixed {c}@{p} + {n} decode", ((c, p),), n, k)
+              for c, p, n, k in ((512, 8192, 32, 2048), (2048, 8192, 8, 8192),
+                                 (8192, 0, 64, 1024))
+              if n * (k + 1) * kv <= EXTENDED_KV_BYTES]
+    return steps
+
+
 def smoke_steps() -> list[GpuStep]:
     return [GpuStep("prefill 64 @0", ((64, 0),)), GpuStep("prefill 32 @64", ((32, 64),)),
             GpuStep("decode 4 @96", (), 4, 96),
@@ -89,16 +113,19 @@ def predict(cm: RooflineCostModel, step: GpuStep) -> dict[str, float]:
 def comparison(records: list[dict[str, Any]]) -> list[str]:
     """Side-by-side table and summaries of measured vs predicted (re-predicted now)."""
     lines = []
-    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        by_model.setdefault((r["hardware"], r["model"]), []).append(r)
-    for (hw, model), recs in by_model.items():
+    by_model: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:  # runs with a forced attention backend are compared per backend
+        by_model.setdefault((r["hardware"], r["model"], r.get("forced_backend") or ""),
+                            []).append(r)
+    for (hw, model, forced), recs in by_model.items():
         if model not in MODELS or hw not in HARDWARE:
             lines.append(f"{hw} / {model}: not in the catalog; measured only")
             continue
         cm = RooflineCostModel(hw, model)
         lines.append(f"\n{hw} / {model} ({recs[0].get('device_name', '?')}, "
-                     f"torch {recs[0].get('torch', '?')}): device time per step, ms")
+                     f"torch {recs[0].get('torch', '?')}"
+                     + (f", attention {forced} only" if forced else "")
+                     + "): device time per step, ms")
         lines.append(f"{'step':<30} {'measured':>9} {'roofline':>9} {'err':>7}   "
                      f"{'GEMMs m/p':>15} {'attention m/p':>15}  backend")
         errs: dict[str, list[float]] = {}

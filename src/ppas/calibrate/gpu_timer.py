@@ -256,12 +256,20 @@ class StepTimer:
         self.decode_matmul = "/matmul-decode" in best
         return best
 
-    def measure(self, step: GpuStep, budget_s: float, max_iters: int) -> dict[str, Any]:
+    def measure(self, step: GpuStep, budget_s: float, max_iters: int,
+                backend: str | None = None) -> dict[str, Any]:
+        """Time the step whole, its GEMMs and its attention. ``backend`` (an SDPA backend
+        name, e.g. FLASH_ATTENTION or CUDNN_ATTENTION) forces the attention kernel of
+        every part, decodes included; None picks the fastest (``pick_backend``). A
+        forced backend that does not take the shape raises RuntimeError."""
         torch = self.torch
         from contextlib import nullcontext
 
         st = self.build(step)
-        backend = self.pick_backend(step, st)
+        if backend is None:
+            backend = self.pick_backend(step, st)
+        else:
+            self.expand_kv = self.decode_matmul = False
         ctx: Any = nullcontext()
         if backend != "default":
             from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -24,11 +24,21 @@ tiles and attention blocks quantise into waves. Every figure cites its source in
   accumulation, FlashAttention-2) and marked as an estimate.
 * The per-layer weight count uses q/o widths ``heads * head_dim``, which differs from
   ``hidden`` for Qwen3-0.6B (16 x 128 = 2048 vs hidden 1024).
+* A40 (sm_86, GA102): not in the facts page; NVIDIA's A40 datasheet gives 149.7 TFLOP/s
+  dense BF16 tensor (299.4 sparse; professional GA102 parts run FP32 accumulation at full
+  rate), 696 GB/s GDDR6, 48 GiB; 84 SMs (10,752 CUDA cores / 128 per SM).
+* GEMM physics (``GemmPhysics``): where measured kernels exist (Vidur's per-operator
+  profiles of A100, H100, A40; our H200 step runs), ``benchmarks/kernel_fidelity.py --fit``
+  fits what each GPU's GEMMs reach and each architecture's kernel shape, and writes
+  ``ppas/data/kernel_physics.json``, read here. GPUs without such data (RTX 5090, L40S)
+  keep the plain roofline (no entry).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from importlib import resources
 
 from ppas.core.config import require
 from ppas.core.registry import Registry
@@ -42,12 +52,45 @@ ESTIMATE_GEMM_FRACTION, ESTIMATE_ATTN_FRACTION = 270 / 312, 230 / 312
 
 #: vLLM's default attention backend by GPU architecture (catalog-facts.md): FlashAttention-3
 #: on Hopper (sm_90), FlashAttention-2 on Ampere, Ada and GeForce Blackwell (no FA3 there).
-ATTENTION_BACKEND = {"sm_80": "flash-attn-2", "sm_89": "flash-attn-2", "sm_90": "flash-attn-3",
-                     "sm_120": "flash-attn-2"}
+ATTENTION_BACKEND = {"sm_80": "flash-attn-2", "sm_86": "flash-attn-2", "sm_89": "flash-attn-2",
+                     "sm_90": "flash-attn-3", "sm_120": "flash-attn-2"}
+#: Architecture families: GPUs of one family share their GEMM kernels' shape (fixed latency,
+#: wave tail, roofline knee: ``GemmPhysics``); throughput and bandwidth are per GPU.
+FAMILY = {"sm_80": "ampere", "sm_86": "ampere", "sm_89": "ada", "sm_90": "hopper",
+          "sm_120": "blackwell-consumer"}
 
 #: vLLM captures CUDA graphs for steps of up to this many tokens (its default capture sizes
 #: end at 512 in the releases we target) and launches larger steps eagerly.
 CUDAGRAPH_MAX_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPhysics:
+    """What one GPU's BF16 GEMMs reach, fitted from measured kernels (module doc). One GEMM
+    of ``n`` tokens, depth K and width N (per GPU) takes
+
+        latency + (weights^knee + compute^knee)^(1 / knee)
+        weights = 2 K N bytes / weight_bw,   compute = 2 n K N / tflops + tail (waves)
+
+    ``tflops`` and ``weight_bw_gbs`` are the GPU's (its tensor cores and memory);
+    ``latency_s`` (a kernel's ramp-up and drain), ``tail_waves`` (fraction of a wave of
+    output tiles lost at the end of the grid) and ``knee`` (how sharply a GEMM turns from
+    streaming its weights to computing: infinity is the plain roofline's max, 1 no
+    overlap of loads and math) are its architecture's (``FAMILY``)."""
+
+    tflops: float
+    weight_bw_gbs: float
+    latency_s: float
+    tail_waves: float
+    knee: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        require(self.tflops > 0 and self.weight_bw_gbs > 0,
+                "gemm physics: tflops and weight_bw_gbs must be > 0")
+        require(0 <= self.latency_s < 1e-3, "gemm physics: latency_s must be in [0, 1 ms)")
+        require(0 <= self.tail_waves <= 1, "gemm physics: tail_waves must be in [0, 1]")
+        require(self.knee >= 1, "gemm physics: knee must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +110,7 @@ class Hardware:
     attn_tflops: float | None = None
     achieved_bw_gbs: float | None = None
     source: str = ""
+    gemm: GemmPhysics | None = None  # fitted GEMM physics (None: the plain roofline)
 
     def __post_init__(self) -> None:
         require(self.bf16_tflops > 0 and self.mem_bw_gbs > 0 and self.mem_gb > 0
@@ -81,8 +125,14 @@ class Hardware:
         return ATTENTION_BACKEND[self.arch]
 
     @property
+    def family(self) -> str:
+        return FAMILY[self.arch]
+
+    @property
     def gemm_flops(self) -> float:
-        """FLOP/s reached by large BF16 GEMMs (full waves)."""
+        """FLOP/s reached by large BF16 GEMMs (full waves): fitted where measured."""
+        if self.gemm is not None:
+            return self.gemm.tflops * 1e12
         t = self.gemm_tflops or self.bf16_tflops * ESTIMATE_GEMM_FRACTION
         return t * 1e12
 
@@ -163,7 +213,26 @@ class ModelArch:
                                    + 2 * self.kv_width)
 
 
+#: Fitted GEMM physics (``benchmarks/kernel_fidelity.py --fit``), attached to its GPUs.
+PHYSICS_FILE = "kernel_physics.json"
+
+
+def load_gemm_physics() -> dict[str, GemmPhysics]:
+    """GPU name -> its fitted ``GemmPhysics`` ({} when the file is absent)."""
+    try:
+        doc = json.loads((resources.files("ppas") / "data" / PHYSICS_FILE).read_text())
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for name, g in doc["gpus"].items():
+        fam = doc["families"][g["family"]]
+        out[name] = GemmPhysics(g["tflops"], g["weight_bw_gbs"], fam["latency_s"],
+                                fam["tail_waves"], fam["knee"], source=g["fitted_on"])
+    return out
+
+
 HARDWARE: Registry[Hardware] = Registry("hardware")
+_PHYSICS = load_gemm_physics()
 MODELS: Registry[ModelArch] = Registry("model")
 
 for _hw in (
@@ -185,8 +254,13 @@ for _hw in (
     Hardware("l40s", 362.0, 864.0, 51.5, sms=142, arch="sm_89",  # 48 GiB GDDR6
              source="datasheet peak (FP32 accumulate); reached throughputs estimated with "
                     "the A100's fractions (no public measurement in the facts page)"),
+    Hardware("a40", 149.7, 696.0, 51.5, sms=84, arch="sm_86",  # 48 GiB GDDR6
+             source="NVIDIA A40 datasheet (149.7 TFLOP/s dense BF16 tensor, 696 GB/s, 48 GiB; "
+                    "84 SMs); attention estimated with the A100's fraction; GEMMs fitted on "
+                    "Vidur's A40 kernel profile"),
 ):
-    HARDWARE.add(_hw.name, _hw)
+    HARDWARE.add(_hw.name, replace(_hw, gemm=_PHYSICS.get(_hw.name)))
+
 
 for _m in (
     ModelArch("qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, True),

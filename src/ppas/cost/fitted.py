@@ -5,6 +5,15 @@
               + per_attn_pair_s        * prefill_attn_work      (causal query-key pairs)
               + per_decode_s           * num_decodes            (GEMM rows of the decodes)
               + per_decode_ctx_token_s * decode_ctx_tokens      (KV read by decode attention)
+              + per_prefill_req_s      * num_prefill_reqs       (host: a chunk's metadata)
+              + eager_s * [num_tokens > cudagraph_max_tokens]   (eager launch, no CUDA graph)
+
+The last two are the host overhead's shape beyond its constant: vLLM replays CUDA graphs
+for steps of up to ``cudagraph_max_tokens`` tokens and launches larger ones kernel by
+kernel; every scheduled chunk adds host work. A log identifies ``eager_s`` when it holds
+steps on both sides of the capture size (``ppas profile``'s chunk sizes do), and
+``per_prefill_req_s`` when some steps carry several chunks; otherwise they stay 0 and are
+named in the fit statistics. Files written before they existed load with both at 0.
 
 Features are ``StepShape``'s (``ppas.cost.base``). Every coefficient is >= 0 (non-negative
 least squares), so the prediction is monotone in every feature, which
@@ -28,16 +37,22 @@ import numpy as np
 from ppas.core.config import require
 from ppas.core.errors import PpasError
 from ppas.cost.base import CostModel, StepShape
+from ppas.cost.catalog import CUDAGRAPH_MAX_TOKENS
 
 COEFFICIENTS = ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_s",
-                "per_decode_ctx_token_s")
+                "per_decode_ctx_token_s", "per_prefill_req_s", "eager_s")
+#: Coefficients every model file gives (the later ones default to 0: older files).
+REQUIRED = COEFFICIENTS[:5]
 FORMAT = "ppas-fitted-cost-model/1"
 
 
-def features(step: StepShape) -> tuple[float, float, float, float, float]:
+def features(step: StepShape, cudagraph_max_tokens: int = CUDAGRAPH_MAX_TOKENS
+             ) -> tuple[float, ...]:
     """The regressors, in ``COEFFICIENTS`` order."""
     return (1.0, float(step.num_prefill_tokens), float(step.prefill_attn_work),
-            float(step.num_decodes), float(step.decode_ctx_tokens))
+            float(step.num_decodes), float(step.decode_ctx_tokens),
+            float(step.num_prefill_reqs),
+            1.0 if step.num_tokens > cudagraph_max_tokens else 0.0)
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,10 @@ class FittedCostModel(CostModel):
     per_attn_pair_s: float = 0.0
     per_decode_s: float = 0.0
     per_decode_ctx_token_s: float = 0.0
+    per_prefill_req_s: float = 0.0
+    eager_s: float = 0.0
     kv_capacity_tokens: int | None = None  # the server's KV cache size, when known
+    cudagraph_max_tokens: int = CUDAGRAPH_MAX_TOKENS  # larger steps run eagerly
     stats: FitStats | None = field(default=None, compare=False)
     sources: tuple[str, ...] = field(default=(), compare=False)
 
@@ -95,13 +113,15 @@ class FittedCostModel(CostModel):
         """The coefficients in readable units (what calibrate and profile print)."""
         units = {"overhead_s": ("ms", 1e3), "per_prefill_token_s": ("us", 1e6),
                  "per_attn_pair_s": ("ns", 1e9), "per_decode_s": ("us", 1e6),
-                 "per_decode_ctx_token_s": ("ns", 1e9)}
+                 "per_decode_ctx_token_s": ("ns", 1e9), "per_prefill_req_s": ("us", 1e6),
+                 "eager_s": ("ms", 1e3)}
         return "coefficients: " + ", ".join(
             f"{n.removesuffix('_s')} {getattr(self, n) * k:.4g} {u}"
             for n, (u, k) in units.items())
 
     def step_time(self, step: StepShape) -> float:
-        return sum(c * x for c, x in zip(self.coefficients, features(step), strict=True))
+        return sum(c * x for c, x in zip(self.coefficients,
+                                         features(step, self.cudagraph_max_tokens), strict=True))
 
     # ------------------------------------------------------------ files
 
@@ -111,9 +131,11 @@ class FittedCostModel(CostModel):
             "formula": "step_time = " + " + ".join(
                 ["overhead_s"] + [f"{c} * {f}" for c, f in zip(COEFFICIENTS[1:], (
                     "num_prefill_tokens", "prefill_attn_work", "num_decodes",
-                    "decode_ctx_tokens"), strict=True)]),
+                    "decode_ctx_tokens", "num_prefill_reqs",
+                    "[num_tokens > cudagraph_max_tokens]"), strict=True)]),
             "coefficients": {n: getattr(self, n) for n in COEFFICIENTS},
             "kv_capacity_tokens": self.kv_capacity_tokens,
+            "cudagraph_max_tokens": self.cudagraph_max_tokens,
             "fit": None if self.stats is None else asdict(self.stats),
             "sources": list(self.sources),
         }
@@ -141,8 +163,13 @@ class FittedCostModel(CostModel):
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise PpasError(f"{p}: not a fitted cost model (expected \"format\": {FORMAT!r})")
         coef = obj.get("coefficients")
-        if not isinstance(coef, dict) or any(n not in coef for n in COEFFICIENTS):
-            raise PpasError(f"{p}: \"coefficients\" must give {', '.join(COEFFICIENTS)}")
+        if not isinstance(coef, dict) or any(n not in coef for n in REQUIRED):
+            raise PpasError(f"{p}: \"coefficients\" must give {', '.join(REQUIRED)}")
+        coef = {n: coef.get(n, 0.0) for n in COEFFICIENTS}
+        graph_max = obj.get("cudagraph_max_tokens", CUDAGRAPH_MAX_TOKENS)
+        if not isinstance(graph_max, int) or isinstance(graph_max, bool) or graph_max < 0:
+            raise PpasError(f"{p}: cudagraph_max_tokens must be an integer >= 0, got "
+                            f"{graph_max!r:.40}")
         kv = obj.get("kv_capacity_tokens")
         if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool)):
             raise PpasError(f"{p}: kv_capacity_tokens must be an integer or null, got {kv!r}")
@@ -164,7 +191,7 @@ class FittedCostModel(CostModel):
                 stats = None  # fit statistics are informative only
         try:
             return cls(**{n: float(coef[n]) for n in COEFFICIENTS}, kv_capacity_tokens=kv,
-                       stats=stats, sources=tuple(sources))
+                       cudagraph_max_tokens=graph_max, stats=stats, sources=tuple(sources))
         except PpasError as e:
             raise PpasError(f"{p}: {e}") from None
 
@@ -230,7 +257,7 @@ def fit_stats(model: CostModel, records: Sequence[tuple[StepShape, float]],
 #: Order in which coefficients enter the fit when the log cannot tell them all apart: the
 #: per-step overhead first (every step pays it), then the terms that usually dominate.
 _PRIORITY = ("overhead_s", "per_prefill_token_s", "per_attn_pair_s", "per_decode_ctx_token_s",
-             "per_decode_s")
+             "per_decode_s", "eager_s", "per_prefill_req_s")
 #: A feature whose unit-norm column lies within this relative distance of the span of the
 #: features already in the fit adds nothing the log can separate (collinear).
 COLLINEAR_TOL = 0.02
@@ -248,8 +275,8 @@ def _residual_share(col: np.ndarray, basis: np.ndarray) -> float:
 
 
 def fit(records: Iterable[tuple[StepShape, float]], *,
-        kv_capacity_tokens: int | None = None,
-        sources: Sequence[str] = ()) -> FittedCostModel:
+        kv_capacity_tokens: int | None = None, sources: Sequence[str] = (),
+        cudagraph_max_tokens: int = CUDAGRAPH_MAX_TOKENS) -> FittedCostModel:
     """Fit the coefficients to measured ``(step, seconds)`` records by non-negative least
     squares, on the coefficients the log can identify.
 
@@ -263,7 +290,7 @@ def fit(records: Iterable[tuple[StepShape, float]], *,
     recs = list(records)
     if not recs:
         raise PpasError("the step log has no steps to fit")
-    a = np.array([features(s) for s, _ in recs], dtype=float)
+    a = np.array([features(s, cudagraph_max_tokens) for s, _ in recs], dtype=float)
     y = np.array([t for _, t in recs], dtype=float)
     if not np.all(np.isfinite(y)) or np.any(y < 0):
         raise PpasError("step times must be finite and >= 0")
@@ -299,7 +326,9 @@ def fit(records: Iterable[tuple[StepShape, float]], *,
     if x[0] <= 0:  # only the overhead left and still 0: impossible with some y > 0
         raise PpasError("the fit gives no per-step overhead; is the step log from one server?")
     c = [float(v) for v in x]  # COEFFICIENTS order
-    model = FittedCostModel(c[0], c[1], c[2], c[3], c[4], kv_capacity_tokens=kv_capacity_tokens)
+    model = FittedCostModel(c[0], c[1], c[2], c[3], c[4], c[5], c[6],
+                            kv_capacity_tokens=kv_capacity_tokens,
+                            cudagraph_max_tokens=cudagraph_max_tokens)
     ordered = tuple(n for n in COEFFICIENTS if n in unidentified)
     return dataclasses.replace(model, stats=fit_stats(model, recs, unfitted, ordered),
                                sources=tuple(sources))

@@ -9,12 +9,19 @@ host costs (per-step, per-request and eager-launch overheads) and two dimensionl
 saturation shapes: the expected fraction of a wave lost at the end of a GEMM's tile grid
 (tau_g) and of an attention kernel's block grid (tau_a).
 
-Per step, N = prefill tokens + decodes, per layer (tensor-parallel degree t):
+Per step, N = prefill tokens + decodes, per layer (tensor-parallel degree t; qkv and
+gate-up split their output width over the GPUs, o and down their depth K):
 
-    GEMM i (K_i x out_i):  max(2 N K_i out_i / t / F_g + tau_g T_i min(1, w_i),  weights_i / BW)
-        w_i = (N / 128) (out_i / t / 256) / S       waves of 128 x 256 output tiles
+    GEMM i (K_i x out_i per GPU):  max(C_i, weights_i / BW)            (plain roofline)
+        C_i = 2 N K_i out_i / F_g + tau_g T_i min(1, w_i)
+        w_i = (N / 128) (out_i / 256) / S       waves of 128 x 256 output tiles
         T_i = 2 * 128 * 256 * min(K_i, 2048) * S / F_g   time of one wave (cuBLAS splits
                                                     longer K: split-K / stream-K)
+    where the GPU's GEMMs were measured (``catalog.GemmPhysics``, fitted by
+    ``benchmarks/kernel_fidelity.py --fit``): F_g, tau_g from the fit and
+        lat + ((weights_i / BW_w)^k + C_i^k)^(1 / k)
+    with BW_w the bandwidth weight-bound GEMMs reach, lat a kernel's fixed latency and k the
+    architecture's knee (a soft max: loads and math overlap imperfectly near the ridge).
     attention (prefill):   max(4 H_q d W / t / F_a * v / w,  KV(p + c) / BW)
         W = sum c (p + (c + 1) / 2) causal pairs; w = blocks / S with blocks = H_q / t x
         (query rows / B_q, B_q = 64 on FA2 paged KV, 128 on FA3), raised towards 1.6 waves by
@@ -27,7 +34,7 @@ Per step, N = prefill tokens + decodes, per layer (tensor-parallel degree t):
     attention (decode):    KV(contexts) / BW
     activations:           N x (norm, SiLU, rotary, KV-write bytes) / BW
 
-    step = L (GEMMs + attention + activations) + LM head (max(flops, its weight read))
+    step = L (GEMMs + attention + activations) + LM head (a GEMM of one row per request)
            + overhead (+ L eager, when N > the CUDA-graph capture limit) + per_request * reqs
 """
 
@@ -54,6 +61,36 @@ SPLIT_KV_WAVES = 1.6
 # cuBLAS splits K (split-K / stream-K) beyond about this depth, so one wave of tiles of a
 # long-K GEMM (the down projection) lasts no longer than a 2048-deep one.
 K_SLICE = 2048
+#: Which GEMMs of ``ModelArch.gemms`` are row-parallel under tensor parallelism (split K:
+#: o and down), the others column-parallel (split the output width: qkv and gate-up).
+ROW_PARALLEL = (False, True, False, True)
+
+#: One GEMM's constants: (seconds per token, tail seconds at a full wave, tokens per wave,
+#: weight-read seconds, fixed latency, knee (0: the plain roofline's max)).
+Gemm = tuple[float, float, float, float, float, float]
+
+
+def gemm_terms(hw: Hardware, k: float, out: float, plain_tail_waves: float) -> Gemm:
+    """The constants of one GEMM of depth ``k`` and width ``out`` (per GPU) on ``hw``:
+    its fitted ``GemmPhysics`` where it has one, else the plain roofline with the
+    calibrated tail ``plain_tail_waves``."""
+    g = hw.gemm
+    fg, sms = hw.gemm_flops, hw.sms
+    tau = plain_tail_waves if g is None else g.tail_waves
+    bw = hw.bandwidth if g is None else g.weight_bw_gbs * 1e9
+    return (2.0 * k * out / fg, tau * 2.0 * GEMM_TILE * min(k, K_SLICE) * sms / fg,
+            sms * GEMM_TILE / out, 2.0 * k * out / bw,
+            0.0 if g is None else g.latency_s, 0.0 if g is None else g.knee)
+
+
+def gemm_seconds(g: Gemm, n: float) -> float:
+    """Seconds of the GEMM ``g`` (``gemm_terms``) over ``n`` token rows (module doc)."""
+    per_tok, tail, wave_tokens, weights, latency, knee = g
+    w = n / wave_tokens
+    c = n * per_tok + tail * (w if w < 1.0 else 1.0)
+    if knee:
+        return latency + (weights ** knee + c ** knee) ** (1.0 / knee)
+    return c if c > weights else weights
 
 
 @dataclass(frozen=True)
@@ -107,15 +144,12 @@ class RooflineCostModel(CostModel):
         require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
         self.hardware, self.model, self.tp = hw, m, tp
         self.params = p = params or RooflineParams.calibrated()
-        fg, fa, bw, sms = hw.gemm_flops, hw.attn_flops, hw.bandwidth, hw.sms
+        fa, bw, sms = hw.attn_flops, hw.bandwidth, hw.sms
         L = m.layers
-        # GEMMs of one layer: (seconds per token, tail seconds, tokens per wave, weight read).
+        # GEMMs of one layer, each split over the tp GPUs by its depth or its width.
         self._gemms = tuple(
-            (2.0 * k * out / tp / fg,
-             p.gemm_tail_waves * 2.0 * GEMM_TILE * min(k, K_SLICE) * sms / fg,
-             sms * GEMM_TILE / (out / tp),
-             k * out / tp * m.dtype_bytes / bw)
-            for k, out in m.gemms)
+            gemm_terms(hw, k / tp if row else k, out if row else out / tp, p.gemm_tail_waves)
+            for (k, out), row in zip(m.gemms, ROW_PARALLEL, strict=True))
         self._layers = L
         self._act_per_tok = m.activation_bytes_per_token_layer / tp / bw
         self._attn_per_pair = 4.0 * m.q_width / tp / fa
@@ -124,9 +158,10 @@ class RooflineCostModel(CostModel):
         self._tau_a = p.attn_tail_waves
         self._split_kv = hw.attention_backend == "flash-attn-3"
         self._kv_read_per_tok = m.kv_bytes_per_token / L / tp / bw  # one layer
-        lm = m.vocab * m.hidden / tp
-        self._lm_flops_per_req = 2.0 * lm / fg
-        self._lm_weight = lm * m.dtype_bytes / bw
+        # The LM head: one row per request (its last token); no tail on the plain roofline.
+        self._lm = gemm_terms(hw, m.hidden, m.vocab / tp, 0.0)
+        self._gemm_memo: dict[int, float] = {}
+        self._lm_memo: dict[int, float] = {}
         self._fixed = p.step_overhead_s
         self._eager = p.eager_layer_overhead_s * L
         self._graph_max = p.cudagraph_max_tokens
@@ -149,10 +184,25 @@ class RooflineCostModel(CostModel):
 
     def gemm_time(self, n: int, index: int) -> float:
         """One layer's GEMM ``index`` (0 qkv, 1 o, 2 gate-up, 3 down) over ``n`` tokens."""
-        per_tok, tail, wave_tokens, weights = self._gemms[index]
-        w = n / wave_tokens
-        t = n * per_tok + tail * (w if w < 1.0 else 1.0)
-        return t if t > weights else weights
+        return gemm_seconds(self._gemms[index], n)
+
+    def layer_gemm_time(self, n: int) -> float:
+        """One layer's four GEMMs over ``n`` tokens (memoised per ``n``: simulations
+        price the same token counts over and over)."""
+        t = self._gemm_memo.get(n)
+        if t is None:
+            t = 0.0
+            for g in self._gemms:
+                t += gemm_seconds(g, n)
+            self._gemm_memo[n] = t
+        return t
+
+    def lm_head_time(self, reqs: int) -> float:
+        """The LM head over one row per request (memoised per ``reqs``)."""
+        t = self._lm_memo.get(reqs)
+        if t is None:
+            t = self._lm_memo[reqs] = gemm_seconds(self._lm, reqs)
+        return t
 
     def prefill_attention_time(self, step: StepShape) -> float:
         """One layer's attention over the step's prefill chunks."""
@@ -183,15 +233,11 @@ class RooflineCostModel(CostModel):
         n = step.num_prefill_tokens + step.num_decodes
         if n == 0:
             return 0.0
-        layer = n * self._act_per_tok
-        for per_tok, tail, wave_tokens, weights in self._gemms:
-            w = n / wave_tokens
-            t = n * per_tok + tail * (w if w < 1.0 else 1.0)
-            layer += t if t > weights else weights
+        layer = n * self._act_per_tok + self.layer_gemm_time(n)
         layer += self.prefill_attention_time(step)
         layer += self._kv_read_per_tok * step.decode_ctx_tokens
-        lm = self._lm_flops_per_req * (step.num_prefill_reqs + step.num_decodes)
-        return self._layers * layer + (lm if lm > self._lm_weight else self._lm_weight)
+        return self._layers * layer + self.lm_head_time(
+            step.num_prefill_reqs + step.num_decodes)
 
     def step_time(self, step: StepShape) -> float:
         n = step.num_prefill_tokens + step.num_decodes
@@ -210,15 +256,9 @@ class RooflineCostModel(CostModel):
             return super().decode_steps(n, decode_ctx_tokens, max_steps, start, limit)
         # device_time's layer sum up to the decode KV read, in its order (adding the
         # empty prefill attention, 0.0, is exact), then step_time's sums.
-        base = n * self._act_per_tok
-        for per_tok, tail, wave_tokens, weights in self._gemms:
-            w = n / wave_tokens
-            g = n * per_tok + tail * (w if w < 1.0 else 1.0)
-            base += g if g > weights else weights
+        base = n * self._act_per_tok + self.layer_gemm_time(n)
         base += 0.0
-        lm = self._lm_flops_per_req * n
-        if lm < self._lm_weight:
-            lm = self._lm_weight
+        lm = self.lm_head_time(n)
         fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
         per_req = self._per_req * n
         kv, layers = self._kv_read_per_tok, self._layers

@@ -27,9 +27,10 @@ and at ``ref_ctx``), both tabulated on a grid of ``n`` (every token up to 1024, 
 1024 points up to the largest chunk). A partial chunk is priced at its own token count,
 so its fixed per-step cost (weights, launch) is counted in full; a step that finishes
 one prompt and starts the next pays that cost once. Exact at the grid points for one
-chunk at context 0 or ``ref_ctx``; for a cost model affine in (tokens, pairs), such as
-``fitted``, exact everywhere (``predictive`` uses these; ``prefill_time`` is kept for the
-other users).
+chunk at context 0 or ``ref_ctx``; for a cost model affine in (tokens, pairs) beyond
+1024 tokens, such as ``fitted`` (whose eager-step jump at the CUDA-graph capture size lies
+on the per-token grid), exact everywhere (``predictive`` uses these; ``prefill_time`` is
+kept for the other users).
 """
 
 from __future__ import annotations
