@@ -32,7 +32,8 @@ from ppas.experiment.runfile import RunFile
 from ppas.experiment.spec import Experiment
 
 #: (summary key, column title): the per-cell statistics
-METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
+METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("e2e_p99", "P99 E2E"),
+           ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
            ("makespan", "makespan"), ("failed", "failed"))
 
@@ -49,6 +50,7 @@ class Report(TypedDict):
     num_runs: int
     planned_runs: int
     cost_model: dict[str, Any] | None  # ``prediction.model_dict``
+    probe: dict[str, Any] | None  # ``probe.probe_dict``: capacity_loads only
     cells: list[Row]
     improvements: list[Row]
     winners: list[Row]
@@ -134,6 +136,7 @@ def cells(exp: Experiment, runs: Sequence[Predicted]) -> list[Row]:
                 iv = _iv([p.run.summary.get(key) for p in ps], level)
                 c[key] = None if iv is None else iv.to_dict()
             c["sim_avg_latency"] = _mean([p.pred.sim["avg_latency"] for p in ps if p.pred.sim])
+            c["sim_e2e_p99"] = _mean([p.pred.sim["e2e_p99"] for p in ps if p.pred.sim])
             c["sim_error"] = _mean([p.pred.error for p in ps if p.pred.error is not None])
             c["sim_note"] = next((p.pred.note for p in ps if p.pred.note), None)
             out.append(c)
