@@ -105,10 +105,10 @@ def plot_arms(rep: Report, path: Path) -> None:
             pts = [(x, s) for x, s in sims if s is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "kD", markersize=5,
-                        label=f"{label} E2E (simulator)" if j == 0 else None)
+                        label="simulator (its mean, P99)" if j == 0 else None)
         ax.set_xticks(range(len(arms)), arms, rotation=20, ha="right", fontsize=8)
-        ax.set(ylabel="E2E latency (s)",
-               title=f"{rep['load_name']} {_load_label(rep, load)}")
+        ax.set_ylim(bottom=0)  # latencies: a t-interval's lower end below 0 is cut there
+        ax.set(ylabel="E2E latency (s)", title=_load_label(rep, load))
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{rep['experiment']}: mean and P99 E2E per arm ({rep['level']:.0%} "
@@ -117,5 +117,6 @@ def plot_arms(rep: Report, path: Path) -> None:
 
 
 def _load_label(rep: Report, load: float) -> str:
-    probe = rep.get("probe")
-    return f"{load:g} of capacity" if probe is not None else f"{load:g}"
+    if rep.get("probe") is not None:
+        return f"load {load:g} of the probed prefill capacity"
+    return f"{rep['load_name']} {load:g}"
