@@ -198,6 +198,7 @@ def test_capacity_experiment_against_fake_servers(tmp_path: Path, model: Path) -
     assert text.startswith("loads are fractions of the capacity probe on stock (MBT 512): "
                            "3 prompts of 256 tokens")
     assert "arrival-time scale per load/seed" in text and "P99 E2E" in text
+    assert "winner per load" in text and rep["load_name"] == "load"
     assert rep["probe"] is not None and len(rep["probe"]["time_scales"]) == 4
     for c in rep["cells"]:
         assert c["e2e_p99"]["estimate"] >= c["avg_latency"]["estimate"]

@@ -42,8 +42,8 @@ def plot_report(rep: Report, path: Path) -> None:
               if (arm, c["load"]) in rel]
         if rs:
             _errorbar(axr, [x for x, _ in rs], [r for _, r in rs], color, arm)
-    xlabel = (f"{rep['load_name']} rate (requests/s)" if rep["load_name"] != "trace"
-              else "load (fraction of the probed prefill capacity)" if rep.get("probe")
+    xlabel = ("load (fraction of the probed prefill capacity)" if rep.get("probe")
+              else f"{rep['load_name']} rate (requests/s)" if rep["load_name"] != "trace"
               else "trace")
     ys_all = [c["avg_latency"]["estimate"] for c in rep["cells"] if c["avg_latency"]]
     if ys_all and min(ys_all) > 0 and max(ys_all) / min(ys_all) > 5:

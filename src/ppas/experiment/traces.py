@@ -358,4 +358,7 @@ class WorkloadSpec:
 
     @property
     def load_name(self) -> str:
+        """What a load is called in tables: ``load`` for fractions of the probed capacity."""
+        if self.probe is not None:
+            return "load"
         return {"phases": "burst", "gamma": "rate", "trace": "trace"}[self.kind]
