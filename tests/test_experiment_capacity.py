@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from fake_vllm import FakeLauncher
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppas.core.errors import PpasError
 from ppas.experiment.plan import estimate, plan_text
@@ -20,6 +22,7 @@ from ppas.experiment.probe import ProbeResult, probe_path, read_probe, resolved
 from ppas.experiment.report import write_report
 from ppas.experiment.runner import Runner
 from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.experiment.traces import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = ROOT / "tests" / "data" / "traces" / "azure-2023-code-head.csv"
@@ -95,6 +98,26 @@ def test_each_trace_offers_its_fraction_of_the_capacity(tmp_path: Path, model: P
     # twice the capacity: the same trace twice as fast
     w2 = w.with_capacity(4000.0)
     assert w2.time_scale_at(0.5, 1) == pytest.approx(w.time_scale_at(0.5, 1) / 2)
+
+
+WORKLOAD = WorkloadSpec.parse({"kind": "trace", "file": str(HEAD), "windows": ["0:1.5", "29:2"],
+                               "length_scale": 0.1, "capacity_loads": [0.5, 1.5]})
+
+
+@settings(max_examples=40, deadline=None)
+@given(cap=st.floats(50.0, 1e6), load=st.floats(0.05, 5.0), seed=st.sampled_from([0, 1]))
+def test_offered_load_invariant(cap: float, load: float, seed: int) -> None:
+    """Any capacity and load: the trace's prompt tokens over its duration are load x
+    capacity, its requests and lengths are the window's, in arrival order, scaled by one
+    factor; twice the load is the same trace at half the time scale."""
+    w = WORKLOAD.with_capacity(cap)
+    base, tr = w.base_trace(seed), w.trace(load, seed)
+    assert [(r.prompt_tokens, r.output_tokens) for r in tr] == [
+        (r.prompt_tokens, r.output_tokens) for r in base]
+    assert sum(r.prompt_tokens for r in tr) / tr.duration_s == pytest.approx(load * cap)
+    ts = w.time_scale_at(load, seed)
+    assert [r.arrival_s for r in tr] == pytest.approx([r.arrival_s * ts for r in base])
+    assert w.time_scale_at(2 * load, seed) == pytest.approx(ts / 2)
 
 
 BAD = [
