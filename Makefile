@@ -11,6 +11,7 @@ MODEL_DIR := .cache/tiny-qwen2
 DEMO_MODEL := .cache/tiny-qwen2-26m
 DEMO_FILE := experiments/demo-trace.toml
 DEMO_OUT ?= out/demo-trace/$(shell date +%Y%m%d-%H%M%S)
+DEMO_RATES_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: venv demo demo-rates test test-fast test-vllm033 lint paper bench clean
 
@@ -37,7 +38,7 @@ demo: $(STAMP) $(DEMO_MODEL)/config.json
 	$(BIN)/ppas experiment $(DEMO_FILE) --out-dir $(DEMO_OUT)
 
 demo-rates: $(STAMP) $(DEMO_MODEL)/config.json
-	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
+	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir $(DEMO_RATES_OUT)
 
 test: $(STAMP) $(MODEL_DIR)/config.json
 	$(BIN)/ruff check src tests benchmarks
