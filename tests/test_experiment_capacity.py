@@ -258,3 +258,21 @@ def test_demo_file_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     est = estimate(exp)
     total = sum(est.runs.values()) + len(exp.arms) * est.startup_s
     assert total < 10 * 60  # the demo's budget is 12 minutes with the report
+
+
+def test_settings_hash_of_older_files_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workload's new fields (windows, probe, capacity) stay out of the fingerprint
+    unless given, so a results folder made before them still resumes: the hash this file
+    had at 38ccea1."""
+    monkeypatch.chdir(ROOT)
+    exp = load_experiment(ROOT / "experiments" / "h100-qwen2.5-3b.toml")
+    assert exp.settings_hash() == "25757b9c9bdfb792"
+    assert "windows" not in exp.workload.settings_text
+
+
+def test_windows_and_probe_are_in_the_settings(tmp_path: Path, model: Path) -> None:
+    a = parse_experiment(_text(tmp_path, model), "cap")
+    b = parse_experiment(_text(tmp_path, model, '"29:2"', '"29:3"'), "cap")
+    c = parse_experiment(_text(tmp_path, model, "probe_requests = 3", "probe_requests = 4"),
+                         "cap")
+    assert len({a.settings_hash(), b.settings_hash(), c.settings_hash()}) == 3

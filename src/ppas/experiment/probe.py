@@ -12,7 +12,7 @@ Invariants:
 * the result is written to ``probe.json`` in the folder before any run, and a resume or
   ``--report`` reads it back, so every run of a folder replays the same traces;
 * the probe's result is a measurement, not a setting: the experiment's fingerprint leaves
-  it out (``WorkloadSpec.settings``);
+  it out (``WorkloadSpec.settings_text``);
 * before the probe (``--dry-run``, the time estimate) the capacity is predicted by the
   simulator from ``run.estimate_cost_model`` (``predicted_capacity``), and said so.
 """

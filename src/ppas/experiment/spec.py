@@ -204,7 +204,7 @@ class Experiment:
         measurement depends on. Which arms are baselines only shapes the report, so it may
         change (then ``--report`` compares against the new ones)."""
         return {"model": self.model.path,
-                "engine": repr(self.engine), "workload": repr(self.workload.settings),
+                "engine": repr(self.engine), "workload": self.workload.settings_text,
                 "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
 
     def settings_hash(self) -> str:

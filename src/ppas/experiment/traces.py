@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ppas.core import limits as lim
@@ -231,10 +231,12 @@ class WorkloadSpec:
     transform: TraceTransform = TraceTransform()
     warmup_requests: int = 1
     request_timeout_s: float = 1800.0
-    windows: tuple[tuple[float, float], ...] = ()
-    probe: Probe | None = None
+    # Not in the repr, so a workload without them keeps the settings hash it had before
+    # they existed (``settings_text``: a folder made then still resumes).
+    windows: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    probe: Probe | None = field(default=None, repr=False)
     #: The probed prefill capacity (prompt tokens/s); None until the probe ran.
-    capacity_tok_s: float | None = None
+    capacity_tok_s: float | None = field(default=None, repr=False)
 
     @staticmethod
     def parse(obj: object) -> WorkloadSpec:
@@ -282,9 +284,12 @@ class WorkloadSpec:
         return replace(self, capacity_tok_s=float(capacity_tok_s))
 
     @property
-    def settings(self) -> WorkloadSpec:
-        """What was asked for (the fingerprint): without the probe's measurement."""
-        return replace(self, capacity_tok_s=None)
+    def settings_text(self) -> str:
+        """What was asked for, as the experiment's fingerprint holds it: the probe's
+        measurement left out; ``windows`` and ``probe`` only when given."""
+        extra = "" if not (self.windows or self.probe) else \
+            f"; windows={self.windows!r}; probe={self.probe!r}"
+        return repr(self) + extra
 
     def base_trace(self, seed: int) -> Trace:
         """Seed ``seed``'s requests with their lengths, before any rescaling of the arrivals
