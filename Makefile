@@ -4,12 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MODEL_DIR := .cache/tiny-qwen2
-# The demo's model (26.2M parameters; experiments/demo-cpu.toml) and a fresh results folder
-# per run (resume one with: ppas experiment experiments/demo-cpu.toml --out-dir DIR --resume).
+# The demo's model (26.2M parameters; experiments/demo-trace.toml, a slice of Azure's code
+# trace at two fractions of the capacity probed on this machine) and a fresh results folder
+# per run (resume one with: ppas experiment experiments/demo-trace.toml --out-dir DIR --resume).
+# `make demo-rates` runs the earlier fixed-rate demo (experiments/demo-cpu.toml, ~26 min).
 DEMO_MODEL := .cache/tiny-qwen2-26m
-DEMO_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
+DEMO_FILE := experiments/demo-trace.toml
+DEMO_OUT ?= out/demo-trace/$(shell date +%Y%m%d-%H%M%S)
+DEMO_RATES_OUT ?= out/demo-cpu/$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv demo test test-fast test-vllm033 lint paper bench clean
+.PHONY: venv demo demo-rates test test-fast test-vllm033 lint paper bench clean
 
 venv: $(STAMP)
 
@@ -31,7 +35,10 @@ $(DEMO_MODEL)/config.json: $(STAMP)
 		--num-kv-heads 2 --intermediate-size 1536 $(DEMO_MODEL)
 
 demo: $(STAMP) $(DEMO_MODEL)/config.json
-	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir $(DEMO_OUT)
+	$(BIN)/ppas experiment $(DEMO_FILE) --out-dir $(DEMO_OUT)
+
+demo-rates: $(STAMP) $(DEMO_MODEL)/config.json
+	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir $(DEMO_RATES_OUT)
 
 test: $(STAMP) $(MODEL_DIR)/config.json
 	$(BIN)/ruff check src tests benchmarks

@@ -809,8 +809,9 @@ def test_report_matches_golden(tmp_path: Path, model: Path) -> None:
     """The report stays byte-identical for the same run files: a results folder made
     deterministically here (summaries, step slices, a retried run, a failed run, a missing
     run) against the report.txt/report.json the code made for it at 8685c44, regenerated for
-    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files) and for
-    issue 19 (tail latencies, SLO attainment and goodput: new keys and a new table only). Regenerate
+    issue 23 (no bootstrap interval below ``min_bootstrap_n`` traces, ignored files), for
+    issue 19 (tail latencies, SLO attainment and goodput: new keys and a new table only) and
+    issue 20 (P99 E2E and the simulator's P99; the probe, null here). Regenerate
     only for a deliberate change of the report: ``PPAS_WRITE_GOLDEN=1 pytest -k golden``."""
     exp = make_results(tmp_path, model)
     write_report(exp)

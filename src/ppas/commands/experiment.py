@@ -81,6 +81,6 @@ def _report(exp: Experiment, t0: float) -> int:
 
     text, rep = write_report(exp)
     print(text)
-    print(f"report: {exp.out_dir}/report.txt, report.json, report.png "
+    print(f"report: {exp.out_dir}/report.txt, report.json, report.png, report-arms.png "
           f"({rep['num_runs']} runs; {time.monotonic() - t0:.0f} s)")
     return 0

@@ -10,13 +10,14 @@ server start (``run.server_startup_s``). The simulator needs a cost model for th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppas.core.decision import Knob
 from ppas.cost import CostModel, make_cost_model
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.folder import RunKey
+from ppas.experiment.probe import predicted_capacity, read_probe, resolved
 from ppas.experiment.spec import ArmSpec, Experiment
 from ppas.experiment.traces import load_text
 from ppas.live.versions import installed_vllm_version
@@ -30,6 +31,9 @@ class Estimate:
     startup_s: float  # one server start
     runs: Mapping[RunKey, float]  # each run, its warm-up included
     model: str  # what the runs were estimated with
+    #: ``capacity_loads``: the capacity the traces were built with, and where it came from
+    capacity_tok_s: float | None = None
+    capacity_source: str = ""
 
     def pending_servers(self, exp: Experiment, done: set[RunKey]) -> int:
         """Server starts left: one per arm with a run left."""
@@ -58,8 +62,28 @@ def _sim_policy(arm: ArmSpec, vllm_version: str | None) -> str:
     return spec if spec is not None else f"mbt:{arm.stock_dict()[Knob.MAX_NUM_BATCHED_TOKENS]}"
 
 
+def planned(exp: Experiment) -> tuple[Experiment, str]:
+    """``exp`` with the capacity its traces are built with (``capacity_loads``): the folder's
+    probe, else the simulator's prediction of it (``run.estimate_cost_model``); and where it
+    came from ("" when the workload needs none)."""
+    exp = resolved(exp)
+    w = exp.workload
+    if w.probe is None:
+        return exp, ""
+    res = read_probe(exp)
+    if res is not None:
+        return exp, f"probed ({res.describe()})"
+    cm = estimate_cost_model(exp)
+    assert cm is not None  # parse_experiment requires one with capacity_loads
+    cap = predicted_capacity(exp, cm)
+    return (replace(exp, workload=w.with_capacity(cap)),
+            f"predicted by the simulator with {exp.run.estimate_cost_model}; measured by the "
+            "probe before the first run")
+
+
 def estimate(exp: Experiment) -> Estimate:
     """Every run's estimate, and the server start's."""
+    exp, source = planned(exp)
     cm = estimate_cost_model(exp)
     version = installed_vllm_version()  # the vLLM the runs will use
     w = exp.workload
@@ -86,11 +110,14 @@ def estimate(exp: Experiment) -> Estimate:
                 est = first_run * w.warmup_requests * float(warm["avg_latency"]) + max(span, mk)
             runs[(arm.name, load, seed)] = est
     return Estimate(exp.run.server_startup_s, runs,
-                    exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)")
+                    exp.run.estimate_cost_model or "none (arrival spans only: a lower bound)",
+                    exp.workload.capacity_tok_s, source)
 
 
 def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
     """What ``--dry-run`` prints: the arms in run order, the traces, runs and time."""
+    if est.capacity_tok_s is not None and exp.workload.capacity_tok_s is None:
+        exp = replace(exp, workload=exp.workload.with_capacity(est.capacity_tok_s))
     w = exp.workload
     where = "local folder" if exp.model.local else "Hugging Face id"
     lines = [f"experiment {exp.name}: {exp.description}".rstrip(": "),
@@ -103,9 +130,17 @@ def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
         n = "/".join(map(str, w.num_prompts))
         lines.append(f"  workload: gamma arrivals, {n} prompts, burstiness "
                      f"{w.burstiness:g}, request rates {', '.join(map(load_text, w.loads))}")
+    elif w.probe is not None:
+        lines.append(f"  workload: trace file {w.file}, loads {', '.join(map(load_text, w.loads))}"
+                     f" of the prefill capacity {w.capacity_tok_s:.0f} prompt tokens/s "
+                     f"({est.capacity_source}); a probe of {w.probe.requests} prompts of "
+                     f"{w.probe.prompt_tokens} tokens")
     else:
         lines.append(f"  workload: trace file {w.file}" + (
             f", rate multipliers {', '.join(f'{x:g}' for x in w.loads)}" if w.loads[0] else ""))
+    if w.windows:
+        lines.append("  windows (seed i replays window i): "
+                     + ", ".join(f"{a:g}:{d:g}" for a, d in w.windows))
     if w.kind != "trace":
         lines.append(f"  prompts {w.prompt_tokens} tokens, outputs {w.output_tokens} tokens")
     lines.append(f"  seeds {', '.join(map(str, w.seeds))}; {w.warmup_requests} warm-up "

@@ -30,7 +30,7 @@ class Prediction:
     """One run's prediction."""
 
     policy: str | None  # the policy simulated for the run's arm; None when it has none
-    sim: dict[str, float] | None  # predicted ``avg_latency`` and ``p95_latency``
+    sim: dict[str, float] | None  # predicted ``avg_latency``, ``p95_latency``, ``e2e_p99``
     error: float | None  # (predicted - measured) / measured mean E2E
     note: str | None  # why there is no prediction
 
@@ -60,7 +60,7 @@ def _predict(exp: Experiment, r: RunFile, model: FittedCostModel | None,
     s = simulate(trace, make_policy(spec), model,
                  EngineConfig(max_num_seqs=exp.engine.max_num_seqs,
                               max_num_batched_tokens=r.max_num_batched_tokens)).summary()
-    sim = {"avg_latency": float(s["avg_latency"]), "p95_latency": float(s["p95_latency"])}
+    sim = {k: float(s[k]) for k in ("avg_latency", "p95_latency", "e2e_p99")}
     m = r.summary["avg_latency"]
     return Prediction(spec, sim, (sim["avg_latency"] - m) / m if m else None, None)
 

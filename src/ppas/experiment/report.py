@@ -39,9 +39,10 @@ from ppas.core.outputs import write_atomic, write_json_atomic
 from ppas.core.steplog import Step
 from ppas.cost.fitted import FittedCostModel
 from ppas.experiment import tables
-from ppas.experiment.figure import plot_report
+from ppas.experiment.figure import plot_arms, plot_report
 from ppas.experiment.folder import ResultsFolder
 from ppas.experiment.prediction import SIM_TOLERANCE, model_dict, predict
+from ppas.experiment.probe import probe_dict, resolved
 from ppas.experiment.runfile import RunFile
 from ppas.experiment.slo import TAIL_KEYS, run_summaries
 from ppas.experiment.spec import Experiment
@@ -53,6 +54,7 @@ REPORT_COST = "cost-report.json"
 
 def build_report(exp: Experiment) -> Report:
     """The report of the folder's completed runs (``report.json``)."""
+    exp = resolved(exp)  # capacity_loads: the traces the folder's probe set
     folder = ResultsFolder(exp)
     runs = folder.runs()
     model = _fit_report_model(exp, runs)
@@ -62,6 +64,7 @@ def build_report(exp: Experiment) -> Report:
             "slo": exp.report.slo, "load_name": exp.workload.load_name, "num_runs": len(runs),
             "planned_runs": exp.num_runs(),
             "cost_model": None if model is None else model_dict(model),
+            "probe": probe_dict(exp),
             "cells": tables.cells(exp, predicted, run_summaries(exp, runs)),
             "improvements": tables.improvements(exp, pr),
             "winners": tables.winners(exp, pr),
@@ -85,8 +88,8 @@ def _fit_report_model(exp: Experiment, runs: Sequence[RunFile]) -> FittedCostMod
 
 
 def write_report(exp: Experiment) -> tuple[str, Report]:
-    """Build the report and write report.txt, report.json and report.png (atomically; the
-    plot only where matplotlib is installed)."""
+    """Build the report and write report.txt, report.json, report.png and report-arms.png
+    (atomically; the plots only where matplotlib is installed)."""
     out = Path(exp.out_dir)
     rep = build_report(exp)
     text = format_report(rep)
@@ -94,6 +97,7 @@ def write_report(exp: Experiment) -> tuple[str, Report]:
     write_json_atomic(out / "report.json", rep)
     if importlib.util.find_spec("matplotlib") is not None and rep["cells"]:
         plot_report(rep, out / "report.png")
+        plot_arms(rep, out / "report-arms.png")
     return text, rep
 
 
@@ -115,25 +119,28 @@ def _pct(x: float | None) -> str:
 
 def format_report(rep: Report) -> str:
     """``report.txt``: the tables, one block each."""
-    return "\n".join([*_cells_text(rep), *_tails_text(rep), "", *_winners_text(rep),
-                      *_pairs_text(rep),
-                      *_oracle_text(rep), *_improvements_text(rep), "", *_simulator_text(rep),
+    return "\n".join([*_probe_text(rep), *_cells_text(rep), *_tails_text(rep), "",
+                      *_winners_text(rep), *_pairs_text(rep), *_oracle_text(rep),
+                      *_improvements_text(rep), "", *_simulator_text(rep),
                       *_retried_text(rep), *_ignored_text(rep)])
 
 
 def _cells_text(rep: Report) -> list[str]:
     lvl, ln = f"{rep['level']:.0%}", rep["load_name"]
-    head = (f"{ln:>6}  {'arm':<18} {'mean E2E':>11} {'P95 E2E':>11} {'mean TTFT':>11} "
-            f"{'mean TPOT':>13} {'makespan':>11} {'failed':>9} | {'sim E2E':>7} {'error':>7}")
+    head = (f"{ln:>6}  {'arm':<18} {'mean E2E':>11} {'P95 E2E':>11} {'P99 E2E':>11} "
+            f"{'mean TTFT':>11} {'mean TPOT':>13} {'makespan':>11} {'failed':>9} | "
+            f"{'sim E2E':>7} {'error':>7} {'sim P99':>7}")
     out = [f"experiment {rep['experiment']}: {rep['num_runs']}/{rep['planned_runs']} runs; "
            f"seconds, mean ± half-width of the {lvl} t-interval over seeds",
            head, "-" * len(head)]
     for c in sorted(rep["cells"], key=lambda c: c["load"]):
         sim = "n/a" if c["sim_avg_latency"] is None else f"{c['sim_avg_latency']:.2f}"
+        sim99 = "n/a" if c.get("sim_e2e_p99") is None else f"{c['sim_e2e_p99']:.2f}"
         out.append(f"{_load(c['load']):>6}  {c['arm']:<18} {_pm(c['avg_latency']):>11} "
-                   f"{_pm(c['p95_latency']):>11} {_pm(c['avg_ttft']):>11} "
-                   f"{_pm(c['avg_tpot'], 4):>13} {_pm(c['makespan'], 1):>11} "
-                   f"{_pm(c['failed'], 1):>9} | {sim:>7} {_pct(c['sim_error']):>7}")
+                   f"{_pm(c['p95_latency']):>11} {_pm(c.get('e2e_p99')):>11} "
+                   f"{_pm(c['avg_ttft']):>11} {_pm(c['avg_tpot'], 4):>13} "
+                   f"{_pm(c['makespan'], 1):>11} {_pm(c['failed'], 1):>9} | {sim:>7} "
+                   f"{_pct(c['sim_error']):>7} {sim99:>7}")
     return out
 
 
@@ -175,6 +182,20 @@ def _times(d: dict[str, Any] | None, k: float) -> dict[str, Any] | None:
         return None
     return {key: (v * k if isinstance(v, float | int) and key in ("estimate", "lo", "hi")
                   else v) for key, v in d.items()}
+
+
+def _probe_text(rep: Report) -> list[str]:
+    """``capacity_loads``: the probe, and the arrival-time scale it gave each trace."""
+    pr = rep.get("probe")
+    if pr is None:
+        return []
+    if pr["result"] is None:
+        return ["loads are fractions of the probed prefill capacity; no probe has run yet", ""]
+    scales = ", ".join(f"{_load(t['load'])}/seed {t['seed']}: x{t['time_scale']:.3g}"
+                       for t in pr["time_scales"])
+    return [f"loads are fractions of the {pr['describe']}",
+            f"arrival-time scale per load/seed (each trace offers load x capacity in prompt "
+            f"tokens/s): {scales}", ""]
 
 
 def _winners_text(rep: Report) -> list[str]:

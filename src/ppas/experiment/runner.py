@@ -34,6 +34,7 @@ from ppas.experiment.devices import run_on_devices
 from ppas.experiment.folder import AUTO_COST, ResultsFolder
 from ppas.experiment.measure import Measurement, measure, prompt_seed
 from ppas.experiment.plan import Estimate
+from ppas.experiment.probe import resolved, run_probe, with_probe, write_probe
 from ppas.experiment.progress import Progress
 from ppas.experiment.runfile import Attempt, RunFile, write_run
 from ppas.experiment.servers import ArmServer, Launch, Launcher, vllm_launcher
@@ -61,6 +62,7 @@ class Runner:
     def run(self, est: Estimate) -> None:
         """Run every pending arm; raises ``Interrupted`` on SIGINT/SIGTERM."""
         devices = self.exp.run.devices
+        self.exp = resolved(self.exp)  # a resume replays the traces of the folder's probe
         done = self.folder.completed()
         self.progress = Progress(self.exp.num_runs() - len(done),
                                  est.remaining_s(self.exp, done), self.stream)
@@ -90,6 +92,7 @@ class Runner:
         try:
             up = srv.start()
             self._tick(est.startup_s, up, False, f"{arm.name}: server up in {up:.0f} s")
+            self.probe(srv)
             for load, seed in pending:
                 if self.stop.is_set():
                     raise Interrupted
@@ -107,6 +110,20 @@ class Runner:
                            self._run_line(run))
         finally:
             srv.stop()
+
+    def probe(self, srv: ArmServer) -> None:
+        """``capacity_loads``: measure the capacity on this server before its first run,
+        once per folder (``ppas.experiment.probe``)."""
+        w = self.exp.workload
+        if w.probe is None or w.capacity_tok_s is not None:
+            return
+        res = run_probe(self.exp, srv)
+        write_probe(self.exp, res)
+        self.exp = with_probe(self.exp, res)
+        scales = ", ".join(f"{w.load_label(load)} x{self.exp.workload.time_scale_at(load, s):.3g}"
+                           for load in w.loads for s in w.seeds)
+        print(f"{res.describe()}; arrival-time scale per load and seed: {scales}",
+              file=self.stream, flush=True)
 
     def failed(self, run: RunFile, launch: Launch) -> None:
         """A run in which no request succeeded: kept under ``failed/`` (never counted, so

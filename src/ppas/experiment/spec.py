@@ -11,7 +11,11 @@
                                  [N per request rate])
                      | "trace"  (file = "trace.jsonl", format, block_size, window,
                                  time_scale or rate, length_scale, drop_longer_than,
-                                 loads = [rate multipliers, e.g. 1, 1.5, 2])
+                                 loads = [rate multipliers, e.g. 1, 1.5, 2];
+                                 or windows = ["START:DURATION", ...] instead of window and
+                                 seeds: trace i replays window i; or capacity_loads =
+                                 [fractions of the prefill capacity probed before the
+                                 first run], probe_prompt_tokens, probe_requests)
                 prompt_tokens, output_tokens, seeds = [...], warmup_requests (sent before
                 the first run on each server start), request_timeout_s
     [[arms]]    name, and one of: policy = "ppas:..." (the ppas plugin) or
@@ -213,7 +217,7 @@ class Experiment:
         measurement depends on. Which arms are baselines only shapes the report, so it may
         change (then ``--report`` compares against the new ones)."""
         return {"model": self.model.path,
-                "engine": repr(self.engine), "workload": repr(self.workload),
+                "engine": repr(self.engine), "workload": self.workload.settings_text,
                 "arms": [repr(replace(a, baseline=False)) for a in self.arms]}
 
     def slo_cost_model(self) -> str | None:
@@ -256,8 +260,8 @@ def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experi
                                f"{engine.max_num_seqs} (vLLM needs max_num_seqs <= "
                                "max_num_batched_tokens); lower engine.max_num_seqs")
     if workload.kind == "trace":
-        need = max(r.prompt_tokens + r.output_tokens
-                   for r in workload.trace(0.0, workload.seeds[0]).requests)
+        need = max(r.prompt_tokens + r.output_tokens for s in workload.seeds
+                   for r in workload.base_trace(s).requests)
     else:
         need = workload.prompt_tokens + workload.output_tokens
     for key, lim in (("engine.max_model_len", engine.max_model_len),
@@ -267,6 +271,13 @@ def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experi
                                else "prompt_tokens", f"prompt + output tokens ({need}) "
                                f"exceed {key} ({lim})")
     run = RunSettings.parse(f.run)
+    if workload.probe is not None and run.estimate_cost_model is None:
+        raise config_error("run", "estimate_cost_model", "required with "
+                           "workload.capacity_loads: the plan predicts the probe's capacity "
+                           "with it")
+    if workload.probe is not None and run.devices:
+        raise config_error("run", "devices", "not with workload.capacity_loads: its probe "
+                           "runs on the first arm's server before every other arm")
     report = from_table(ReportSettings, f.report if f.report is not None else {}, "report")
     out = out_dir or f.out_dir or f"out/{exp_name}"
     exp = Experiment(exp_name, out, model, engine, workload, arms, run, report,

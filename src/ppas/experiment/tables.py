@@ -34,7 +34,8 @@ from ppas.experiment.slo import TAIL_KEYS, RunKey
 from ppas.experiment.spec import Experiment
 
 #: (summary key, column title): the per-cell statistics
-METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("avg_ttft", "mean TTFT"),
+METRICS = (("avg_latency", "mean E2E"), ("p95_latency", "P95 E2E"), ("e2e_p99", "P99 E2E"),
+           ("avg_ttft", "mean TTFT"),
            ("p95_ttft", "P95 TTFT"), ("avg_tpot", "mean TPOT"), ("p95_tpot", "P95 TPOT"),
            ("makespan", "makespan"), ("failed", "failed"))
 
@@ -52,6 +53,7 @@ class Report(TypedDict):
     num_runs: int
     planned_runs: int
     cost_model: dict[str, Any] | None  # ``prediction.model_dict``
+    probe: dict[str, Any] | None  # ``probe.probe_dict``: capacity_loads only
     cells: list[Row]
     improvements: list[Row]
     winners: list[Row]
@@ -140,6 +142,7 @@ def cells(exp: Experiment, runs: Sequence[Predicted],
                 iv = _iv([p.run.summary.get(key) for p in ps], level)
                 c[key] = None if iv is None else iv.to_dict()
             c["sim_avg_latency"] = _mean([p.pred.sim["avg_latency"] for p in ps if p.pred.sim])
+            c["sim_e2e_p99"] = _mean([p.pred.sim["e2e_p99"] for p in ps if p.pred.sim])
             c["sim_error"] = _mean([p.pred.error for p in ps if p.pred.error is not None])
             c["sim_note"] = next((p.pred.note for p in ps if p.pred.note), None)
             ss = [s for p in ps if (s := sums.get((p.run.arm, p.run.load, p.run.seed)))]
