@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     except PpasError as e:
         fail("trace_speed.py", str(e))
     engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(args.model))
-    print(f"{args.hardware} / {args.model}; bar: {TARGET_S_PER_HOUR:g} s of wall time per "
-          "policy per hour of trace, on one core")
+    print(f"{args.hardware} / {args.model}; bar: {TARGET_S_PER_HOUR:g} s per policy per hour "
+          "of trace on one core (CPU s/h)")
     t = Table(("trace", "<28"), ("config", "<11"), ("span s", ">7.0f"), ("requests", ">8d"),
               ("wall s", ">7.2f"), ("cpu s", ">7.2f"), ("sim s/wall s", ">12.0f"),
               ("wall s/h", ">8.2f"), ("cpu s/h", ">7.2f"), ("bar", ">4.0f"), ("", "<5"),
