@@ -318,3 +318,34 @@ def test_inlined_projection_gives_the_reference_floats(queue, decs, a, b, limit,
             == reference_project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit))
     for n in (1, a or 1, b, 777):
         assert PROJ_COSTS.point(n) == PROJ_COSTS._point(n)  # the memo changes nothing
+
+
+snap_st = st.builds(
+    lambda i, prompt, done, out, max_out, running: RequestSnapshot(
+        f"r{i}", 0.0, prompt, min(done, prompt) if running else 0, out if running else 0,
+        max(max_out, out + 1), running),
+    st.integers(0, 10**6), st.integers(1, 30000), st.integers(0, 30000), st.integers(0, 50),
+    st.integers(1, 400), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(reqs=st.lists(snap_st, max_size=10), capacity=st.integers(0, 200_000),
+       budget=st.integers(0, 32768))
+def test_kv_admission_cap_is_the_cap_at_c_max_clipped(reqs, capacity, budget) -> None:
+    # What Predictive.decide relies on to skip its projections when the cap is 0.
+    v = view(reqs)
+    assert kv_admission_cap(v, capacity, budget) == min(
+        budget, kv_admission_cap(v, capacity, 32768))
+
+
+@settings(max_examples=150, deadline=None)
+@given(reqs=st.lists(snap_st, min_size=1, max_size=8), capacity=st.integers(0, 200_000))
+def test_predictive_decision_is_its_projection_capped_by_kv(reqs, capacity) -> None:
+    p = make_policy("predictive")
+    assert isinstance(p, Predictive)
+    p.bind_cost_model(CM)
+    p.kv_capacity = capacity
+    v = view(reqs)
+    d = p._decide(v).prefill_budget
+    want = d if d == 0 or v.num_pending_prefills == 0 else kv_admission_cap(v, capacity, d)
+    assert p.decide(v).prefill_budget == want
