@@ -228,3 +228,124 @@ def test_candidate_chunks_are_powers_of_two_then_c_max() -> None:
     assert candidate_chunks(512, 32768) == (512, 1024, 2048, 4096, 8192, 16384, 32768)
     assert candidate_chunks(256, 1000) == (256, 512, 1000)
     assert candidate_chunks(512, 512) == (512,)
+
+
+def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
+                      decs: list[tuple[int, int]], stop_above: float = float("inf"),
+                      arrival_rate: float = 0.0, limit: int = 1 << 30) -> float:
+    """``project`` as first written, through ``StepCosts.run_time`` / ``step_time`` (the
+    hot loop inlines them; it must give the same floats)."""
+    import heapq
+
+    from ppas.cost.base import causal_pairs
+
+    never = 1 << 60
+    decodes = list(decs)
+    heapq.heapify(decodes)
+    n_dec, ctx_sum = len(decodes), sum(ctx for _, ctx in decs)
+    nq = len(queue)
+    head, pos = 0, queue[0][0] if queue else 0
+    step, t, total = 0, 0.0, 0.0
+    ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
+    while head < nq or decodes:
+        budget = a if decodes else b
+        slots = limit - n_dec
+        k_head = (-(-(queue[head][1] - pos) // budget)
+                  if head < nq and budget > 0 and slots > 0 else never)
+        k = decodes[0][0] - step if decodes else k_head
+        done: list[int] = []
+        if k_head == never:
+            dur = k * (base + n_dec * alone + kv * ctx_sum)
+        elif k < k_head:
+            dur = costs.run_time(budget, pos, k) + k * (n_dec * ride + kv * ctx_sum)
+            pos += k * budget
+        else:
+            k = k_head
+            pre = costs.run_time(budget, pos, k - 1)
+            pos += (k - 1) * budget
+            n_tok, pairs, room = 0, 0.0, budget
+            while room > 0 and head < nq and len(done) < slots:
+                end = queue[head][1]
+                take = min(room, end - pos)
+                n_tok += take
+                pairs += causal_pairs(take, pos)
+                room -= take
+                pos += take
+                if pos >= end:
+                    done.append(head)
+                    head += 1
+                    pos = queue[head][0] if head < nq else 0
+            pre = pre + costs.step_time(n_tok, pairs)
+            dur = pre + k * (n_dec * ride + kv * ctx_sum)
+        step += k
+        t += dur
+        while decodes and decodes[0][0] <= step:
+            _, ctx = heapq.heappop(decodes)
+            n_dec -= 1
+            ctx_sum -= ctx
+            total += t
+        for h in done:
+            _, end, o = queue[h]
+            if o <= 1:
+                total += t
+            else:
+                heapq.heappush(decodes, (step + o - 1, end))
+                n_dec += 1
+                ctx_sum += end
+        if total + (n_dec + nq - head) * t > stop_above:
+            return float("inf")
+    return total + 0.5 * arrival_rate * t * t
+
+
+PROJ_COSTS = StepCosts(CM, candidate_chunks(512, 32768))
+prompt_st = st.tuples(st.integers(1, 40000), st.integers(0, 39999), st.integers(1, 300)).map(
+    lambda x: (min(x[1], x[0] - 1), x[0], x[2]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=st.lists(prompt_st, max_size=12),
+       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
+       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
+       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       cut=st.floats(0.0, 2.0), rate=st.floats(0.0, 5.0))
+def test_inlined_projection_gives_the_reference_floats(queue, decs, a, b, limit, cut,
+                                                        rate) -> None:
+    # Bit-identical sums (so identical decisions), with and without a pruning bound.
+    full = reference_project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit)
+    assert project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit) == full
+    bound = full * cut
+    assert (project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit)
+            == reference_project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit))
+    for n in (1, a or 1, b, 777):
+        assert PROJ_COSTS.point(n) == PROJ_COSTS._point(n)  # the memo changes nothing
+
+
+snap_st = st.builds(
+    lambda i, prompt, done, out, max_out, running: RequestSnapshot(
+        f"r{i}", 0.0, prompt, min(done, prompt) if running else 0, out if running else 0,
+        max(max_out, out + 1), running),
+    st.integers(0, 10**6), st.integers(1, 30000), st.integers(0, 30000), st.integers(0, 50),
+    st.integers(1, 400), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(reqs=st.lists(snap_st, max_size=10), capacity=st.integers(0, 200_000),
+       budget=st.integers(0, 32768))
+def test_kv_admission_cap_is_the_cap_at_c_max_clipped(reqs, capacity, budget) -> None:
+    # What Predictive.decide relies on to skip its projections when the cap is 0.
+    v = view(reqs)
+    assert kv_admission_cap(v, capacity, budget) == min(
+        budget, kv_admission_cap(v, capacity, 32768))
+
+
+@settings(max_examples=150, deadline=None)
+@given(reqs=st.lists(snap_st, min_size=1, max_size=8), capacity=st.integers(0, 200_000))
+def test_predictive_decision_is_its_projection_capped_by_kv(reqs, capacity) -> None:
+    p = make_policy("predictive")
+    assert isinstance(p, Predictive)
+    p.bind_cost_model(CM)
+    p.kv_capacity = capacity
+    v = view(reqs)
+    d = p._decide(v).prefill_budget
+    want = d if d == 0 or v.num_pending_prefills == 0 else kv_admission_cap(v, capacity, d)
+    assert p.decide(v).prefill_budget == want

@@ -88,6 +88,7 @@ class StepCosts:
         self._a = [st(shape(n, 0)) for n in ns]
         self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
+        self._points: dict[int, tuple[float, float]] = {}  # point(n), memoised
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -113,11 +114,19 @@ class StepCosts:
         a, b = self._a, self._beta
         return a[i] + f * (a[i + 1] - a[i]), b[i] + f * (b[i + 1] - b[i])
 
+    def point(self, n: int) -> tuple[float, float]:
+        """(A(n), beta(n)) of the module docstring, memoised (``predictive`` asks for the
+        same few token counts at every step)."""
+        p = self._points.get(n)
+        if p is None:
+            p = self._points[n] = self._point(n)
+        return p
+
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``
         causal query-key pairs: ``A(n) + beta(n) * (pairs - n (n + 1) / 2)``, the pairs
         beyond one ``n``-token chunk on an empty cache."""
-        a, beta = self._point(n)
+        a, beta = self.point(n)
         return a + beta * (pairs - causal_pairs(n, 0))
 
     def run_time(self, c: int, start: int, k: int) -> float:
@@ -126,7 +135,7 @@ class StepCosts:
         the sum is ``k A(c) + beta(c) c (k start + c k (k - 1) / 2)`` (closed form)."""
         if k <= 0:
             return 0.0
-        a, beta = self._point(c)
+        a, beta = self.point(c)
         return k * a + beta * c * (k * start + c * k * (k - 1) / 2)
 
     def _at(self, c: int, x: int) -> float:

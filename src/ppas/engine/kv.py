@@ -18,16 +18,18 @@ class KvPool:
     automatic prefix caching (``ppas.engine.prefix_cache``). A request's ``blocks`` is the
     number of blocks it holds either way."""
 
-    __slots__ = ("cache", "bs", "_free")
+    __slots__ = ("cache", "bs", "num_free")
 
     def __init__(self, total_blocks: int | None, bs: int, caching: bool) -> None:
         self.bs = bs
         self.cache = PrefixCache(total_blocks, bs) if caching else None
-        self._free = total_blocks if total_blocks is not None else 1 << 62
+        #: Free blocks when ``cache`` is None (block counts only; the simulator's hot loop
+        #: reads and updates it directly, as ``needed``/``grow`` would).
+        self.num_free = total_blocks if total_blocks is not None else 1 << 62
 
     @property
     def free(self) -> int:
-        return self._free if self.cache is None else self.cache.num_free
+        return self.num_free if self.cache is None else self.cache.num_free
 
     def register(self, r: SimRequest, spec: RequestSpec) -> None:
         """Content of the request's tokens: its shared prefix segments, then a unique
@@ -61,7 +63,7 @@ class KvPool:
         if self.cache is None or r.kv is None:
             extra = -(-(r.num_computed_tokens + n) // self.bs) - r.blocks
             r.blocks += extra
-            self._free -= extra
+            self.num_free -= extra
             return
         ok = self.cache.allocate(r.kv, r.block_hashes, r.num_computed_tokens, hit, n,
                                  r.prompt_tokens + r.num_output_tokens)
@@ -75,11 +77,11 @@ class KvPool:
     def take(self, blocks: int) -> None:
         """Decode runs (no prefix caching): ``blocks`` more held (fewer when rewound)."""
         assert self.cache is None
-        self._free -= blocks
+        self.num_free -= blocks
 
     def release(self, r: SimRequest) -> None:
         if self.cache is None or r.kv is None:
-            self._free += r.blocks
+            self.num_free += r.blocks
         else:
             self.cache.free(r.kv)
         r.blocks = 0

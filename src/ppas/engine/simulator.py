@@ -252,7 +252,7 @@ class EngineSim:
         step_rules.order_waiting(self.waiting, decision)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
-        sched, preempted = self._schedule(cap, held)
+        sched, preempted, tally = self._schedule(cap, held)
         if cadence is not None:
             cadence.after_step(held, bool(sched), self._carried, not preempted,
                                len(self.waiting))
@@ -263,7 +263,7 @@ class EngineSim:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
-        self._advance(view, cap, sched, preempted)
+        self._advance(view, cap, sched, preempted, tally)
 
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
@@ -398,9 +398,12 @@ class EngineSim:
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
-                  ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
-        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests).
-        ``held``: a step the prefill cadence holds (step_rules rule 4b)."""
+                  ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],
+                             step_rules.StepTally]:
+        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests,
+        the scheduled chunks' tally). ``held``: a step the prefill cadence holds
+        (step_rules rule 4b). A scheduled request is never preempted later in the step
+        (victims come from the end of ``running``, past it), so the tally is final."""
         running, waiting, pool = self.running, self.waiting, self.pool
         cap = step_rules.PrefillCap(prefill_budget)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
@@ -411,11 +414,29 @@ class EngineSim:
         budget = self.mbt
         sched: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
+        tally = step_rules.StepTally()
+        add = tally.add
+        counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
+        bs = pool.bs
+        num_decodes = decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
+            if need == 1 and c >= p and counts_only:
+                # A decode (most of a busy step): one token, never held, limited or capped
+                # (rules 3-4: not mid_chunk, past the prompt); scheduled when its block fits.
+                extra = -(-(c + 1) // bs) - r.blocks
+                if extra <= pool.num_free:
+                    r.blocks += extra
+                    pool.num_free -= extra
+                    sched.append((r, 1))
+                    num_decodes += 1
+                    decode_ctx += c
+                    budget -= 1
+                    i += 1
+                    continue
             mid = step_rules.mid_chunk(c, p, p + r.num_output_tokens)
             if held and mid:
                 i += 1
@@ -440,13 +461,15 @@ class EngineSim:
                 break
             pool.grow(r, n)
             sched.append((r, n))
+            add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= mid
             i += 1
+        tally.add_decodes(num_decodes, decode_ctx)
         self._carried = carried
         if preempted:
-            return sched, preempted
+            return sched, preempted, tally
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
@@ -468,19 +491,17 @@ class EngineSim:
                 r.first_scheduled_time = self.now
             running.append(r)
             sched.append((r, n))
+            add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= need > 1
         self._carried = carried
-        return sched, preempted
+        return sched, preempted, tally
 
     def _advance(self, view: SchedulerView, cap: int, sched: list[tuple[SimRequest, int]],
-                 preempted: list[SimRequest]) -> None:
-        """Price the step, move the clock, sample tokens, finish requests."""
-        tally = step_rules.StepTally()
-        add = tally.add
-        for r, n in sched:
-            add(r.num_computed_tokens, r.prompt_tokens, n)
+                 preempted: list[SimRequest], tally: step_rules.StepTally) -> None:
+        """Price the step (``tally``: its chunks), move the clock, sample tokens, finish
+        requests."""
         dt = self.step_time(tally.shape())
         launch = self.now
         interval = step_rules.step_interval(launch, self._last_launch)
@@ -491,18 +512,19 @@ class EngineSim:
         self.recent.append(tally.record(launch, dt, interval, cap))
 
         any_finished = False
-        samples_token = step_rules.samples_token
         gap = self.gaps.one.append
         for r, n in sched:
-            r.num_computed_tokens += n
-            if samples_token(r.num_computed_tokens, r.prompt_tokens + r.num_output_tokens):
-                r.num_output_tokens += 1
+            c = r.num_computed_tokens + n
+            r.num_computed_tokens = c
+            o = r.num_output_tokens
+            if c >= r.prompt_tokens + o:  # step_rules.samples_token, inlined (hot loop)
+                r.num_output_tokens = o = o + 1
                 if r.first_token_time is None:
                     r.first_token_time = now
                 else:
                     gap(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
-                if r.num_output_tokens >= r.max_output_tokens:
+                if o >= r.max_output_tokens:
                     r.finish_time = now
                     self.finished.append(r)
                     r.is_running = False

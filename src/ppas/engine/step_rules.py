@@ -92,7 +92,7 @@ def counts(running: Sequence[EngineRequest], num_waiting: int) -> tuple[int, int
     and running requests past their prompt (P-PAS §3). One pass over ``running``."""
     nd = 0
     for r in running:
-        if not is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens):
+        if r.num_computed_tokens >= r.num_prompt_tokens:  # not is_prefill_chunk (inlined)
             nd += 1
     return len(running) - nd + num_waiting, nd
 
@@ -263,6 +263,12 @@ class StepTally:
             self.decode_ctx += c
             if self.contexts is not None:
                 self.contexts.append(c)
+
+    def add_decodes(self, num_decodes: int, context: int) -> None:
+        """``num_decodes`` decodes (one token past the prompt: not ``priced_as_prefill``)
+        with ``context`` cached tokens in all: what ``add`` sums for each, at once."""
+        self.decode_reqs += num_decodes
+        self.decode_ctx += context
 
     @property
     def recompute_tokens(self) -> int:

@@ -95,10 +95,18 @@ class Predictive(Policy):
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
 
     def decide(self, view: SchedulerView) -> Decision:
-        d = self._decide(view)
-        if self.kv_capacity is None or d.prefill_budget == 0 or view.num_pending_prefills == 0:
-            return d
-        return Decision(kv_admission_cap(view, self.kv_capacity, d.prefill_budget))
+        capacity = self.kv_capacity
+        if capacity is None or view.num_pending_prefills == 0:
+            return self._decide(view)
+        # kv_admission_cap(view, capacity, b) is min(b, the cap at c_max) for every
+        # b <= c_max (the allowance grows request by request whatever b is), and every
+        # budget _decide returns is <= c_max. So when the cap at c_max is 0 (nothing
+        # running prefills and the head of the queue does not fit) the decision is 0
+        # whatever _decide would choose, and nothing is projected.
+        allowance = kv_admission_cap(view, capacity, self.config.c_max)
+        if allowance == 0:
+            return Decision(0)
+        return Decision(min(self._decide(view).prefill_budget, allowance))
 
     def _decide(self, view: SchedulerView) -> Decision:
         costs = self.costs

@@ -29,7 +29,6 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from ppas.core.view import SchedulerView, is_pending_prefill
-from ppas.cost.base import causal_pairs
 from ppas.cost.steps import StepCosts
 
 #: A pending prompt: (tokens computed, prompt tokens, outputs left), in engine order.
@@ -37,6 +36,7 @@ Prompt = tuple[int, int, int]
 #: A running decode: (outputs left, context tokens).
 Decode = tuple[int, int]
 
+INF = float("inf")
 NEVER = 1 << 60  # steps until an event that cannot happen
 NO_LIMIT = 1 << 30
 
@@ -97,12 +97,20 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     Each iteration projects the steps up to the next event: the head prompt completes, or
     a decode ends (both when they coincide). A step with prefill lasts ``S(prefill) +
     sum_decodes (dec_ride + dec_kv * context)``, a decode-only step ``dec_base +
-    sum_decodes (dec_alone + dec_kv * context)`` (``StepCosts``)."""
+    sum_decodes (dec_alone + dec_kv * context)`` (``StepCosts``). ``k`` whole chunks of
+    one prompt cost ``StepCosts.run_time``; the step in which the head completes has
+    its remaining tokens, and its leftover budget spills into the next prompts that have a
+    slot (vLLM's ``schedule()`` shares the budget in order): that step is priced as one
+    step of all its tokens (``StepCosts.step_time``: the fixed per-step cost paid once).
+    ``run_time`` and ``step_time`` are inlined (the same arithmetic, in the same order:
+    ``decide`` calls this about 16 times a step)."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
-    decodes = [(left, ctx) for left, ctx in decs]  # a heap of (end step, context)
+    point = costs.point
+    pts = {c: point(c) for c in (a, b) if c > 0}  # (A, beta) of the two budgets
+    nq = len(queue)
+    decodes = list(decs)  # a heap of (end step, context)
     heapify(decodes)
     n_dec, ctx_sum = len(decodes), sum(ctx for _, ctx in decs)
-    nq = len(queue)
     head, pos = 0, queue[0][0] if queue else 0  # prompts before head are done
     step, t, total = 0, 0.0, 0.0  # steps so far, their time, sum of completion times
     while head < nq or decodes:
@@ -111,15 +119,37 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
         k_head = (-(-(queue[head][1] - pos) // budget)
                   if head < nq and budget > 0 and slots > 0 else NEVER)
         k = decodes[0][0] - step if decodes else k_head
-        done: list[int] = []
+        first = head  # the prompts completed by this iteration: first..head-1
         if k_head == NEVER:  # no prompt runs: k decode-only steps
             dur = k * (base + n_dec * alone + kv * ctx_sum)
         elif k < k_head:  # a decode ends first: k whole chunks of the head, decodes riding
-            dur = costs.run_time(budget, pos, k) + k * (n_dec * ride + kv * ctx_sum)
+            pa, pb = pts[budget]  # run_time(budget, pos, k)
+            run = (k * pa + pb * budget * (k * pos + budget * k * (k - 1) / 2)
+                   if k > 0 else 0.0)
+            dur = run + k * (n_dec * ride + kv * ctx_sum)
             pos += k * budget
         else:  # the head completes in its k-th step, which may start the next prompts
             k = k_head
-            pre, head, pos = finish_head(costs, queue, head, pos, budget, k, slots, done)
+            j = k - 1  # whole chunks before that step: run_time(budget, pos, j)
+            pa, pb = pts[budget]
+            pre = (j * pa + pb * budget * (j * pos + budget * j * (j - 1) / 2)
+                   if j > 0 else 0.0)
+            pos += j * budget
+            n_tok, pairs, room = 0, 0.0, budget
+            while room > 0 and head < nq and head - first < slots:
+                end = queue[head][1]
+                take = end - pos
+                if take > room:
+                    take = room
+                n_tok += take
+                pairs += take * (pos + (take + 1) / 2)  # causal_pairs(take, pos)
+                room -= take
+                pos += take
+                if pos >= end:
+                    head += 1
+                    pos = queue[head][0] if head < nq else 0
+            pa, pb = point(n_tok)  # step_time(n_tok, pairs)
+            pre += pa + pb * (pairs - n_tok * (0 + (n_tok + 1) / 2))
             dur = pre + k * (n_dec * ride + kv * ctx_sum)
         step += k
         t += dur
@@ -128,7 +158,7 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
             n_dec -= 1
             ctx_sum -= ctx
             total += t
-        for h in done:  # completed prompts emit their first token, then decode
+        for h in range(first, head):  # completed prompts emit their first token, decode
             _, end, o = queue[h]
             if o <= 1:
                 total += t
@@ -138,31 +168,5 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
                 ctx_sum += end
         # Every request still in the system finishes at >= t: a lower bound on the sum.
         if total + (n_dec + nq - head) * t > stop_above:
-            return float("inf")
+            return INF
     return total + arrivals_wait(arrival_rate, t)
-
-
-def finish_head(costs: StepCosts, queue: list[Prompt], head: int, pos: int, budget: int,
-                k: int, slots: int, done: list[int]) -> tuple[float, int, int]:
-    """Prefill time of the ``k`` steps in which prompt ``head`` (``pos`` tokens computed)
-    completes: ``k - 1`` whole chunks, then a last step with its remaining tokens whose
-    leftover budget spills into the next prompts that have a slot (vLLM's ``schedule()``
-    shares the budget in order). That last step is priced as one step of all its tokens
-    (the fixed per-step cost paid once, ``StepCosts.step_time``). Appends the prompts
-    completed to ``done``; returns (time, the new head, its tokens computed)."""
-    nq = len(queue)
-    pre = costs.run_time(budget, pos, k - 1)
-    pos += (k - 1) * budget
-    n_tok, pairs, room = 0, 0.0, budget
-    while room > 0 and head < nq and len(done) < slots:
-        end = queue[head][1]
-        take = min(room, end - pos)
-        n_tok += take
-        pairs += causal_pairs(take, pos)  # causal query-key pairs of the piece
-        room -= take
-        pos += take
-        if pos >= end:
-            done.append(head)
-            head += 1
-            pos = queue[head][0] if head < nq else 0
-    return pre + costs.step_time(n_tok, pairs), head, pos
