@@ -55,14 +55,18 @@ def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = bench("trace_speed.py", "--azure", str(data / "azure-2023-code-head.csv"),
                  "--mooncake", str(data / "mooncake-synthetic-slice.jsonl"),
-                 "--configs", "mbt:2048,ppas", "--overload", "3", "--json", str(out))
+                 "--configs", "mbt:2048,ppas", "--overload", "3", "--hour-configs", "mbt:2048",
+                 "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
     assert [(r["trace"], r["config"]) for r in rows] == [
         (t, c) for t in ("azure-code 1h", "azure-code 1h x3", "mooncake", "mooncake x3")
-        for c in ("mbt:2048", "ppas")]
+        for c in ("mbt:2048", "ppas")] + [("mooncake x3 1h tiled", "mbt:2048")]
+    tiled = rows[-1]  # the slice repeated back to back up to an hour of arrivals
+    assert tiled["requests"] > rows[-2]["requests"] and tiled["span_s"] <= 3600
     for r in rows:
         assert r["wall_s_per_hour"] == r["wall_s"] * 3600 / r["span_s"]
+        assert r["cpu_s_per_hour"] == r["cpu_s"] * 3600 / r["span_s"]
         assert r["avg_latency"] > 0 and r["target_s_per_hour"] == 10
     assert abs(rows[2]["span_s"] * 3 - rows[0]["span_s"]) < 1e-6  # x3: a third of the span
     assert "bar" in proc.stdout.splitlines()[2]
