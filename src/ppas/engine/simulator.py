@@ -69,7 +69,6 @@ from ppas.engine.result import SimResult, StepTrace
 from ppas.policies.base import Policy
 from ppas.workload import RequestSpec, Trace
 
-
 #: vLLM's ``--scheduling-policy`` values.
 SCHEDULING_POLICIES = ("fcfs", "priority")
 
@@ -280,6 +279,13 @@ class EngineSim:
                                len(self.waiting))
         if not sched and not preempted and self.num_held:
             self.stalled = True  # waits for release_kv: held KV leaves no room to admit
+            return
+        if not sched and preempted:
+            # Only under priority (vLLM 0.32, or every running chunk capped away): the
+            # request that preempted itself ended the loop before anything was scheduled.
+            # vLLM runs no model step for an output without tokens (nor does the plugin
+            # log one); the next schedule() follows at once.
+            self.num_preemptions += len(preempted)
             return
         if not sched:
             # step_rules.enforced_budget and the arrival check make this unreachable: a

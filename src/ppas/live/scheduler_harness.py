@@ -126,7 +126,7 @@ def make_vllm_config(
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
         async_scheduling=async_scheduling,
-        policy=scheduling_policy,
+        policy=scheduling_policy,  # type: ignore[arg-type]  # checked by vLLM
     )
     cache_config = CacheConfig(
         block_size=BLOCK_SIZE,

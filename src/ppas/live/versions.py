@@ -202,8 +202,8 @@ def find_call_sites(scheduler_cls: type) -> CallSites:
                 and _is_self_attr(node.test.comparators[0], ADMISSION_LIMIT)
                 and len(node.body) == 1 and isinstance(node.body[0], ast.Break)):
             has_limit = True
-    self_preempted = "continue" if any(_is_self_preempted_skip(n) for n in ast.walk(tree)) \
-        else "break"
+    self_preempted: ZeroAction = (
+        "continue" if any(_is_self_preempted_skip(n) for n in ast.walk(tree)) else "break")
     num_calls = sum(1 for n in ast.walk(tree)
                     if isinstance(n, ast.Call) and _is_self_attr(n.func, HOOK))
     actions = [a for _, a in sorted(calls)]  # source order: running loop, then waiting
