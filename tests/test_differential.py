@@ -323,7 +323,8 @@ ORDER_CASES: dict[str, str | Callable[[], Policy]] = {
 
 @st.composite
 def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
-    """``workloads``' requests with drawn priorities and, with prefix caching drawn on,
+    """``workloads``' requests, arriving closer together, with drawn priorities and, with
+    prefix caching drawn on,
     group prefixes (every prompt keeps a unique tail, as vLLM's outputs are all equal
     here)."""
     (reqs, blocks, seqs) = draw(workloads())
@@ -333,6 +334,7 @@ def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
         shared = draw(st.integers(0, r.prompt_tokens - 1)) if caching else 0
         out.append(dataclasses.replace(
             r, priority=draw(st.integers(-1, 1)),
+            arrival_s=r.arrival_s / 5,  # within 30 ms: queues build up, so orders matter
             prefix=((f"group {draw(st.integers(0, 1))}", shared),) if shared else ()))
     return (out, blocks, seqs), caching
 
