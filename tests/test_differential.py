@@ -323,20 +323,25 @@ ORDER_CASES: dict[str, str | Callable[[], Policy]] = {
 
 @st.composite
 def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
-    """``workloads``' requests, arriving closer together, with drawn priorities and, with
-    prefix caching drawn on,
-    group prefixes (every prompt keeps a unique tail, as vLLM's outputs are all equal
-    here)."""
-    (reqs, blocks, seqs) = draw(workloads())
+    """``workloads``' requests arriving closer together (queues build up, so orders
+    matter), with a tight KV cache three times in four, drawn priorities and, with prefix
+    caching drawn on, group prefixes (every prompt keeps a unique tail, as vLLM's outputs
+    are all equal here)."""
+    tight = draw(st.integers(0, 3)) > 0
     caching = draw(st.booleans())
-    out = []
-    for r in reqs:
-        shared = draw(st.integers(0, r.prompt_tokens - 1)) if caching else 0
-        out.append(dataclasses.replace(
-            r, priority=draw(st.integers(-1, 1)),
-            arrival_s=r.arrival_s / 5,  # within 30 ms: queues build up, so orders matter
+    reqs = []
+    for _ in range(draw(st.integers(2, 8))):
+        prompt = draw(st.integers(1, 3000))
+        shared = draw(st.integers(0, prompt - 1)) if caching else 0
+        reqs.append(RequestSpec(
+            arrival_s=draw(st.integers(0, 30)) * 1e-3, prompt_tokens=prompt,
+            output_tokens=draw(st.integers(1, 400 if tight else 48)),
+            ttft_slo=draw(st.sampled_from([None, 0.02, 0.1, 0.5])),
+            priority=draw(st.integers(-1, 1)),
             prefix=((f"group {draw(st.integers(0, 1))}", shared),) if shared else ()))
-    return (out, blocks, seqs), caching
+    biggest = max(-(-(r.prompt_tokens + r.output_tokens) // BLOCK_SIZE) for r in reqs)
+    blocks = biggest + (draw(st.integers(0, 40)) if tight else 4000)
+    return (reqs, blocks, draw(st.sampled_from([3, 256]))), caching
 
 
 @pytest.mark.parametrize("scheduling_policy", ["fcfs", "priority"])
