@@ -226,7 +226,7 @@ class _RequestAdapter:
 
 
 class _LazyRequests(Sequence[RequestView]):
-    """Running requests in engine order, then waiting ones (KV holders first, then FCFS),
+    """Running requests in engine order, then waiting ones (KV holders first, then the queue),
     wrapped on access: building a view costs O(1) until a policy reads the list."""
 
     def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
