@@ -99,6 +99,6 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
         pt = c.prompt_tokens or r.prompt_tokens
         prefix = r.prefix if sum(n for _, n in r.prefix) <= pt else ()
         out.append(RequestSpec(r.arrival_s, pt, c.output_tokens or r.output_tokens,
-                               c.ttft_slo, c.tpot_slo, c.name, prefix))
+                               c.ttft_slo, c.tpot_slo, c.name, prefix, r.priority))
     return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes",
                  trace.dropped)
