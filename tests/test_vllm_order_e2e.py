@@ -7,7 +7,7 @@ deadline), so the short prompt is prefilled ahead of the long ones queued before
 ``priority`` the urgent level (``priority`` -1) still goes first, as ``step_rules`` rule 3
 says (the policy's order applies within a level). Read from the step log: each prompt's
 last chunk ``[tokens, context]`` reaches its length (the lengths are distinct). One server
-start per queue, about a minute each on 2 cores.
+start per queue, one to three minutes each on 2 cores (mostly start-up).
 """
 
 from __future__ import annotations
