@@ -82,6 +82,7 @@ def test_short_prompt_is_prefilled_before_the_long_ones_queued_ahead(
         outputs = asyncio.run(send_all(srv.base_url, model_dir, priority))
     assert outputs == [OUTPUT_TOKENS] * (len(LONGS) + 2)
     order = prefill_order(log)
+    print(f"--scheduling-policy {scheduling_policy}: prefills completed in order {order}")
     assert sorted(order) == sorted([*LONGS, URGENT[0], SHORT[0]]), order
     longs_before_short = sum(1 for name in order[:order.index("short")] if name in LONGS)
     # FCFS admission would prefill all eight first; the policy lets only the long prompts
