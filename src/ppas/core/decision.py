@@ -17,7 +17,9 @@ class Decision:
     prefill_budget: cap on the sum of prefill tokens this step (>= 0).
     prefill_order: request ids in the order prefills should be served; ``None`` keeps the
         engine's own order (running in order, then waiting FCFS). Ids not listed keep their
-        engine order after the listed ones.
+        engine order after the listed ones. Under vLLM's ``--scheduling-policy priority``
+        the order applies within each priority level, never across levels
+        (``ppas.engine.step_rules`` rule 3 says why).
     decodes_first: schedule every running decode before any running prefill chunk
         (Sarathi-Serve's stall-free batching); vLLM's default is plain running order.
     """

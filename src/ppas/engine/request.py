@@ -16,7 +16,8 @@ class SimRequest:
                  "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
                  "first_token_time", "last_token_time", "finish_time", "blocks",
                  "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
-                 "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens")
+                 "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens",
+                 "priority")
 
     def __init__(self, index: int, spec: RequestSpec) -> None:
         self.request_id = str(index)
@@ -27,6 +28,7 @@ class SimRequest:
         self.ttft_slo = spec.ttft_slo
         self.tpot_slo = spec.tpot_slo
         self.slo_class = spec.slo_class
+        self.priority = spec.priority  # vLLM's, read under --scheduling-policy priority
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
         self.is_running = False

@@ -14,8 +14,14 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
    gets 1 token while the budget lasts. When the paged KV cache (``block_size`` blocks)
    cannot hold the new tokens, the *last* running request is preempted (recompute: its
    blocks are freed, ``num_computed`` resets to 0 and it goes to the front of the waiting
-   queue); if that is the request itself, the loop stops. Then, only if nobody was
-   preempted, waiting requests FCFS while the token budget lasts, ``len(running) <
+   queue); if that is the request itself, the loop stops. Under ``--scheduling-policy
+   priority`` (``EngineConfig.scheduling_policy``) the victim is the running request with
+   the largest ``(priority, arrival_time)`` instead, a chunk it was given earlier in the
+   step is taken back (its tokens return to the budget, not to the prefill cap, which the
+   plugin cannot see), and a request that preempted itself ends the loop on vLLM 0.32 but
+   is passed over on 0.33 (``priority_skips_self_preempted``). Then, only if nobody was
+   preempted, waiting requests in queue order (FCFS, or ``step_rules.priority_key``)
+   while the token budget lasts, ``len(running) <
    max_num_seqs``, the capped chunk is not 0 and the request's whole sequence so far fits
    in the free blocks (vLLM's ``scheduler_reserve_full_isl`` admission, its default).
    With prefix caching (``EngineConfig.prefix_caching``, ``ppas.engine.prefix_cache``) a waiting
@@ -63,6 +69,9 @@ from ppas.engine.result import SimResult, StepTrace
 from ppas.policies.base import Policy
 from ppas.workload import RequestSpec, Trace
 
+#: vLLM's ``--scheduling-policy`` values.
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -81,6 +90,13 @@ class EngineConfig:
     prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.engine.prefix_cache)
     max_model_len: int | None = None
     hold_finished_kv: bool = False
+    #: vLLM's ``--scheduling-policy``: "fcfs" or "priority" (``RequestSpec.priority``,
+    #: ``step_rules`` rule 3).
+    scheduling_policy: str = "fcfs"
+    #: Under priority, a running request that preempted itself is passed over and the
+    #: running loop goes on (vLLM 0.33) instead of ending it (0.32);
+    #: ``ppas.live.versions.ReleaseLine.priority_self_preemption``.
+    priority_skips_self_preempted: bool = False
 
     def __post_init__(self) -> None:
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
@@ -89,6 +105,9 @@ class EngineConfig:
         require(self.block_size >= 1, "block_size must be >= 1")
         require(self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks >= 1")
         require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len >= 1")
+        require(self.scheduling_policy in SCHEDULING_POLICIES,
+                f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, got "
+                f"{self.scheduling_policy!r}")
 
 
 class _Chain(Sequence[SimRequest]):
@@ -127,6 +146,8 @@ class EngineSim:
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
         self.block_size = engine.block_size
         self.max_model_len = engine.max_model_len
+        self.by_priority = engine.scheduling_policy == "priority"
+        self.skip_self_preempted = self.by_priority and engine.priority_skips_self_preempted
         # vLLM's admission limit (step_rules.admission_limit: a vllm: baseline's
         # max_num_seqs / max_num_active_seqs, else the engine's max_num_seqs).
         self.max_num_seqs = admission_limit(policy.engine_knobs, engine.max_num_seqs)
@@ -248,8 +269,8 @@ class EngineSim:
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
-        step_rules.order_running(self.running, decision)
-        step_rules.order_waiting(self.waiting, decision)
+        step_rules.order_running(self.running, decision, self.by_priority)
+        step_rules.order_waiting(self.waiting, decision, self.by_priority)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
         sched, preempted, tally = self._schedule(cap, held)
@@ -258,6 +279,13 @@ class EngineSim:
                                len(self.waiting))
         if not sched and not preempted and self.num_held:
             self.stalled = True  # waits for release_kv: held KV leaves no room to admit
+            return
+        if not sched and preempted:
+            # Only under priority (vLLM 0.32, or every running chunk capped away): the
+            # request that preempted itself ended the loop before anything was scheduled.
+            # vLLM runs no model step for an output without tokens (nor does the plugin
+            # log one); the next schedule() follows at once.
+            self.num_preemptions += len(preempted)
             return
         if not sched:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
@@ -448,7 +476,19 @@ class EngineSim:
                 i += 1
                 continue
             while pool.needed(r, n) > pool.free:
-                victim = running.pop()  # lowest priority: the last running request
+                if self.by_priority:  # vLLM: max by (priority, arrival_time), first if tied
+                    victim = max(running, key=_priority_rank)
+                    v = running.index(victim)
+                    del running[v]
+                    if v < i:
+                        i -= 1
+                    for k, (q, m) in enumerate(sched):
+                        if q is victim:  # its chunk this step is taken back
+                            del sched[k]
+                            budget += m
+                            break
+                else:
+                    victim = running.pop()  # lowest priority: the last running request
                 pool.release(victim)
                 victim.num_computed_tokens = 0
                 victim.is_running = False
@@ -458,6 +498,8 @@ class EngineSim:
                 if victim is r:
                     break
             if not r.is_running:
+                if self.skip_self_preempted:
+                    continue  # vLLM 0.33: ``i`` already points at the next request
                 break
             pool.grow(r, n)
             sched.append((r, n))
@@ -551,6 +593,10 @@ class EngineSim:
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
                          self.total_blocks, self.steps, self.gaps)
+
+
+def _priority_rank(r: SimRequest) -> tuple[int, float]:
+    return r.priority, r.arrival_time
 
 
 def _num_tokens(r: SimRequest) -> int:

@@ -17,7 +17,7 @@ Rules, in the order a step applies them:
    Nothing else retries or overrides a decision.
 3. **Ordering** (``order_running``, ``order_waiting``): what vLLM's queues allow, as
    ``Decision`` documents it: ``prefill_order`` permutes the running prefill chunks among
-   their own slots (decodes keep theirs) and sorts the FCFS waiting queue (stable: unlisted
+   their own slots (decodes keep theirs) and sorts the waiting queue (stable: unlisted
    requests after the listed ones); ``decodes_first`` then moves every running decode ahead
    of the running prefill chunks (stable). The two flags are independent: a policy that
    orders prefills does not get decodes first unless it asks. Running requests are still
@@ -26,6 +26,17 @@ Rules, in the order a step applies them:
    running prompt got all it needed, so at most one running request is mid-prompt and
    both flags act mostly through the waiting queue; they matter for running requests
    once a per-request chunk limit lets several prompts run together.
+   **Under ``--scheduling-policy priority``** (``priority=True``) the policy's order applies
+   *within* a priority level, never across levels: the waiting queue is kept in
+   ``priority_key`` order, vLLM's own heap key ``(priority, arrival_time, request_id)``
+   with the policy's rank inserted after ``priority``, and running prefill chunks are
+   permuted by ``(priority, rank)``. Why not let the order override priority: a vLLM
+   user sets ``priority`` per request as a contract (a paid tier, an interactive class),
+   and vLLM's own preemption under priority evicts the largest ``(priority,
+   arrival_time)``; a policy that admitted a low-priority request ahead of a high one
+   would both break the contract and admit the request vLLM evicts first. Within a level
+   the policy decides exactly as under FCFS; without an order the key is vLLM's heap
+   order, so an engine that sorts by it every step admits exactly as stock vLLM does.
 4. **The cap** (``PrefillCap``): a prefill chunk gets ``min(its tokens, cap left)`` and
    is charged to the cap; a chunk past the prompt (a decode, or a recompute tail) is never
    capped. A request whose capped chunk is 0 is skipped (running loop) or stops admission
@@ -63,7 +74,7 @@ numpy at most; no vllm import.
 from __future__ import annotations
 
 from collections.abc import Callable, MutableSequence, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from ppas.core.decision import Decision, EngineKnobs
 from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
@@ -117,10 +128,31 @@ def _ranker(order: Sequence[str]) -> Callable[[EngineRequest], int]:
     return lambda r: rank.get(r.request_id, last)
 
 
-def order_running(running: list[R], decision: Decision) -> None:
-    """Reorder ``running`` in place for ``decision`` (rule 3 of the module doc)."""
+class PrioritizedRequest(EngineRequest, Protocol):
+    """An engine request under ``--scheduling-policy priority`` (vLLM's ``Request`` fields
+    its heap compares, ``Request.__lt__``)."""
+
+    priority: int
+    arrival_time: float
+
+
+def priority_key(decision: Decision) -> Callable[[PrioritizedRequest], tuple[int, int, float,
+                                                                               str]]:
+    """The waiting queue's order under ``--scheduling-policy priority`` (rule 3): vLLM's
+    heap key ``(priority, arrival_time, request_id)`` with the policy's rank after
+    ``priority`` (lower first; unlisted requests rank last within their level)."""
+    rank = _ranker(decision.prefill_order or ())
+    return lambda r: (r.priority, rank(r), r.arrival_time, r.request_id)
+
+
+def order_running(running: list[R], decision: Decision, priority: bool = False) -> None:
+    """Reorder ``running`` in place for ``decision`` (rule 3 of the module doc); under
+    ``priority`` the prefill chunks are ranked within their priority level."""
     if decision.prefill_order:
-        key = _ranker(decision.prefill_order)
+        rank = _ranker(decision.prefill_order)
+        key: Callable[[R], int | tuple[int, int]] = rank
+        if priority:
+            key = lambda r: (cast(PrioritizedRequest, r).priority, rank(r))  # noqa: E731
         slots = [i for i, r in enumerate(running)
                  if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
         for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
@@ -133,12 +165,21 @@ def order_running(running: list[R], decision: Decision) -> None:
             running.extend(pre)
 
 
-def order_waiting(waiting: MutableSequence[R], decision: Decision) -> None:
-    """Sort a FCFS waiting queue (a deque) in place by ``decision.prefill_order``."""
-    if decision.prefill_order and len(waiting) > 1:
-        items = sorted(waiting, key=_ranker(decision.prefill_order))
-        waiting.clear()
-        waiting.extend(items)
+def order_waiting(waiting: MutableSequence[R], decision: Decision,
+                  priority: bool = False) -> None:
+    """Put a waiting queue (a deque, served from its head) in admission order (rule 3).
+    FCFS: a stable sort by ``decision.prefill_order``, nothing without one. ``priority``:
+    sorted by ``priority_key`` every step, with or without an order (the engine keeps its
+    priority queue as a deque in this order; vLLM's heap would pop the same sequence)."""
+    if len(waiting) < 2 or not (priority or decision.prefill_order):
+        return
+    if priority:
+        pkey = priority_key(decision)
+        items = sorted(waiting, key=lambda r: pkey(cast(PrioritizedRequest, r)))
+    else:
+        items = sorted(waiting, key=_ranker(decision.prefill_order or ()))
+    waiting.clear()
+    waiting.extend(items)
 
 
 # -- 4. the cap ------------------------------------------------------------------------------

@@ -39,8 +39,17 @@ that the installed scheduler's source still has these call sites, is
 * chunks past the prompt (decodes, recompute tails) pass through untouched;
 * the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
 
-``prefill_order`` sorts the FCFS waiting queue; a priority queue and ``kv_holding_waiting``
-are left as they are. Times: the view's ``now``, arrivals and last-token times are on
+Ordering (``step_rules`` rule 3): ``prefill_order`` sorts the FCFS waiting queue (a deque)
+and permutes running prefill chunks. Under ``--scheduling-policy priority`` the policy's
+order applies *within* a priority level: the plugin keeps the waiting queue as vLLM's FCFS
+deque and ``step_rules.order_waiting`` sorts it every step by ``step_rules.priority_key``
+(vLLM's heap key ``(priority, arrival_time, request_id)`` with the policy's rank after
+``priority``), so without an order admission is exactly stock vLLM's heap order, and with
+one a policy never lifts a request above a more urgent level (the docstring of rule 3 says
+why). Preempted and skipped requests re-enter at the head as under FCFS and are re-sorted
+before the next admission (vLLM admits nobody on a step that preempted).
+``kv_holding_waiting`` (KV-connector loads, paused streaming sessions, drained before
+``waiting``) keeps vLLM's own order. Times: the view's ``now``, arrivals and last-token times are on
 ``wall_clock`` (vLLM's request clock, ``time.time``), step launch/completion on
 ``step_clock`` (``time.monotonic``); the differential test replaces both with one
 synthetic clock.
@@ -63,6 +72,7 @@ from typing import Any, overload
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
@@ -216,7 +226,7 @@ class _RequestAdapter:
 
 
 class _LazyRequests(Sequence[RequestView]):
-    """Running requests in engine order, then waiting ones (KV holders first, then FCFS),
+    """Running requests in engine order, then waiting ones (KV holders first, then the queue),
     wrapped on access: building a view costs O(1) until a policy reads the list."""
 
     def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
@@ -330,6 +340,12 @@ class PolicyScheduler(Scheduler):
             raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")
         if self.need_mamba_block_aligned_split:
             raise PpasError("ppas.vllm: mamba_cache_mode='align' is not supported")
+        # --scheduling-policy priority: a deque that order_waiting keeps in priority order
+        # (rule 3), in place of vLLM's heap (empty here; nothing else holds it).
+        self.ppas_by_priority = self.policy == SchedulingPolicy.PRIORITY
+        if self.ppas_by_priority:
+            assert not self.waiting
+            self.waiting = FCFSRequestQueue()
         self.ppas_config = cfg
         # vLLM's own clamp, bound once (the hook runs for every request of every step).
         self._vllm_reserve = super()._reserve_prefill_lookahead
@@ -388,9 +404,9 @@ class PolicyScheduler(Scheduler):
         view = self.ppas_view(self.wall_clock())
         decision = self.ppas_decision = self.ppas_policy.decide(view)
         budget = step_rules.enforced_budget(decision, view)
-        step_rules.order_running(self.running, decision)
-        if isinstance(self.waiting, deque):  # FCFS; a priority queue keeps its order
-            step_rules.order_waiting(self.waiting, decision)
+        step_rules.order_running(self.running, decision, self.ppas_by_priority)
+        if isinstance(self.waiting, deque):  # always (FCFS, or ours under priority)
+            step_rules.order_waiting(self.waiting, decision, self.ppas_by_priority)
         self._cap = step_rules.PrefillCap(budget)
         try:
             out = super().schedule(*args, **kwargs)

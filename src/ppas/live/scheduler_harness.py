@@ -57,11 +57,13 @@ def make_scheduler(
     async_scheduling: bool = False,
     cls: type[Scheduler] | None = None,
     data_parallel: tuple[int, int] = (0, 1),
+    scheduling_policy: str = "fcfs",
 ) -> Scheduler:
     """A ``PolicyScheduler`` (``policy`` given) or stock ``Scheduler`` with a fake KV cache
     of ``num_blocks`` blocks of ``BLOCK_SIZE`` tokens and no tensors. ``data_parallel`` is
     ``(rank, size)``: the scheduler of that data-parallel engine core (its config only;
-    no process group, no coordinator)."""
+    no process group, no coordinator). ``scheduling_policy``: vLLM's
+    ``--scheduling-policy`` (fcfs, priority)."""
     additional: dict[str, Any] = {}
     if policy is not None:
         additional = {"ppas": {"policy": policy}}
@@ -73,6 +75,7 @@ def make_scheduler(
         model_dir, json.dumps(additional), max_num_batched_tokens, max_num_seqs, num_blocks,
         enable_prefix_caching, async_scheduling,
         *(() if data_parallel == (0, 1) else (data_parallel,)),  # one cache key per config
+        **({} if scheduling_policy == "fcfs" else {"scheduling_policy": scheduling_policy}),
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
@@ -112,6 +115,7 @@ def make_vllm_config(
     enable_prefix_caching: bool,
     async_scheduling: bool,
     data_parallel: tuple[int, int] = (0, 1),
+    scheduling_policy: str = "fcfs",
 ) -> VllmConfig:
     """The VllmConfig of ``make_scheduler`` (cached: building a ModelConfig reads files)."""
     model_config = ModelConfig(model=model_dir, dtype="float32", seed=0, max_model_len=8192)
@@ -122,6 +126,7 @@ def make_vllm_config(
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
         async_scheduling=async_scheduling,
+        policy=scheduling_policy,  # type: ignore[arg-type]  # checked by vLLM
     )
     cache_config = CacheConfig(
         block_size=BLOCK_SIZE,
@@ -147,15 +152,19 @@ _hash_ready = False
 
 def make_request(
     rid: str, prompt_len: int, max_tokens: int, *, seed: int = 0, arrival: float = 0.0,
-    ttft_slo: float | None = None, tpot_slo: float | None = None,
+    ttft_slo: float | None = None, tpot_slo: float | None = None, priority: int = 0,
+    token_ids: list[int] | None = None,
 ) -> Request:
-    """A request of ``prompt_len`` distinct-ish token ids (no accidental prefix sharing),
-    with optional SLOs where the plugin reads them (``SamplingParams.extra_args``)."""
+    """A request of ``prompt_len`` distinct-ish token ids (no accidental prefix sharing;
+    ``token_ids`` gives them instead), with optional SLOs where the plugin reads them
+    (``SamplingParams.extra_args``) and vLLM's ``priority``."""
     global _hash_ready
     if not _hash_ready:
         init_none_hash(sha256)
         _hash_ready = True
-    ids = [(seed * 7919 + i * 31 + 1) % 3000 + 3 for i in range(prompt_len)]
+    ids = token_ids if token_ids is not None else [
+        (seed * 7919 + i * 31 + 1) % 3000 + 3 for i in range(prompt_len)]
+    assert len(ids) == prompt_len
     slos = {k: v for k, v in (("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo)) if v is not None}
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0,
                             extra_args=slos or None)
@@ -165,6 +174,7 @@ def make_request(
         sampling_params=params,
         pooling_params=None,
         arrival_time=arrival,
+        priority=priority,
         block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256),
     )
 

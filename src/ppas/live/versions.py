@@ -19,7 +19,17 @@ waiting-loop admission limit  ``num_running >=               same
 ``prefill_schedule_interval`` only under data-parallel     locally on every engine
                               MoE (engine core throttle)   (``local_prefill_interval``), and
                                                            under data-parallel MoE as before
+priority: a running request   running loop ends            ``continue`` (requests after it
+that preempted itself         (``break``)                  may still fit)
 ============================  ===========================  =================================
+
+Both lines have the same queues (``request_queue.py``: ``FCFSRequestQueue``, a deque;
+``PriorityRequestQueue``, a heap ordered by ``Request.__lt__``: ``(priority, arrival_time,
+request_id)``), the same ``kv_holding_waiting`` queue drained before ``waiting``, the same
+``skip_request`` re-queueing at the head, and the same priority preemption victim (the
+running request with the largest ``(priority, arrival_time)``, its chunk of the step taken
+back). The plugin keeps the waiting queue a deque under priority too (``ppas.live.plugin``);
+the simulator models the last row with ``EngineConfig.priority_skips_self_preempted``.
 
 On a line whose waiting loop ``continue``s, a prompt the cap cut to 0 tokens is skipped and
 the scan goes on: with the cap spent and N prompts waiting the hook would run N times (and
@@ -53,6 +63,8 @@ class ReleaseLine:
     waiting_zero: ZeroAction
     #: whether ``prefill_schedule_interval`` holds prefill without data parallelism
     local_prefill_interval: bool
+    #: what the running loop does, under priority, after a request preempted itself
+    priority_self_preemption: ZeroAction = "break"
 
     @property
     def stops_admission_via_limit(self) -> bool:
@@ -72,7 +84,8 @@ class ReleaseLine:
 
 RELEASE_LINES: dict[str, ReleaseLine] = {
     "0.32": ReleaseLine("0.32", waiting_zero="break", local_prefill_interval=False),
-    "0.33": ReleaseLine("0.33", waiting_zero="continue", local_prefill_interval=True),
+    "0.33": ReleaseLine("0.33", waiting_zero="continue", local_prefill_interval=True,
+                        priority_self_preemption="continue"),
 }
 SUPPORTED_VLLM = tuple(RELEASE_LINES)
 
@@ -129,6 +142,7 @@ class CallSites:
     waiting_zero: ZeroAction
     has_admission_limit: bool
     has_local_prefill_interval: bool
+    priority_self_preemption: ZeroAction = "break"
 
 
 def _is_self_attr(node: ast.AST, name: str) -> bool:
@@ -188,6 +202,8 @@ def find_call_sites(scheduler_cls: type) -> CallSites:
                 and _is_self_attr(node.test.comparators[0], ADMISSION_LIMIT)
                 and len(node.body) == 1 and isinstance(node.body[0], ast.Break)):
             has_limit = True
+    self_preempted: ZeroAction = (
+        "continue" if any(_is_self_preempted_skip(n) for n in ast.walk(tree)) else "break")
     num_calls = sum(1 for n in ast.walk(tree)
                     if isinstance(n, ast.Call) and _is_self_attr(n.func, HOOK))
     actions = [a for _, a in sorted(calls)]  # source order: running loop, then waiting
@@ -198,7 +214,20 @@ def find_call_sites(scheduler_cls: type) -> CallSites:
             f"call(s) followed by {actions}"
         )
     init = ast.dump(_source_tree(getattr(scheduler_cls, "__init__")))  # noqa: B009
-    return CallSites(actions[0], actions[1], has_limit, "'local_prefill_interval'" in init)
+    return CallSites(actions[0], actions[1], has_limit, "'local_prefill_interval'" in init,
+                     self_preempted)
+
+
+def _is_self_preempted_skip(node: ast.AST) -> bool:
+    """``if self.policy == SchedulingPolicy.PRIORITY and request.status ==
+    RequestStatus.PREEMPTED: continue`` (vLLM 0.33's running loop)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.BoolOp)
+            and isinstance(node.test.op, ast.And) and node.body
+            and isinstance(node.body[-1], ast.Continue)):
+        return False
+    names = {ast.unparse(v) for v in node.test.values}
+    return names == {"self.policy == SchedulingPolicy.PRIORITY",
+                     "request.status == RequestStatus.PREEMPTED"}
 
 
 def check_scheduler(version: str, scheduler_cls: type) -> ReleaseLine:
@@ -209,7 +238,8 @@ def check_scheduler(version: str, scheduler_cls: type) -> ReleaseLine:
         sites = find_call_sites(scheduler_cls)
     except PpasError as e:
         raise _unsupported(version, str(e).removeprefix("ppas.vllm: ")) from None
-    expected = CallSites("continue", rl.waiting_zero, True, rl.local_prefill_interval)
+    expected = CallSites("continue", rl.waiting_zero, True, rl.local_prefill_interval,
+                         rl.priority_self_preemption)
     if sites != expected:
         raise _unsupported(version, f"its scheduler differs from what the plugin expects of "
                                     f"{rl.line}.x: found {sites}, expected {expected}")

@@ -388,8 +388,8 @@ def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:
                 slos[k] = v
         cls = obj.get("slo_class")
         prefix = _parse_prefix(obj, int(pt))
-        return RequestSpec(a, int(pt), int(ot), slo_class=None if cls is None else str(cls),
-                           prefix=prefix, **slos)
+        return RequestSpec(a, int(pt), int(ot), slos.get("ttft_slo"), slos.get("tpot_slo"),
+                           slo_class=None if cls is None else str(cls), prefix=prefix)
     except (ValueError, TypeError, OverflowError) as e:
         raise PpasError(f"{p}:{n}: {e}") from None
 

@@ -27,7 +27,10 @@ class RequestSpec:
     group is one segment ``(group, shared length)``; a session's turns are one stream
     growing turn by turn). The rest of the prompt (``prompt_tokens - sum of lengths``) is
     unique to the request. Empty = a prompt shared with nobody (every trace before prefix
-    caching)."""
+    caching).
+
+    ``priority``: vLLM's per-request ``priority`` (lower is served first), read only by an
+    engine under ``--scheduling-policy priority`` (``EngineConfig.scheduling_policy``)."""
 
     arrival_s: float
     prompt_tokens: int
@@ -36,6 +39,7 @@ class RequestSpec:
     tpot_slo: float | None = None
     slo_class: str | None = None
     prefix: Segments = ()
+    priority: int = 0
 
     @property
     def prefix_tokens(self) -> int:
@@ -98,6 +102,6 @@ def assign_slo_classes(trace: Trace, classes: Sequence[SloClass], seed: int) -> 
         pt = c.prompt_tokens or r.prompt_tokens
         prefix = r.prefix if sum(n for _, n in r.prefix) <= pt else ()
         out.append(RequestSpec(r.arrival_s, pt, c.output_tokens or r.output_tokens,
-                               c.ttft_slo, c.tpot_slo, c.name, prefix))
+                               c.ttft_slo, c.tpot_slo, c.name, prefix, r.priority))
     return Trace(tuple(out), trace.duration_s, trace.description + " + slo classes",
                  trace.dropped, trace.excluded)

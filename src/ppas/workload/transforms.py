@@ -167,8 +167,7 @@ class TraceTransform:
 
 
 def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
-    return RequestSpec(arrival_s, r.prompt_tokens, r.output_tokens, r.ttft_slo, r.tpot_slo,
-                       r.slo_class, r.prefix)
+    return replace(r, arrival_s=arrival_s)
 
 
 def _scaled(r: RequestSpec, f: float) -> RequestSpec:
@@ -187,4 +186,4 @@ def _scaled(r: RequestSpec, f: float) -> RequestSpec:
             break
         prefix.append((stream, k))
         room -= k
-    return RequestSpec(r.arrival_s, pt, ot, r.ttft_slo, r.tpot_slo, r.slo_class, tuple(prefix))
+    return replace(r, prompt_tokens=pt, output_tokens=ot, prefix=tuple(prefix))
