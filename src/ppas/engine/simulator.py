@@ -430,8 +430,10 @@ class EngineSim:
                              step_rules.StepTally]:
         """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests,
         the scheduled chunks' tally). ``held``: a step the prefill cadence holds
-        (step_rules rule 4b). A scheduled request is never preempted later in the step
-        (victims come from the end of ``running``, past it), so the tally is final."""
+        (step_rules rule 4b). Under FCFS a scheduled request is never preempted later in
+        the step (victims come from the end of ``running``, past it); under priority a victim
+        scheduled earlier has its chunk taken back, and the tally is then made again from
+        ``sched`` (whose requests' counters this step has not moved)."""
         running, waiting, pool = self.running, self.waiting, self.pool
         cap = step_rules.PrefillCap(prefill_budget)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
@@ -447,6 +449,7 @@ class EngineSim:
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
         num_decodes = decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
+        taken_back = False  # a priority victim's chunk left ``sched``: tally it again
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -486,6 +489,7 @@ class EngineSim:
                         if q is victim:  # its chunk this step is taken back
                             del sched[k]
                             budget += m
+                            taken_back = True
                             break
                 else:
                     victim = running.pop()  # lowest priority: the last running request
@@ -509,6 +513,11 @@ class EngineSim:
             carried |= mid
             i += 1
         tally.add_decodes(num_decodes, decode_ctx)
+        if taken_back:  # rare (priority preemption): the tally of what stayed in ``sched``
+            tally = step_rules.StepTally()
+            add = tally.add
+            for q, m in sched:
+                add(q.num_computed_tokens, q.prompt_tokens, m)
         self._carried = carried
         if preempted:
             return sched, preempted, tally
