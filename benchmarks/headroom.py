@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="P99 TPOT SLO of --objective p99-ttft, seconds (default 0.1)")
     g.add_argument("--base", metavar="vllm:...", help="the stock base for every load "
                    "(default: the best single setting, tune.search over StockSpace)")
-    g.add_argument("--windows", type=int, default=4, help="busiest windows searched per load")
+    g.add_argument("--windows", type=int, default=4,
+                   help="busiest windows searched per load (0: the whole-trace runs only)")
     g.add_argument("--window-s", type=float, default=60.0, help="window length, seconds")
     g.add_argument("--every", type=int, default=8,
                    help="actions tried at every K-th decision step of a window (default 8)")
@@ -285,8 +286,9 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
     assert isinstance(a, argparse.Namespace)
     try:
         loads = _bursts(a.loads.replace("--bursts", "--loads"))
-        if a.windows < 1 or a.every < 1 or not 0 < a.window_s <= 3600:
-            raise PpasError(f"--windows and --every must be >= 1 and --window-s in (0, 3600], "
+        if a.windows < 0 or a.every < 1 or not 0 < a.window_s <= 3600:
+            raise PpasError(f"--windows must be >= 0 (0: the whole-trace runs only), --every "
+                            f">= 1 and --window-s in (0, 3600], "
                             f"got {a.windows}, {a.every}, {a.window_s}")
         if not 0 < a.tpot_slo < 10:
             raise PpasError(f"--tpot-slo must be in (0, 10) seconds, got {a.tpot_slo}")
@@ -329,7 +331,10 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
     heuristics = [base, hr.Ordered(base)]
     tails = [hr.Ordered(base, s) for s in AGING_S]
     rows: dict[str, list[float]] = {"stock": [], "stock+shortest-first": [],
-                                    "stock+shortest-first, aging": [], "found": []}
+                                    "stock+shortest-first, aging": [], "found": [],
+                                    "bound": []}
+    bound_mbt = max(tune.StockSpace().max_num_batched_tokens)
+    bound_cm = roofline_per_budget(a.hardware, a.model)(make_policy(f"mbt:{bound_mbt}"))
     out: dict[str, object] = {"base": base_cfg, "objective": a.objective, "loads": list(loads),
                               "windows": {}}
     for x in loads:
@@ -340,6 +345,7 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
             lambda e2e: hr.busiest_windows(specs, e2e, a.window_s, a.windows),  # noqa: B023
             heuristics, hr.TRACE_ACTIONS, a.every, tails=tails)
         v0, srpt = sp.firsts[0], sp.firsts[2]
+        rows["bound"].append(hr.srpt_bound(specs, bound_cm, bound_mbt))
         aged = dict(zip(AGING_S, sp.firsts[3:], strict=True))
         rows["stock+shortest-first, aging"].append(min(aged.values()))
         rows["stock"].append(v0)
@@ -373,6 +379,12 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
                        ("  with the best aging per load", "stock+shortest-first, aging"),
                        ("best schedule found (hindsight)", "found")):
         table.print_row(label, *(_v(v) for v in rows[key]), _gain(rows[key], rows["stock"]))
+    if isinstance(objective, hr.MeanE2E):
+        table.print_row("lower bound, any schedule", *(_v(v) for v in rows["bound"]),
+                        _gain(rows["bound"], rows["stock"]))
+        print(f"  (lower bound: headroom.srpt_bound, preemptive shortest-remaining-first on one "
+              f"server at the peak prefill rate of steps <= {bound_mbt} tokens, plus a "
+              "one-decode step per later token; a proof, not a schedule)")
     print(f"\nCLAIRVOYANT and not exhaustive: the rollout searched {a.windows} window(s) of "
           f"{a.window_s:g} s per load, actions at every {a.every}th decision step; the "
           "found figures are schedules that exist (simulated end to end), not bounds.")

@@ -694,3 +694,58 @@ def splice_windows(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
     assert abs(check - value) <= 1e-9 * max(1.0, value), (check, value)
     assert value <= min(firsts) + 1e-12, (value, firsts)
     return Spliced(firsts[0], value, script, results, tail.spec, firsts)
+
+
+# ------------------------------------------------------------------ a bound for any schedule
+
+
+def fastest_step(cm: CostModel, prompt_tokens: int) -> float:
+    """A lower bound of the time of any step that computes ``prompt_tokens`` prompt
+    tokens: the step time of one chunk of them that reads only its own KV and does no
+    attention arithmetic (``srpt_bound``'s premise: no real step is faster; for the
+    roofline, its attention is at least that KV read and every other term grows with
+    the tokens and requests, checked by ``tests/test_headroom.py``)."""
+    return cm.step_time(StepShape(prompt_tokens, 1, 0.0, prompt_tokens, 0, 0))
+
+
+def peak_prefill_rate(cm: CostModel, mbt: int) -> float:
+    """The most prompt tokens per second a step of at most ``mbt`` tokens can compute:
+    the max over P <= ``mbt`` of P / ``fastest_step(P)`` (``srpt_bound``'s server)."""
+    return max(p / fastest_step(cm, p) for p in range(1, mbt + 1))
+
+
+def srpt_bound(specs: Sequence[RequestSpec], cm: CostModel, mbt: int) -> float:
+    """A lower bound of the mean E2E of ANY schedule of ``specs`` on an engine of global
+    budget ``mbt`` priced by ``cm``, if no step that computes P prompt tokens is faster
+    than ``fastest_step(P)`` (checked for the roofline): every such step lasts at least
+    P / R (R = ``peak_prefill_rate``), so the
+    prompts are jobs of ``prompt_tokens / R`` seconds on one server, where preemptive
+    shortest-remaining-first minimises the sum of completion times (1|r_j,pmtn|sum C_j);
+    a request's first token comes no earlier than its prompt's last token, and each later
+    token takes a step of at least a one-decode step. So mean E2E >= (sum of SRPT
+    completion - arrival + (outputs - 1) x that step) / n."""
+    import heapq
+
+    rate = peak_prefill_rate(cm, mbt)
+    d_min = cm.step_time(StepShape(0, 0, 0.0, 0, 1, 0))
+    reqs = sorted(specs, key=lambda r: r.arrival_s)
+    heap: list[tuple[float, int]] = []
+    total = 0.0
+    now = 0.0
+    k, n = 0, len(reqs)
+    while k < n or heap:
+        if not heap:
+            now = max(now, reqs[k].arrival_s)
+        while k < n and reqs[k].arrival_s <= now:
+            heapq.heappush(heap, (reqs[k].prompt_tokens / rate, k))
+            k += 1
+        left, j = heapq.heappop(heap)
+        nxt = reqs[k].arrival_s if k < n else math.inf
+        if now + left <= nxt:
+            now += left
+            total += now - reqs[j].arrival_s
+        else:
+            heapq.heappush(heap, (left - (nxt - now), j))
+            now = nxt
+    total += sum((r.output_tokens - 1) * d_min for r in reqs)
+    return total / n if n else 0.0
