@@ -327,6 +327,7 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
         base_cfg = a.base
         print(f"stock base (--base): {tune.short_name(base_cfg)}")
     base = make_policy(base_cfg)
+    short = tune.short_name(base_cfg)
     cm = roofline_per_budget(a.hardware, a.model)(base)
     heuristics = [base, hr.Ordered(base)]
     tails = [hr.Ordered(base, s) for s in AGING_S]
@@ -353,7 +354,8 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
         rows["found"].append(sp.value)
         print(f"\nload x{x:g}: {len(specs)} requests; {objective.name} whole trace: stock "
               f"{_v(v0)}, stock + shortest-first (closed loop) {_v(srpt)}, best schedule "
-              f"found {_v(sp.value)} ({100 * (1 - sp.value / v0):+.1f}%; from {sp.tail}'s run); "
+              f"found {_v(sp.value)} ({100 * (1 - sp.value / v0):+.1f}%; from "
+              f"{sp.tail.replace(base.spec, short)}'s run); "
               f"shortest-first with aging: " + ", ".join(f"{k:g} s {_v(v)}"
                                                          for k, v in aged.items()) + "  "
               f"[{time.perf_counter() - t1:.0f} s]", flush=True)
