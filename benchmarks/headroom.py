@@ -338,6 +338,8 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
     bound_cm = roofline_per_budget(a.hardware, a.model)(make_policy(f"mbt:{bound_mbt}"))
     out: dict[str, object] = {"base": base_cfg, "objective": a.objective, "loads": list(loads),
                               "windows": {}}
+    tails_out: dict[str, object] = {}
+    out["tails"] = tails_out
     for x in loads:
         t1 = time.perf_counter()
         specs = sorted(traces[x].requests, key=lambda r: r.arrival_s)
@@ -369,6 +371,16 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
                          _v(w.whole_value), "yes" if w.kept else "no", w.decision_steps,
                          w.simulations)
         out["windows"][f"{x:g}"] = [w.__dict__ for w in sp.windows]  # type: ignore[index]
+        names = ["stock", "stock + shortest-first", *(f"  aging {g:g} s" for g in AGING_S)]
+        tt = Table(("whole trace, tails (s)", "<26"), ("mean E2E", ">8"), ("P99 TTFT", ">8"),
+                   ("P99 TPOT", ">8"), ("P99 E2E", ">8"), indent="  ")
+        tt.print_header()
+        keep = [0, 2, *range(3, 3 + len(AGING_S))]  # the base's own continuation aside
+        for name, k in zip(names, keep, strict=True):
+            f = sp.first_tails[k]
+            tt.print_row(name, *(f"{f[m]:.3f}" for m in TAILS))
+        tt.print_row("best schedule found", *(f"{sp.found_tails[m]:.3f}" for m in TAILS))
+        tails_out[f"{x:g}"] = {"firsts": sp.first_tails, "found": sp.found_tails}
     print(f"\n{objective.name} (s), whole trace per load; gain: vs the best single stock "
           "setting (+: lower), geometric mean over the loads")
     table = Table(("", ">34"), *((f"x{x:g}", ">9") for x in loads), ("gain", ">7"))
@@ -396,6 +408,8 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
     return 0
 
 
+#: The figures of ``headroom.tail_figures`` printed per run.
+TAILS = ("mean_e2e", "p99_ttft", "p99_tpot", "p99_e2e")
 #: Aging bounds (s) of the shortest-first tails tried (``headroom.Ordered``).
 AGING_S = (2.0, 5.0, 10.0, 30.0)
 

@@ -632,6 +632,20 @@ class Spliced:
     windows: list[WindowResult]
     tail: str  # the policy deciding after the script (whose own run was the best first)
     firsts: list[float]  # the whole-trace values of the base, each heuristic and tail
+    first_tails: list[dict[str, float]]  # their ``tail_figures``
+    found_tails: dict[str, float]  # the ``tail_figures`` of the schedule found
+
+
+def tail_figures(sim: EngineSim) -> dict[str, float]:
+    """Mean E2E, P99 TTFT, P99 TPOT and P99 E2E (s) of a finished run's requests."""
+    reqs = sim.requests
+    e2e = [r.finish_time - r.arrival_time for r in reqs]  # type: ignore[operator]
+    ttft = [r.first_token_time - r.arrival_time for r in reqs]  # type: ignore[operator]
+    tpot = [tpot_of(r.first_token_time, r.finish_time, r.max_output_tokens)  # type: ignore[arg-type]
+            for r in reqs]
+    p = np.percentile(np.array([ttft, tpot, e2e]), 99, axis=1)
+    return {"mean_e2e": sum(e2e) / len(e2e), "p99_ttft": float(p[0]),
+            "p99_tpot": float(p[1]), "p99_e2e": float(p[2])}
 
 
 def splice_windows(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
@@ -653,12 +667,13 @@ def splice_windows(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
     trace is simulated: kept if strictly better. Never worse than the base's own run nor
     any heuristic's (asserted)."""
     best: tuple[float, list[Decision], Policy, EngineSim] | None = None
-    firsts = []
+    firsts, first_tails = [], []
     for pol in (base, *heuristics, *tails):
         rec = Scripted(pol, record=True)
         run = Run(specs, rec, cm, engine, objective)
         v = run.finish()
         firsts.append(v)
+        first_tails.append(tail_figures(run.sim))
         assert rec.taken is not None
         if best is None or v < best[0]:
             best = (v, rec.taken, pol, run.sim)
@@ -693,7 +708,8 @@ def splice_windows(specs: Sequence[RequestSpec], base: Policy, cm: CostModel,
     check = Run(specs, Scripted(tail, script), cm, engine, objective).finish()
     assert abs(check - value) <= 1e-9 * max(1.0, value), (check, value)
     assert value <= min(firsts) + 1e-12, (value, firsts)
-    return Spliced(firsts[0], value, script, results, tail.spec, firsts)
+    return Spliced(firsts[0], value, script, results, tail.spec, firsts, first_tails,
+                   tail_figures(sim))
 
 
 # ------------------------------------------------------------------ a bound for any schedule
