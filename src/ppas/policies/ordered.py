@@ -57,10 +57,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill
+from ppas.core.view import RequestView, SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, causal_pairs
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -98,7 +99,8 @@ class OrderedConfig:
                 f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
         require(0 < self.efficiency <= 1,
                 f"efficiency must be in (0, 1], got {self.efficiency}")
-        require(0 <= self.kv_ratio <= 1e3, f"kv_ratio must be in [0, 1000], got {self.kv_ratio}")
+        require(0 <= self.kv_ratio <= 1e3,
+                f"kv_ratio must be in [0, 1000], got {self.kv_ratio}")
 
 
 @register("ordered")
@@ -150,48 +152,59 @@ class Ordered(Policy):
             return Decision(cfg.c_max)
         solo = self.solo_function(view)
         k, now = cfg.aging, view.now
+        kv = self.kv_capacity is not None
         # Per pending prompt: (sort key, id, running, uncached tokens left, footprint).
         items: list[tuple[tuple[int, float, float, str], str, bool, int, int]] = []
-        n_dec = ctx_dec = ctx_all = 0
+
+        def add(n: int, r: RequestView, running: bool) -> None:
+            prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+            rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+            if solo is None:  # nothing to age by: the engine's own order
+                key = (0, float(n), 0.0, rid)
+            elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens
+                                                       - r.num_output_tokens)):
+                key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
+            else:
+                key = (1, float(rem), arrival, rid)  # shortest remaining first
+            items.append((key, rid, running, rem, prompt + r.max_output_tokens + SLACK))
+
+        # The running requests (the view lists them first): decodes, prompts, KV in use.
+        n_running = n_dec = ctx_dec = ctx_run = running_left = 0
         room = self.kv_capacity if self.kv_capacity is not None else 0
-        running_left = n_running = 0  # prompt tokens left of running prompts; running
-        for n, r in enumerate(view.requests):
-            prompt = r.prompt_tokens
-            left = r.max_output_tokens - r.num_output_tokens
-            running = r.is_running
-            if running:
-                n_running += 1
-                room -= prompt + r.max_output_tokens + SLACK
+        for r in view.requests:
+            if not r.is_running:
+                break
+            n_running += 1
+            room -= r.prompt_tokens + r.max_output_tokens + SLACK
             if is_pending_prefill(r):
-                rid, arrival = r.request_id, r.arrival_time
-                rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
-                if solo is None:  # FCFS: the engine's own order
-                    key = (0, float(n), 0.0, rid)
-                elif now - arrival >= k * solo(prompt, max(1, left)):
-                    key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
-                else:
-                    key = (1, float(rem), arrival, rid)  # shortest remaining first
-                items.append((key, rid, running, rem, prompt + r.max_output_tokens + SLACK))
-                ctx_all += prompt
-                if running:
-                    running_left += prompt - r.num_computed_tokens
-            elif left > 0:
+                add(n_running - 1, r, True)
+                running_left += r.prompt_tokens - r.num_computed_tokens
+                ctx_run += r.prompt_tokens
+            elif r.num_output_tokens < r.max_output_tokens:
                 n_dec += 1
                 ctx_dec += r.num_computed_tokens
-                ctx_all += r.num_computed_tokens
+        ctx_run += ctx_dec
+        if self.costs is None:  # model-free fallback: P-PAS, paper parameters
+            budget = (min(2048, cfg.c_max) if view.num_pending_prefills >= 2
+                      and view.num_running_decodes > 0 else cfg.c_max)
+        else:
+            budget = self.chunk(n_dec, ctx_dec)
+        slots = (self.limit(ctx_run / n_running) - n_running
+                 if n_running and cfg.kv_ratio > 0 and self.costs is not None else 1 << 30)
+        if n_running and self.costs is not None:
+            if running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
+            if slots <= 0 or (kv and room < min(
+                    (r.prompt_tokens + r.max_output_tokens
+                     for r in islice(view.requests, n_running, None)), default=room) + SLACK):
+                return Decision(running_left)  # no waiting request fits: none admitted
+        for n, r in enumerate(islice(view.requests, n_running, None), n_running):
+            add(n, r, False)
         items.sort()
         ids = tuple(it[1] for it in items)
-        if self.costs is None:  # model-free fallback: P-PAS, paper parameters
-            if view.num_pending_prefills >= 2 and view.num_running_decodes > 0:
-                return Decision(min(2048, cfg.c_max), ids)
-            return Decision(cfg.c_max, ids)
-        budget = self.chunk(n_dec, ctx_dec)
-        if not n_running or running_left >= budget:
+        if not n_running or self.costs is None:
             return Decision(budget, ids)  # an idle engine always admits (liveness)
         # Admission, walked in this order: the limit, then whole footprints in the KV cache.
-        slots = (self.limit(ctx_all / len(view.requests)) - n_running if cfg.kv_ratio > 0
-                 else 1 << 30)
-        kv = self.kv_capacity is not None
         allowance = running_left
         for _, _, running, rem, footprint in items:
             if running:
