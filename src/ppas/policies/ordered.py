@@ -202,13 +202,13 @@ class Ordered(Policy):
             for n, r in enumerate(islice(view.requests, n_running, None), n_running):
                 add(n, r, False)
         else:  # add() inlined: the waiting queue is the long loop under overload
-            limit_age, append = now, items.append
+            append = items.append
             for r in islice(view.requests, n_running, None):
                 prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
                 out = r.max_output_tokens
                 rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
                 left = out - r.num_output_tokens
-                if limit_age - arrival >= k * solo(prompt, left if left > 1 else 1):
+                if now - arrival >= k * solo(prompt, left if left > 1 else 1):
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))
