@@ -72,10 +72,14 @@ class Workload:
 
 def workloads(args: argparse.Namespace) -> list[Workload]:
     azure_window = (0.0, 1200.0) if args.quick else (0.0, 3600.0)
-    out = [Workload("azure-2023-code", args.azure, TraceTransform(window=azure_window))]
-    if not args.quick:
+    out = []
+    if "azure" in args.traces:
+        out.append(Workload("azure-2023-code", args.azure, TraceTransform(window=azure_window)))
+    if "mooncake" in args.traces and not args.quick:
         out.append(Workload("mooncake-synthetic", args.mooncake, TraceTransform(
             window=(0.0, 600.0), time_scale=1.33, drop_longer_than=32768)))
+    if not out:
+        fail("real_traffic.py", f"--traces must name azure and/or mooncake, got {args.traces!r}")
     for w in out:
         if not Path(w.path).is_file():
             fail("real_traffic.py", f"trace file {w.path!r} not found (give --azure / "
@@ -184,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="our policies, ';'-separated config strings (default ordered)")
     ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS),
                     help="rate multipliers of each trace (default 1,1.5,2,3)")
+    ap.add_argument("--traces", default="azure,mooncake",
+                    help="which workloads: azure and/or mooncake (default both; --quick: azure)")
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
     ap.add_argument("--gpus", default=None,

@@ -76,7 +76,7 @@ def test_solo_estimate_is_close_to_the_engines(prompt: int, out: int) -> None:
 
 
 def test_budget_knee_grows_with_riding_decodes() -> None:
-    p = ordered()
+    p = ordered("ordered:c_max=16384")
     few = p.chunk(1, 2000)
     many = p.chunk(200, 200 * 4000)
     assert p.config.c_min <= few <= many <= p.config.c_max

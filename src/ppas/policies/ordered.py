@@ -74,7 +74,7 @@ SLACK = 16
 
 @dataclass(frozen=True)
 class OrderedConfig:
-    """``ordered:aging=30,c_min=512,c_max=8192,efficiency=0.95,kv_ratio=0``.
+    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -86,9 +86,9 @@ class OrderedConfig:
       times the weights' (0: no limit).
     """
 
-    aging: float = 30.0
+    aging: float = 25.0
     c_min: int = 512
-    c_max: int = 8192
+    c_max: int = 4096
     efficiency: float = 0.95
     kv_ratio: float = 0.0
 
