@@ -16,12 +16,18 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
    bigger chunk buys little prefill throughput and stretches every riding decode's step
    (and, with no decode running, lumps more first tokens into one long step). More
-   decodes riding (a larger fixed cost per step) move the knee to bigger chunks.
-3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``): at
-   most ``limit`` requests run at once, the decode batch whose KV reads per step reach
-   ``kv_ratio`` times the weight reads (``dec_base = kv_ratio * limit * (dec_alone +
-   dec_kv * mean context)``): past it a bigger decode batch barely raises decode
-   throughput and stretches every decode's steps. The budget is also capped so that only
+   decodes riding (a larger fixed cost per step) move the knee to bigger chunks. With
+   the default ``c_max`` of 4096 the knee is ``c_max`` on an H100 with an 8B model (the
+   budget is then 4096 at every step); ``c_max`` 8192 let it reach 8192 under many
+   decodes there, which doubled P99 TPOT at 3x load for no gain in mean E2E
+   (``docs/results/real-traffic.md``).
+3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
+   with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
+   decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
+   (``dec_base = kv_ratio * limit * (dec_alone + dec_kv * mean running context)``): past
+   it a bigger decode batch barely raises decode throughput. Off by default: it changed
+   nothing on the Azure trace and cost 14% mean E2E on the Mooncake slice at 2x (long
+   contexts make the limit small). The budget is always capped so that only
    waiting requests whose whole footprint (prompt + outputs) fits beside the running
    ones' are admitted (``predictive.kv_admission_cap``'s rule, walked in this order).
 
@@ -38,8 +44,12 @@ finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prom
 (cached or not): its prefill in ``c_max``-token steps, then one decode step per further
 output at its mean context.
 
-Cost per step: one pass over the requests and one sort of the pending prompts,
-O(n log n); the budget and the limit are O(number of candidate chunks).
+Cost per step: one pass over the running requests and the budget, O(running + number
+of candidate chunks); when a waiting request can be admitted (the running prompts leave
+budget, the limit and the KV cache leave room for the smallest waiting footprint), one
+pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
+that cannot admit returns no order: the engine keeps the waiting queue as last sorted
+(new arrivals at its end) and admits nothing from it, so the bound is unaffected.
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
