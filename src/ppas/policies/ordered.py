@@ -18,16 +18,16 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    (and, with no decode running, lumps more first tokens into one long step). More
    decodes riding (a larger fixed cost per step) move the knee to bigger chunks. With
    the default ``c_max`` of 4096 the knee is ``c_max`` on an H100 with an 8B model (the
-   budget is then 4096 at every step); ``c_max`` 8192 let it reach 8192 under many
-   decodes there, which doubled P99 TPOT at 3x load for no gain in mean E2E
+   budget is then 4096 at every step); with ``c_max`` 8192 it reaches 8192 under many
+   decodes there, which raised P99 TPOT at 3x load for no gain in mean E2E
    (``docs/results/real-traffic.md``).
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
    (``dec_base = kv_ratio * limit * (dec_alone + dec_kv * mean running context)``): past
-   it a bigger decode batch barely raises decode throughput. Off by default: it changed
-   nothing on the Azure trace and cost 14% mean E2E on the Mooncake slice at 2x (long
-   contexts make the limit small). The budget is always capped so that only
+   it a bigger decode batch barely raises decode throughput. Off by default: in our
+   trials it changed nothing on the Azure trace and lost mean E2E on the Mooncake slice
+   (long contexts make the limit small). The budget is always capped so that only
    waiting requests whose whole footprint (prompt + outputs) fits beside the running
    ones' are admitted (``predictive.kv_admission_cap``'s rule, walked in this order).
 
