@@ -1,0 +1,287 @@
+"""Ordered: shortest remaining prefill first with an aging bound; the step's budget,
+admission limit and the aging clock all from the bound cost model.
+
+Ours (issue 20). Real traffic mixes 100-token and 8k-token prompts in bursts; there the
+order in which prompts are prefilled matters as much as the chunk size. Every step, from
+one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated once):
+
+1. **Order** (``prefill_order``). The pending prompts (running with prompt tokens left,
+   and waiting) are sorted by *remaining uncached prefill tokens*, shortest first (SRPT
+   on the prefill: LAPS / Sorted-F's seed), ties by arrival then id. A request is
+   **overdue** once it has waited ``aging`` times its solo latency ``s_i``:
+   ``now - arrival_i >= aging * s_i``. Overdue requests go ahead of every other one,
+   first come first served among themselves.
+2. **Budget** (``chunk``): the smallest candidate chunk ``c`` (powers of two in [c_min,
+   c_max]) whose prefill throughput beside the running decodes, ``c / (S(c) + decodes'
+   cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
+   bigger chunk buys little prefill throughput and stretches every riding decode's step
+   (and, with no decode running, lumps more first tokens into one long step). More
+   decodes riding (a larger fixed cost per step) move the knee to bigger chunks. With
+   the default ``c_max`` of 4096 the knee is ``c_max`` on an H100 with an 8B model (the
+   budget is then 4096 at every step); with ``c_max`` 8192 it reaches 8192 under many
+   decodes there, which raised P99 TPOT at 3x load for no gain in mean E2E
+   (``docs/results/real-traffic.md``).
+3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
+   with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
+   decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
+   (``dec_base = kv_ratio * limit * (dec_alone + dec_kv * mean running context)``): past
+   it a bigger decode batch barely raises decode throughput. Off by default: in our
+   trials it changed nothing on the Azure trace and lost mean E2E on the Mooncake slice
+   (long contexts make the limit small). The budget is always capped so that only
+   waiting requests whose whole footprint (prompt + outputs) fits beside the running
+   ones' are admitted (``predictive.kv_admission_cap``'s rule, walked in this order).
+
+**The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let
+``d_i = arrival_i + aging * s_i``. At every step at or after ``d_i``, every request
+listed ahead of ``i`` in ``prefill_order`` is overdue and arrived no later than ``i``
+(ties by id). The engine serves the running prompts first, then admits waiting ones as a
+prefix of this order (its waiting loop stops at the first request it cannot admit).
+Hence, once ``i`` is overdue and waiting, no request that arrived after ``i`` is admitted
+before it, and ``i`` waits past ``d_i`` only for requests that arrived before it (no
+starvation, whatever arrives later). This bounds the *order*, not the latency: the
+budget, the admission limit and the KV cache can still hold ``i`` while running requests
+finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prompt
+(cached or not): its prefill in ``c_max``-token steps, then one decode step per further
+output at its mean context.
+
+Cost per step: one pass over the running requests and the budget, O(running + number
+of candidate chunks); when a waiting request can be admitted (the running prompts leave
+budget, the limit and the KV cache leave room for the smallest waiting footprint), one
+pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
+that cannot admit returns no order: the engine keeps the waiting queue as last sorted
+(new arrivals at its end) and admits nothing from it, so the bound is unaffected.
+
+Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
+prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
+preempted request returns to the waiting queue with its arrival time and is ordered like
+any other (its age keeps counting).
+
+Without a cost model (``bind_cost_model(None)``): P-PAS's budget with the paper's
+parameters (N_th = 2, B_cap = 2048), no admission limit, and the same order with ``s_i``
+measured from ``recent_steps`` (the latest prefill step's seconds per token times the
+prompt, plus the latest step's duration per further output); before any step has run
+there is nothing to measure and the engine's own order is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+
+from ppas.core.config import require
+from ppas.core.decision import Decision
+from ppas.core.view import RequestView, SchedulerView, is_pending_prefill
+from ppas.cost.base import CostModel, causal_pairs
+from ppas.cost.steps import StepCosts
+from ppas.policies.base import Policy, last_prefill_token_time
+from ppas.policies.candidates import candidate_chunks
+from ppas.policies.registry import register
+
+#: KV tokens of block rounding counted per request when checking footprints.
+SLACK = 16
+
+
+@dataclass(frozen=True)
+class OrderedConfig:
+    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0``.
+
+    * ``aging``: K of the aging bound (module doc): a request that has waited K times its
+      solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
+    * ``c_min``, ``c_max``: the candidate chunks are the powers of two in [c_min, c_max];
+      ``c_max`` is also the global MBT.
+    * ``efficiency``: the budget is the smallest chunk reaching this share of the biggest
+      chunk's prefill throughput beside the running decodes.
+    * ``kv_ratio``: the admission limit is the decode batch whose KV reads are this many
+      times the weights' (0: no limit).
+    """
+
+    aging: float = 25.0
+    c_min: int = 512
+    c_max: int = 4096
+    efficiency: float = 0.95
+    kv_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
+        require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
+        require(self.c_max >= self.c_min,
+                f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
+        require(0 < self.efficiency <= 1,
+                f"efficiency must be in (0, 1], got {self.efficiency}")
+        require(0 <= self.kv_ratio <= 1e3,
+                f"kv_ratio must be in [0, 1000], got {self.kv_ratio}")
+
+
+@register("ordered")
+class Ordered(Policy):
+    Config = OrderedConfig
+    history_window = 16
+
+    def __init__(self, config: OrderedConfig, spec: str | None = None) -> None:
+        super().__init__(config, spec)
+        self.chunks = candidate_chunks(config.c_min, config.c_max)
+        self.costs: StepCosts | None = None
+        self.chunk_time: list[float] = []  # StepCosts.step_time of each candidate chunk
+        self.kv_capacity: int | None = None
+        self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return int(self.config.c_max)
+
+    def bind_cost_model(self, cost_model: CostModel | None) -> None:
+        super().bind_cost_model(cost_model)
+        self.costs = None if cost_model is None else StepCosts(cost_model, self.chunks)
+        costs = self.costs
+        self.chunk_time = ([] if costs is None else
+                           [costs.step_time(c, causal_pairs(c, 0)) for c in self.chunks])
+        self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
+        self._solo = {}
+
+    # -- the solo latency of the aging bound ------------------------------------------------
+    def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
+        """A request's latency alone on an idle engine, from the linearised costs: its
+        prompt in one step (``c_max``-token steps beyond), then ``outputs - 1`` decode-only
+        steps of one decode at the mean context. 0 without a cost model."""
+        costs = self.costs
+        if costs is None:
+            return 0.0
+        c = self.config.c_max
+        k, last = divmod(prompt_tokens, c)
+        ttft = costs.run_time(c, 0, k) if k else 0.0
+        if last:
+            ttft += costs.step_time(last, causal_pairs(last, k * c))
+        ctx = prompt_tokens + outputs / 2
+        return ttft + (outputs - 1) * (costs.dec_base + costs.dec_alone + costs.dec_kv * ctx)
+
+    # -- the step's decision ------------------------------------------------------------------
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        if view.num_pending_prefills == 0:
+            return Decision(cfg.c_max)
+        solo = self.solo_function(view)
+        k, now = cfg.aging, view.now
+        kv = self.kv_capacity is not None
+        # Per pending prompt: (sort key, id, running, uncached tokens left, footprint).
+        items: list[tuple[tuple[int, float, float, str], str, bool, int, int]] = []
+
+        def add(n: int, r: RequestView, running: bool) -> None:
+            prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+            rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+            if solo is None:  # nothing to age by: the engine's own order
+                key = (0, float(n), 0.0, rid)
+            elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens
+                                                       - r.num_output_tokens)):
+                key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
+            else:
+                key = (1, float(rem), arrival, rid)  # shortest remaining first
+            items.append((key, rid, running, rem, prompt + r.max_output_tokens + SLACK))
+
+        # The running requests (the view lists them first): decodes, prompts, KV in use.
+        n_running = n_dec = ctx_dec = ctx_run = running_left = 0
+        room = self.kv_capacity if self.kv_capacity is not None else 0
+        for r in view.requests:
+            if not r.is_running:
+                break
+            n_running += 1
+            room -= r.prompt_tokens + r.max_output_tokens + SLACK
+            if is_pending_prefill(r):
+                add(n_running - 1, r, True)
+                running_left += r.prompt_tokens - r.num_computed_tokens
+                ctx_run += r.prompt_tokens
+            elif r.num_output_tokens < r.max_output_tokens:
+                n_dec += 1
+                ctx_dec += r.num_computed_tokens
+        ctx_run += ctx_dec
+        if self.costs is None:  # model-free fallback: P-PAS, paper parameters
+            budget = (min(2048, cfg.c_max) if view.num_pending_prefills >= 2
+                      and view.num_running_decodes > 0 else cfg.c_max)
+        else:
+            budget = self.chunk(n_dec, ctx_dec)
+        slots = (self.limit(ctx_run / n_running) - n_running
+                 if n_running and cfg.kv_ratio > 0 and self.costs is not None else 1 << 30)
+        if n_running and self.costs is not None:
+            if running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
+            if slots <= 0 or (kv and room < min(
+                    (r.prompt_tokens + r.max_output_tokens
+                     for r in islice(view.requests, n_running, None)), default=room) + SLACK):
+                return Decision(running_left)  # no waiting request fits: none admitted
+        if solo is None:
+            for n, r in enumerate(islice(view.requests, n_running, None), n_running):
+                add(n, r, False)
+        else:  # add() inlined: the waiting queue is the long loop under overload
+            append = items.append
+            for r in islice(view.requests, n_running, None):
+                prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+                out = r.max_output_tokens
+                rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+                left = out - r.num_output_tokens
+                if now - arrival >= k * solo(prompt, left if left > 1 else 1):
+                    append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
+                else:
+                    append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))
+        items.sort()
+        ids = tuple(it[1] for it in items)
+        if not n_running or self.costs is None:
+            return Decision(budget, ids)  # an idle engine always admits (liveness)
+        # Admission, walked in this order: the limit, then whole footprints in the KV cache.
+        allowance = running_left
+        for _, _, running, rem, footprint in items:
+            if running:
+                continue
+            if slots <= 0 or (kv and footprint > room):
+                break
+            room -= footprint
+            slots -= 1
+            allowance += rem
+            if allowance >= budget:
+                return Decision(budget, ids)
+        return Decision(allowance, ids)
+
+    def solo_function(self, view: SchedulerView) -> Callable[[int, int], float] | None:
+        """``s_i`` of the aging bound as a function of (prompt tokens, outputs left): the
+        cost model's (``solo_estimate``, memoised by shape), else measured from the recent
+        steps (module doc); None when aging is off or nothing is measured yet."""
+        if self.config.aging <= 0:
+            return None
+        if self.costs is not None:
+            cache, est = self._solo, self.solo_estimate
+
+            def cached(prompt: int, outputs: int) -> float:
+                s = cache.get((prompt, outputs))
+                if s is None:
+                    s = cache[(prompt, outputs)] = est(prompt, outputs)
+                return s
+
+            return cached
+        per_tok = last_prefill_token_time(view.recent_steps)
+        if per_tok is None:
+            return None
+        step = view.recent_steps[-1].duration_s
+        return lambda prompt, outputs: per_tok * prompt + step * (outputs - 1)
+
+    def limit(self, mean_context: float) -> int:
+        """The admission limit (module doc, 3): the decode batch whose KV reads per step
+        are ``kv_ratio`` times the weights' (at least 1)."""
+        costs = self.costs
+        assert costs is not None
+        per = costs.dec_alone + costs.dec_kv * mean_context
+        if per <= 0:
+            return 1 << 30
+        return max(1, int(self.config.kv_ratio * costs.dec_base / per))
+
+    def chunk(self, num_decodes: int, decode_ctx: int) -> int:
+        """The budget beside running decodes (module doc, 2): the smallest candidate chunk
+        whose prefill throughput beside them, ``c / (S(c) + decodes' cost)``, reaches
+        ``efficiency`` times the biggest chunk's."""
+        costs = self.costs
+        assert costs is not None
+        ride = num_decodes * costs.dec_ride + costs.dec_kv * decode_ctx
+        top = self.chunks[-1] / (self.chunk_time[-1] + ride)
+        want = self.config.efficiency * top
+        for c, t in zip(self.chunks, self.chunk_time, strict=True):
+            if c / (t + ride) >= want:
+                return c
+        return self.chunks[-1]

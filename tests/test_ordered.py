@@ -1,0 +1,221 @@
+"""The ordered policy: shortest remaining prefill first, the aging bound (checked on random
+views and in the simulator), its budget and admission limit, and its model-free fallback."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from policy_views import dec, view
+
+from ppas.core.decision import Decision
+from ppas.core.view import RequestSnapshot, SchedulerView, StepRecord, is_pending_prefill
+from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.solo import solo_latency
+from ppas.policies import Policy, make_policy
+from ppas.policies.ordered import Ordered
+from ppas.workload import RequestSpec
+
+CM = RooflineCostModel("h100-sxm-80gb", "qwen3-8b", max_num_batched_tokens=8192)
+
+
+def ordered(spec: str = "ordered") -> Ordered:
+    p = make_policy(spec)
+    assert isinstance(p, Ordered)
+    p.bind_cost_model(CM)
+    return p
+
+
+def waiting(rid: str, prompt: int, arrival: float, out: int = 16,
+            cached: int = 0) -> RequestSnapshot:
+    return RequestSnapshot(rid, arrival, prompt, max_output_tokens=out, num_cached_tokens=cached)
+
+
+def test_shorter_prompts_first() -> None:
+    p = ordered()
+    v = view([dec(0, ctx=2000), waiting("long", 6000, 9.9), waiting("short", 100, 9.95),
+              waiting("mid", 1500, 9.8)])
+    assert p.decide(v).prefill_order == ("short", "mid", "long")
+
+
+def test_prefix_cache_hit_shortens_the_key() -> None:
+    p = ordered()
+    v = view([dec(0, ctx=2000), waiting("a", 6000, 9.9, cached=5600),
+              waiting("b", 1000, 9.9)])
+    assert p.decide(v).prefill_order == ("a", "b")  # 400 uncached tokens against 1000
+
+
+def test_aging_promotes_old_requests_fcfs() -> None:
+    p = ordered("ordered:aging=5")
+    solo_long = p.solo_estimate(6000, 16)
+    now = 10.0
+    old = waiting("old", 6000, now - 5 * solo_long - 1e-3)
+    older = waiting("older", 8000, now - 100)
+    v = view([dec(0, ctx=2000), waiting("short", 100, now - 1e-3), old, older], now=now)
+    assert p.decide(v).prefill_order == ("older", "old", "short")
+    # Just short of its bound, the long one waits behind the short one.
+    young = waiting("old", 6000, now - 5 * solo_long + 1e-3)
+    v = view([dec(0, ctx=2000), waiting("short", 100, now - 1e-3), young], now=now)
+    assert p.decide(v).prefill_order == ("short", "old")
+
+
+def test_aging_zero_keeps_the_engine_order() -> None:
+    p = ordered("ordered:aging=0")
+    v = view([dec(0, ctx=2000), waiting("long", 6000, 9.0), waiting("short", 100, 9.5)])
+    assert p.decide(v).prefill_order == ("long", "short")
+
+
+@pytest.mark.parametrize(("prompt", "out"), [(100, 10), (2000, 30), (7000, 200), (20000, 5)])
+def test_solo_estimate_is_close_to_the_engines(prompt: int, out: int) -> None:
+    s = ordered().solo_estimate(prompt, out)
+    ref = solo_latency(prompt, out, CM).e2e
+    assert s == pytest.approx(ref, rel=0.1)
+
+
+def test_budget_knee_grows_with_riding_decodes() -> None:
+    p = ordered("ordered:c_max=16384")
+    few = p.chunk(1, 2000)
+    many = p.chunk(200, 200 * 4000)
+    assert p.config.c_min <= few <= many <= p.config.c_max
+    assert few < p.config.c_max  # the knee is below the biggest chunk on an H100
+
+
+def test_admission_limit_holds_waiting_prompts() -> None:
+    p = ordered("ordered:kv_ratio=0.01")  # a limit of 1: the decode fills it
+    v = view([dec(0, ctx=2000), waiting("w", 500, 9.9)])
+    assert p.decide(v).prefill_budget == 0
+    q = ordered("ordered:kv_ratio=0")
+    assert q.decide(v).prefill_budget > 0
+
+
+def test_without_cost_model_ppas_budget_and_measured_aging() -> None:
+    p = make_policy("ordered:aging=2")
+    p.bind_cost_model(None)
+    reqs = [dec(0, ctx=2000), waiting("long", 6000, 9.0), waiting("short", 100, 9.9)]
+    d = p.decide(view(reqs))
+    assert d.prefill_budget == 2048  # P-PAS: two prompts pending beside a decode
+    assert d.prefill_order == ("long", "short")  # no step measured yet: engine order
+    step = StepRecord(9.5, 0.05, 0.05, 2048, 2048, 1, 1, 1)  # 24 us per token
+    d = p.decide(view(reqs, steps=(step,)))
+    assert d.prefill_order == ("short", "long")  # long waited 1 s < 2 x its solo
+    d = p.decide(view(reqs, now=20.0, steps=(step,)))
+    assert d.prefill_order == ("long", "short")  # 11 s: overdue
+
+
+# -- invariants on random views ----------------------------------------------------------------
+@st.composite
+def views(draw: st.DrawFn) -> SchedulerView:
+    now = 100.0
+    reqs: list[RequestSnapshot] = []
+    for i in range(draw(st.integers(0, 6))):  # running decodes
+        ctx = draw(st.integers(1, 20000))
+        reqs.append(RequestSnapshot(f"d{i}", draw(st.floats(0, now)), ctx, ctx + 1, 2, 64,
+                                    True))
+    for i in range(draw(st.integers(0, 2))):  # running prompts
+        prompt = draw(st.integers(2, 20000))
+        reqs.append(RequestSnapshot(f"p{i}", draw(st.floats(0, now)), prompt,
+                                    draw(st.integers(0, prompt - 1)), 0, 32, True))
+    waits = [RequestSnapshot(f"w{i}", draw(st.floats(0, now)), (n := draw(st.integers(1, 30000))),
+                             max_output_tokens=draw(st.integers(1, 500)),
+                             num_cached_tokens=draw(st.integers(0, n)))
+             for i in range(draw(st.integers(0, 12)))]
+    reqs += sorted(waits, key=lambda r: r.arrival_time)
+    return view(reqs, now=now, mbt=8192)
+
+
+def overdue(p: Ordered, r: RequestSnapshot, now: float) -> bool:
+    return now - r.arrival_time >= p.config.aging * p.solo_estimate(
+        r.prompt_tokens, max(1, r.max_output_tokens - r.num_output_tokens))
+
+
+@settings(max_examples=200, deadline=None)
+@given(views(), st.sampled_from([0.5, 3.0, 30.0]))
+def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float) -> None:
+    p = ordered(f"ordered:aging={k:g}")
+    d = p.decide(v)
+    pending = [r for r in v.requests if is_pending_prefill(r)]
+    assert 0 <= d.prefill_budget <= p.max_num_batched_tokens
+    if not pending:
+        return
+    if d.prefill_order is None:  # no admission possible: the running prompts' tokens at most
+        running_left = sum(r.prompt_tokens - r.num_computed_tokens for r in pending
+                           if r.is_running)
+        assert d.prefill_budget <= running_left
+        return
+    assert sorted(d.prefill_order) == sorted(r.request_id for r in pending)
+    by_id = {r.request_id: r for r in pending}
+    listed = [by_id[i] for i in d.prefill_order]
+    for n, r in enumerate(listed):
+        if overdue(p, r, v.now):  # the bound: only earlier overdue requests ahead of it
+            for q in listed[:n]:
+                assert overdue(p, q, v.now)
+                assert (q.arrival_time, q.request_id) <= (r.arrival_time, r.request_id)
+    fresh = [r for r in listed if not overdue(p, r, v.now)]
+    keys = [r.prompt_tokens - min(r.num_computed_tokens + r.num_cached_tokens,
+                                  r.prompt_tokens - 1) for r in fresh]
+    assert keys == sorted(keys)  # the others: shortest remaining uncached prefill first
+
+
+# -- the bound in the simulator ----------------------------------------------------------------
+class Recorder(Policy):
+    """Wraps a policy; keeps every view's (now, waiting ids) and the decision."""
+
+    def __init__(self, inner: Ordered) -> None:
+        super().__init__(inner.config, inner.spec)
+        self.inner = inner
+        self.log: list[tuple[float, list[str], Decision]] = []
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.inner.max_num_batched_tokens
+
+    def decide(self, view: SchedulerView) -> Decision:
+        d = self.inner.decide(view)
+        waiting = [r.request_id for r in view.requests if not r.is_running]
+        self.log.append((view.now, waiting, d))
+        return d
+
+
+specs = st.lists(st.tuples(st.floats(0, 1), st.integers(1, 12000), st.integers(1, 80)),
+                 min_size=1, max_size=40)
+
+
+#: A burst that overloads the engine: 40 prompts of 1..12000 tokens within one second.
+BURST = [((i * 7919) % 1000 / 1000, 1 + (i * 104729) % 12000, 1 + (i * 31) % 80)
+         for i in range(40)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs, st.sampled_from([0.25, 1.0, 4.0]), st.sampled_from([None, 600, 3000]))
+@example(BURST, 1.0, None)
+def test_aging_bound_in_the_simulator(
+        trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None) -> None:
+    reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
+    pol = ordered(f"ordered:aging={k:g}")
+    rec = Recorder(pol)
+    res = simulate(reqs, rec, CM, EngineConfig(num_kv_blocks=kv_blocks), record_steps=True)
+    # Every request finishes (none is longer than the KV cache: 600 blocks = 9600 tokens
+    # would reject the longest, which then counts as failed, not stuck).
+    assert all(r.finish_time is not None or r.failed for r in res.requests)
+    if kv_blocks is None:
+        assert not any(r.failed for r in res.requests)
+    # The budget is never exceeded.
+    for s in res.steps:
+        assert s.num_prefill_tokens <= s.prefill_budget
+    info = {r.request_id: r for r in res.requests}
+
+    def late(rid: str, now: float) -> bool:
+        r = info[rid]
+        return now - r.arrival_time >= k * pol.solo_estimate(r.prompt_tokens, r.max_output_tokens)
+
+    # No request admitted at a step while an overdue one that arrived before it waits on.
+    for (now, waiting, _), (_, after, _) in zip(rec.log, rec.log[1:], strict=False):
+        still = set(after)
+        admitted = [w for w in waiting if w not in still]
+        for i in waiting:
+            if i in still and late(i, now) and info[i].num_preemptions == 0:
+                ai = (info[i].arrival_time, i)
+                assert all((info[j].arrival_time, j) < ai for j in admitted), (i, admitted)
