@@ -30,7 +30,7 @@ Bases, each its own engine (global budget and vLLM knobs fixed for the run):
 is the best single stock vLLM setting for all loads (``--base``, else picked by
 ``ppas.analysis.tune.search`` over ``StockSpace`` for ``--objective``); the search adds the
 ordering actions and the shortest-first continuation (``headroom.TRACE_ACTIONS``,
-``Ordered``) and runs on the ``--windows`` busiest windows of ``--window-s`` seconds of each
+``ShortestFirst``) and runs on the ``--windows`` busiest windows of ``--window-s`` seconds of each
 load, spliced into the whole trace (``headroom.splice_windows``): every figure printed for
 the whole trace is a schedule simulated end to end, never worse than the base.
 ``--quick``: one load, one 30 s window (about a minute).
@@ -329,8 +329,8 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
     base = make_policy(base_cfg)
     short = tune.short_name(base_cfg)
     cm = roofline_per_budget(a.hardware, a.model)(base)
-    heuristics = [base, hr.Ordered(base)]
-    tails = [hr.Ordered(base, s) for s in AGING_S]
+    heuristics = [base, hr.ShortestFirst(base)]
+    tails = [hr.ShortestFirst(base, s) for s in AGING_S]
     rows: dict[str, list[float]] = {"stock": [], "stock+shortest-first": [],
                                     "stock+shortest-first, aging": [], "found": [],
                                     "bound": []}
@@ -410,7 +410,7 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
 
 #: The figures of ``headroom.tail_figures`` printed per run.
 TAILS = ("mean_e2e", "p99_ttft", "p99_tpot", "p99_e2e")
-#: Aging bounds (s) of the shortest-first tails tried (``headroom.Ordered``).
+#: Aging bounds (s) of the shortest-first tails tried (``headroom.ShortestFirst``).
 AGING_S = (2.0, 5.0, 10.0, 30.0)
 
 

@@ -249,9 +249,9 @@ def test_shortest_first_is_a_permutation_aged_first(
 def test_ordered_orders_the_waiting_queue_only() -> None:
     base = make_policy("mbt:8192")
     view = _view([("a", 0.0, 5000, 0), ("b", 1.0, 100, 0), ("c", 9.5, 50, 0)])
-    assert headroom.Ordered(base).decide(view).prefill_order == ("c", "b", "a")
-    assert headroom.Ordered(base, aging_s=5.0).decide(view).prefill_order == ("a", "b", "c")
-    assert headroom.Ordered(base).decide(view).prefill_budget == 8192
+    assert headroom.ShortestFirst(base).decide(view).prefill_order == ("c", "b", "a")
+    assert headroom.ShortestFirst(base, aging_s=5.0).decide(view).prefill_order == ("a", "b", "c")
+    assert headroom.ShortestFirst(base).decide(view).prefill_budget == 8192
 
 
 def test_order_actions() -> None:
@@ -297,7 +297,7 @@ def test_trace_rollout_property(rows: list[tuple[float, int, int]], config: str,
     objective = headroom.MeanE2E() if obj == "mean" else headroom.P99TtftUnderTpot(0.05)
     rec = headroom.Scripted(base, record=True)
     v0 = headroom.Run(trace, rec, cm, objective=objective).finish()
-    r = headroom.rollout(trace, base, cm, rec.taken, v0, [base, headroom.Ordered(base)],
+    r = headroom.rollout(trace, base, cm, rec.taken, v0, [base, headroom.ShortestFirst(base)],
                          space=headroom.TRACE_ACTIONS, objective=objective)
     assert r.value <= v0
     assert headroom.Run(trace, headroom.Scripted(base, r.script), cm,
@@ -343,12 +343,13 @@ def test_splice_never_worse_and_replays(obj: str) -> None:
     cm = _cm(base)
     objective = headroom.MeanE2E() if obj == "mean" else headroom.P99TtftUnderTpot(0.1)
     sp = headroom.splice_windows(trace, base, cm, objective,
-                                 lambda e2e: [(0.6, 0.9)], [base, headroom.Ordered(base)],
-                                 every=2, tails=[headroom.Ordered(base, 0.5)])
+                                 lambda e2e: [(0.6, 0.9)], [base, headroom.ShortestFirst(base)],
+                                 every=2, tails=[headroom.ShortestFirst(base, 0.5)])
     assert len(sp.firsts) == 4 and sp.value <= min(sp.firsts)
     assert sp.base_value == headroom.Run(trace, headroom.Scripted(base), cm,
                                          objective=objective).finish()
-    tail = {p.spec: p for p in (base, headroom.Ordered(base), headroom.Ordered(base, 0.5))}
+    tail = {p.spec: p for p in (base, headroom.ShortestFirst(base),
+                                headroom.ShortestFirst(base, 0.5))}
     assert headroom.Run(trace, headroom.Scripted(tail[sp.tail], sp.script), cm,
                         objective=objective).finish() == pytest.approx(sp.value, rel=1e-12)
     (w,) = sp.windows
@@ -417,13 +418,13 @@ def test_srpt_bound_is_below_every_schedule(rows: list[tuple[float, int, int]],
     base = make_policy(config)
     cm = _cm(base)
     bound = headroom.srpt_bound(trace, cm, base.max_num_batched_tokens)
-    for pol in (base, headroom.Ordered(base)):
+    for pol in (base, headroom.ShortestFirst(base)):
         res = simulate(trace, pol, cm)
         mean = sum(r.finish_time - r.arrival_time for r in res.requests) / len(trace)
         assert bound <= mean + 1e-12
     rec = headroom.Scripted(base, record=True)
     v0 = headroom.Run(trace, rec, cm).finish()
-    r = headroom.rollout(trace, base, cm, rec.taken, v0, [base, headroom.Ordered(base)],
+    r = headroom.rollout(trace, base, cm, rec.taken, v0, [base, headroom.ShortestFirst(base)],
                          space=headroom.TRACE_ACTIONS)
     assert bound <= r.value + 1e-12
 

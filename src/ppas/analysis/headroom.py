@@ -101,20 +101,15 @@ def pending_and_decodes(view: SchedulerView) -> tuple[list[tuple[int, int, int]]
     return queue, decodes
 
 
-class Ordered(Policy):
-    """``base``'s decisions with the waiting prompts ordered shortest prompt first (fewest
-    prompt tokens left, then arrival: SRPT over the admission order); the running
-    requests keep theirs. With ``aging_s``, the requests that have waited longer than it
-    go first, FCFS. A search continuation, not a registered policy."""
+class Wrapping(Policy):
+    """A search tool around ``base`` (not a registered policy): the engine runs with the
+    base's MBT, vLLM knobs, history and cost model; subclasses change ``decide``."""
 
-    name = "ordered"
     Config = object
 
-    def __init__(self, base: Policy, aging_s: float | None = None) -> None:
-        aged = "" if aging_s is None else f",aging_s={aging_s:g}"
-        super().__init__(None, f"ordered({base.spec}{aged})")
+    def __init__(self, base: Policy, spec: str) -> None:
+        super().__init__(None, spec)
         self.base = base
-        self.aging_s = aging_s
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -124,8 +119,27 @@ class Ordered(Policy):
     def engine_knobs(self) -> EngineKnobs:
         return self.base.engine_knobs
 
+    @property
+    def history_window(self) -> int:  # type: ignore[override]
+        return self.base.history_window
+
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         self.base.bind_cost_model(cost_model)
+
+
+class ShortestFirst(Wrapping):
+    """``base``'s decisions with the waiting prompts ordered shortest prompt first (fewest
+    prompt tokens left, then arrival: SRPT over the admission order); the running
+    requests keep theirs. With ``aging_s``, the requests that have waited longer than it
+    go first, FCFS. A search continuation (the registered policy with this order and an
+    aging bound relative to solo latency is ``ppas.policies.ordered``)."""
+
+    name = "shortest-first"
+
+    def __init__(self, base: Policy, aging_s: float | None = None) -> None:
+        aged = "" if aging_s is None else f",aging_s={aging_s:g}"
+        super().__init__(base, f"shortest-first({base.spec}{aged})")
+        self.aging_s = aging_s
 
     def decide(self, view: SchedulerView) -> Decision:
         d = self.base.decide(view)
@@ -170,7 +184,7 @@ TRACE_ACTIONS = ActionSet(budgets=(0, 2048), limits=(16, 32), prompts_ahead=2, s
                           srpt=True)
 
 
-class Scripted(Policy):
+class Scripted(Wrapping):
     """Forced decisions for the first ``len(script)`` decision steps, then ``base``.
 
     A search tool, not a registered policy: it counts the decision steps it has seen (a
@@ -178,32 +192,15 @@ class Scripted(Policy):
     base's MBT and vLLM knobs. With an empty script it decides exactly as ``base``."""
 
     name = "scripted"
-    Config = object
 
     def __init__(self, base: Policy, script: Sequence[Decision] = (), seen: int = 0,
                  record: bool = False) -> None:
-        super().__init__(None, f"scripted({base.spec})")
-        self.base = base
+        super().__init__(base, f"scripted({base.spec})")
         self.script = script
         self.seen = seen  # decision steps decided so far
         #: With ``record``, every decision taken at a decision step, in order: replayed as
         #: a script, it reproduces this run exactly.
         self.taken: list[Decision] | None = [] if record else None
-
-    @property
-    def max_num_batched_tokens(self) -> int:
-        return self.base.max_num_batched_tokens
-
-    @property
-    def engine_knobs(self) -> EngineKnobs:
-        return self.base.engine_knobs
-
-    @property
-    def history_window(self) -> int:  # type: ignore[override]
-        return self.base.history_window
-
-    def bind_cost_model(self, cost_model: CostModel | None) -> None:
-        self.base.bind_cost_model(cost_model)
 
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_pending_prefills == 0:
