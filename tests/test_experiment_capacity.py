@@ -21,7 +21,7 @@ from ppas.experiment.plan import estimate, plan_text
 from ppas.experiment.probe import ProbeResult, probe_path, read_probe, resolved
 from ppas.experiment.report import write_report
 from ppas.experiment.runner import Runner
-from ppas.experiment.spec import load_experiment, parse_experiment
+from ppas.experiment.spec import Experiment, load_experiment, parse_experiment
 from ppas.experiment.traces import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,24 +240,43 @@ def test_a_bad_probe_file_is_one_error(tmp_path: Path, model: Path) -> None:
         ProbeResult.of("a", 512, 256, [])
 
 
+def _committed(name: str, tmp_path: Path) -> Experiment:
+    """``experiments/NAME.toml`` as committed, its model folder replaced by a stand-in."""
+    text = (ROOT / "experiments" / f"{name}.toml").read_text()
+    m = tmp_path / "m"
+    m.mkdir(exist_ok=True)
+    (m / "config.json").write_text(json.dumps({"vocab_size": 151936,
+                                               "max_position_embeddings": 4096}))
+    return parse_experiment(text.replace('path = ".cache/tiny-qwen2-26m"', f'path = "{m}"'),
+                            name)
+
+
 def test_demo_file_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``make demo``'s file: three windows, two capacity loads, vLLM's default budget, the
     tuned stock setting and ours, on the committed trace slice; within its time."""
     monkeypatch.chdir(ROOT)  # its paths are relative to the repository root
-    text = (ROOT / "experiments" / "demo-trace.toml").read_text()
-    m = tmp_path / "m"
-    m.mkdir()
-    (m / "config.json").write_text(json.dumps({"vocab_size": 151936,
-                                               "max_position_embeddings": 4096}))
-    exp = parse_experiment(text.replace('path = ".cache/tiny-qwen2-26m"', f'path = "{m}"'),
-                           "demo-trace")
+    exp = _committed("demo-trace", tmp_path)
     w = exp.workload
     assert w.probe is not None and len(w.windows) == 3 and len(w.loads) == 2
-    assert [a.name for a in exp.arms] == ["vllm-default", "stock-tuned", "predictive"]
+    assert [a.name for a in exp.arms] == ["vllm-default", "stock-tuned", "ordered"]
     assert exp.arms[0].stock_dict() == {exp.arms[0].stock[0][0]: 2048}
     est = estimate(exp)
     total = sum(est.runs.values()) + len(exp.arms) * est.startup_s
     assert total < 10 * 60  # the demo's budget is 12 minutes with the report
+
+
+def test_live_real_traffic_file_is_valid(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20's live comparison: the demo's trace, model and probe, eight windows that
+    do not overlap, the tuned stock setting (a baseline) against ``ordered``."""
+    monkeypatch.chdir(ROOT)
+    exp = _committed("real-traffic-cpu", tmp_path)
+    w = exp.workload
+    assert w.probe is not None and len(w.windows) == 8 and w.loads == (0.4, 0.9)
+    spans = sorted((s, s + d) for s, d in w.windows)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert [(a.name, a.baseline) for a in exp.arms] == [("stock-tuned", True),
+                                                        ("ordered", False)]
 
 
 def test_settings_hash_of_older_files_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
