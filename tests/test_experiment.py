@@ -72,15 +72,6 @@ long_prefill_token_threshold = 64
 """
 
 
-@pytest.fixture()
-def model(tmp_path: Path) -> Path:
-    m = tmp_path / "model"
-    m.mkdir()
-    (m / "config.json").write_text(json.dumps({"vocab_size": 5000,
-                                               "max_position_embeddings": 4096}))
-    return m
-
-
 def _text(tmp_path: Path, model: Path, **repl: str) -> str:
     text = BASE.format(out=tmp_path / "out", model=model)
     for old, new in repl.items():

@@ -58,15 +58,6 @@ policy = "mbt:64"
 """
 
 
-@pytest.fixture()
-def model(tmp_path: Path) -> Path:
-    m = tmp_path / "model"
-    m.mkdir()
-    (m / "config.json").write_text(json.dumps({"vocab_size": 5000,
-                                               "max_position_embeddings": 4096}))
-    return m
-
-
 def _text(tmp_path: Path, model: Path, old: str = "", new: str = "") -> str:
     text = TEXT.format(out=tmp_path / "out", model=model)
     assert old in text
