@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness import Table, finish, parser, start
+from harness import Table, fail, finish, parser, start
 
 from ppas.analysis.reference import PAPER_BURSTS
 from ppas.analysis.sweep import Grid, run_grid
@@ -147,6 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     start(args, argv)
     models = [m for m in args.models.split(",") if m]
+    bad = [m for m in models if m not in MODELS] + (
+        [] if args.hardware in HARDWARE else [args.hardware])
+    if bad or not models:
+        fail("step_breakdown.py", f"unknown model or hardware {bad[0] if bad else '(none)'!r}; "
+                                  f"models: {', '.join(MODELS.names())}")
     results: dict[str, object] = {}
     base = RooflineParams.calibrated()
     for model in models:
