@@ -11,8 +11,8 @@ predicts the same steps for that GPU (``ppas.calibrate.gpu_steps``). Nothing is 
 ``--out`` is written one JSON line per measured step as it finishes (a killed run keeps
 every step already measured); ``--compare`` re-judges a saved file against the current
 roofline without a GPU, pricing the attention kernel each step ran (its logged SDPA
-backend) and PyTorch's elementwise ops, or with ``--kernels vllm`` vLLM's kernels. ``--smoke`` runs a tiny model on whatever device is present (CPU
-here) to check the timer.
+backend) and PyTorch's elementwise ops, or with ``--kernels vllm`` vLLM's kernels.
+``--smoke`` runs a tiny model on whatever device is present (CPU here) to check the timer.
 
 ``--suite extended`` measures issue 21's held-out shapes instead (decode batches of 1-256,
 mixed steps, prefill chunks on an empty and an 8k context: ``extended_steps``), and

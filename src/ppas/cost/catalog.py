@@ -155,8 +155,9 @@ class GemmPhysics:
 class Hardware:
     """One GPU. ``bf16_tflops`` is the datasheet's dense BF16 peak with FP32 accumulation;
     ``gemm_tflops`` / ``attn_tflops`` are what large GEMMs / vLLM's attention backend here
-    reach (attention: at head dim 128; None: estimated from the peak, see ``ESTIMATE_*``); ``mem_bw_gbs`` is the datasheet
-    bandwidth, ``achieved_bw_gbs`` the reached one (None: ``BW_FRACTION`` of it)."""
+    reach (attention: at head dim 128; None: estimated from the peak, see ``ESTIMATE_*``);
+    ``mem_bw_gbs`` is the datasheet bandwidth, ``achieved_bw_gbs`` the reached one (None:
+    ``BW_FRACTION`` of it)."""
 
     name: str
     bf16_tflops: float  # dense tensor-core peak with FP32 accumulate, TFLOP/s
