@@ -10,8 +10,9 @@ predicts the same steps for that GPU (``ppas.calibrate.gpu_steps``). Nothing is 
 
 ``--out`` is written one JSON line per measured step as it finishes (a killed run keeps
 every step already measured); ``--compare`` re-judges a saved file against the current
-roofline without a GPU. ``--smoke`` runs a tiny model on whatever device is present (CPU
-here) to check the timer.
+roofline without a GPU, pricing the attention kernel each step ran (its logged SDPA
+backend) and PyTorch's elementwise ops, or with ``--kernels vllm`` vLLM's kernels.
+``--smoke`` runs a tiny model on whatever device is present (CPU here) to check the timer.
 
 ``--suite extended`` measures issue 21's held-out shapes instead (decode batches of 1-256,
 mixed steps, prefill chunks on an empty and an 8k context: ``extended_steps``), and
@@ -62,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--models", default="qwen2.5-3b,qwen3-8b", help="comma-separated")
     ap.add_argument("--out", help="JSON-lines file to write (must not exist)")
     ap.add_argument("--compare", help="print the comparison for a saved file and exit")
+    ap.add_argument("--kernels", choices=("logged", "vllm"), default="logged",
+                    help="--compare prices the attention kernel and elementwise ops each "
+                         "step ran (logged, default) or vLLM's (the simulator's)")
     ap.add_argument("--budget-s", type=float, default=0.4, help="timing budget per measurement")
     ap.add_argument("--max-iters", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="tiny model and shapes (any device)")
@@ -73,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.compare:
         try:
-            print("\n".join(comparison(load_records(a.compare))))
+            print("\n".join(comparison(load_records(a.compare), a.kernels)))
         except PpasError as e:
             fail(str(e))
         return 0

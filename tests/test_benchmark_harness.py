@@ -72,3 +72,18 @@ def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
     assert "bar" in proc.stdout.splitlines()[2]
     proc = bench("trace_speed.py", "--azure", str(tmp_path / "missing.csv"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_step_breakdown_terms_add_up_and_name_the_dominant_one(tmp_path: Path) -> None:
+    """The 0.5B's predicted time on the paper's workload is mostly the per-step constant
+    (issue 21: why it is predicted too slow); every step's terms sum to its step time."""
+    out = tmp_path / "b.json"
+    proc = bench("step_breakdown.py", "--models", "qwen2.5-0.5b", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())["results"]["qwen2.5-0.5b"]
+    for budget in ("mbt:2048", "mbt:16384"):
+        g = res["grid"][budget]
+        assert g["step_overhead"] > max(g["gemm"], g["attn_prefill"])
+        assert res["per_layer_overhead"][budget] < g["mean_e2e_s"]
+    bad = bench("step_breakdown.py", "--models", "gpt-9")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -90,3 +90,51 @@ def test_step_time_is_monotone_in_the_chunk(hw: str, model: str, c: int, p: int,
     a = cm.step_time(StepShape.of([(c, p)], [k] * d))
     b = cm.step_time(StepShape.of([(c + 1, p)], [k] * d))
     assert b >= a > 0
+
+
+def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:
+    """Published figures at head dim 128 (catalog-facts.md): FlashAttention-2 ~230 TFLOP/s
+    on the A100, ~35% of peak on Hopper, FlashAttention-3 620 on Hopper; the head-dimension
+    dependence is d / (d + d0), d0 the tensor FLOP per clock per SM over 4 x 16 exps."""
+    h100, a100, rtx = (HARDWARE.get(n) for n in ("h100-sxm-80gb", "a100-sxm-80gb", "rtx5090"))
+    assert (h100.softmax_head_dim, a100.softmax_head_dim) == (
+        pytest.approx(64, rel=0.01), pytest.approx(32, rel=0.01))
+    assert rtx.softmax_head_dim == pytest.approx(8, rel=0.01)  # half-rate FP32 accumulate
+    # At head dim 128 every GPU keeps its catalog figure for vLLM's kernel (the paper grid).
+    for name in HARDWARE.names():
+        hw = HARDWARE.get(name)
+        assert hw.attention_flops(None, 128) == pytest.approx(hw.attn_flops)
+        assert hw.attention_flops(None, 64) < hw.attn_flops < hw.attention_flops(None, 256)
+    # A check, not a fit: FA3 reaches ~740 TFLOP/s at head dim 256 (Shah et al. 2024).
+    assert h100.attention_flops("flash-attn-3", 256) == pytest.approx(740e12, rel=0.02)
+    assert h100.attention_flops("flash-attn-2") == pytest.approx(0.35 * 989e12)
+    assert h100.attention_flops("sdpa-flash-attn-2") == h100.attention_flops("flash-attn-2")
+    assert h100.attention_flops("cudnn") == h100.attention_flops("flash-attn-3")
+    with pytest.raises(PpasError, match="no published throughput"):
+        a100.attention_flops("flash-attn-3")
+    with pytest.raises(PpasError, match="unknown attention kernel"):
+        h100.attention_flops("flash-attn-9")
+
+
+def test_the_attention_kernel_is_a_parameter_of_the_cost_model() -> None:
+    fa3 = RooflineCostModel("h200", "qwen3-8b")
+    fa2 = RooflineCostModel("h200", "qwen3-8b", attention_kernel="flash-attn-2")
+    assert fa3.describe()["attention_backend"] == "flash-attn-3"
+    assert fa2.describe()["attention_backend"] == "flash-attn-2"
+    big = StepShape.of([(16384, 8192)], [])
+    ratio = fa2.prefill_attention_time(big) / fa3.prefill_attention_time(big)
+    assert ratio == pytest.approx(620 / (0.35 * 989), rel=0.05)
+    # The GEMMs and the decodes' KV read do not depend on the attention kernel.
+    dec = StepShape.of([], [8192] * 8)
+    assert fa2.step_time(dec) == fa3.step_time(dec)
+
+
+def test_short_chunks_over_long_contexts_are_bound_by_reading_the_kv() -> None:
+    cm = RooflineCostModel("h100-sxm-80gb", "qwen3-8b")
+    m = cm.model
+    kv_read = m.kv_bytes_per_token / m.layers / cm.hardware.bandwidth
+    ctx = 32768
+    short = StepShape.of([(8, ctx)], [])
+    assert cm.prefill_attention_time(short) == pytest.approx(kv_read * (ctx + 8))
+    long = StepShape.of([(4096, ctx)], [])
+    assert cm.prefill_attention_time(long) > 2 * kv_read * (ctx + 4096)

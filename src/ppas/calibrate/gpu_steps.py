@@ -98,6 +98,32 @@ def smoke_steps() -> list[GpuStep]:
 SMOKE_MODEL = ModelArch("smoke-tiny", 2, 128, 4, 2, 32, 256, 512, True)
 
 
+#: PyTorch SDPA backend (as ``gpu_timer`` records it) -> the kernel the roofline prices:
+#: SDPA's FLASH_ATTENTION is PyTorch's FlashAttention-2 build, CUDNN_ATTENTION cuDNN's
+#: fused attention; the memory-efficient kernel (CUTLASS, Ampere instructions) has no
+#: published figure and is priced as FlashAttention-2, its instruction class.
+SDPA_KERNELS = {"FLASH_ATTENTION": "sdpa-flash-attn-2", "CUDNN_ATTENTION": "cudnn",
+                "EFFICIENT_ATTENTION": "sdpa-flash-attn-2"}
+
+
+def logged_kernel(record: dict[str, Any]) -> str | None:
+    """The attention kernel a step record ran (its forced or picked SDPA backend), None
+    where it names none (a CPU smoke run: the roofline's default)."""
+    name = str(record.get("forced_backend") or record.get("backend") or "")
+    return SDPA_KERNELS.get(name.split("+")[0].split("/")[0])
+
+
+def torch_activation_bytes(m: ModelArch) -> int:
+    """Bytes one token moves per layer through ``gpu_timer``'s memory-bound PyTorch ops,
+    counted from its code (vLLM fuses these; ``ModelArch.activation_bytes_per_token_layer``):
+    two RMSNorms (read and write h each: 4h), two residual adds (read 2h, write h: 6h),
+    rotary on q and on k as six elementwise ops and a cat (9 q_width + 9 kv_width), the
+    KV-cache writes (read and write k and v: 4 kv_width), the attention output's copy
+    (2 q_width), SiLU then the multiply on gate-up's halves (2I + 3I)."""
+    h, i, q, kv = m.hidden, m.intermediate, m.q_width, m.kv_width
+    return m.dtype_bytes * (10 * h + 11 * q + 13 * kv + 5 * i)
+
+
 def predict(cm: RooflineCostModel, step: GpuStep) -> dict[str, float]:
     """The roofline's device time for the step, and its GEMM and attention parts."""
     shape = step.shape
@@ -110,9 +136,51 @@ def predict(cm: RooflineCostModel, step: GpuStep) -> dict[str, float]:
             "predicted_attention_s": attn}
 
 
-def comparison(records: list[dict[str, Any]]) -> list[str]:
-    """Side-by-side table and summaries of measured vs predicted (re-predicted now)."""
+class StepPricer:
+    """The roofline for each (hardware, model, attention kernel) of step records, built
+    once. ``kernels="logged"`` prices what the run executed: the attention kernel each
+    record names (``logged_kernel``) and PyTorch's elementwise traffic
+    (``torch_activation_bytes``); ``"vllm"`` prices vLLM's kernels instead (what the
+    simulator runs: the architecture's attention backend and fused elementwise kernels)."""
+
+    def __init__(self, kernels: str = "logged") -> None:
+        if kernels not in ("logged", "vllm"):
+            raise PpasError(f"kernels must be 'logged' or 'vllm', got {kernels!r}")
+        self.kernels = kernels
+        self._models: dict[tuple[str, str, str | None], RooflineCostModel] = {}
+
+    def model_for(self, record: dict[str, Any]) -> RooflineCostModel:
+        hw, model = record["hardware"], record["model"]
+        kernel = logged_kernel(record) if self.kernels == "logged" else None
+        key = (hw, model, kernel)
+        cm = self._models.get(key)
+        if cm is None:
+            act = (torch_activation_bytes(MODELS.get(model)) if self.kernels == "logged"
+                   else None)
+            cm = self._models[key] = RooflineCostModel(hw, model, attention_kernel=kernel,
+                                                       activation_bytes=act)
+        return cm
+
+    def predict(self, record: dict[str, Any]) -> dict[str, float]:
+        return predict(self.model_for(record), step_of(record))
+
+
+def step_of(record: dict[str, Any]) -> GpuStep:
+    return GpuStep(record["step"], tuple(tuple(c) for c in record["chunks"]),  # type: ignore[misc]
+                   record["decodes"], record["decode_ctx"])
+
+
+def step_errors(records: list[dict[str, Any]], kernels: str = "logged") -> list[float]:
+    """predicted / measured - 1 of each record's whole-step device time."""
+    pricer = StepPricer(kernels)
+    return [pricer.predict(r)["predicted_all_s"] / r["measured_all_s"] - 1 for r in records]
+
+
+def comparison(records: list[dict[str, Any]], kernels: str = "logged") -> list[str]:
+    """Side-by-side table and summaries of measured vs predicted (re-predicted now) with
+    ``StepPricer(kernels)``."""
     lines = []
+    pricer = StepPricer(kernels)
     by_model: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:  # runs with a forced attention backend are compared per backend
         by_model.setdefault((r["hardware"], r["model"], r.get("forced_backend") or ""),
@@ -121,19 +189,19 @@ def comparison(records: list[dict[str, Any]]) -> list[str]:
         if model not in MODELS or hw not in HARDWARE:
             lines.append(f"{hw} / {model}: not in the catalog; measured only")
             continue
-        cm = RooflineCostModel(hw, model)
         lines.append(f"\n{hw} / {model} ({recs[0].get('device_name', '?')}, "
                      f"torch {recs[0].get('torch', '?')}"
                      + (f", attention {forced} only" if forced else "")
-                     + "): device time per step, ms")
+                     + "): device time per step, ms; priced: "
+                     + ("the logged attention kernel, PyTorch's elementwise ops"
+                        if kernels == "logged" else "vLLM's kernels"))
         lines.append(f"{'step':<30} {'measured':>9} {'roofline':>9} {'err':>7}   "
                      f"{'GEMMs m/p':>15} {'attention m/p':>15}  backend")
         errs: dict[str, list[float]] = {}
         named: dict[str, tuple[float, float, float, float]] = {}
         for r in recs:
-            step = GpuStep(r["step"], tuple(tuple(c) for c in r["chunks"]),  # type: ignore[misc]
-                        r["decodes"], r["decode_ctx"])
-            p = predict(cm, step)
+            step = step_of(r)
+            p = pricer.predict(r)
             m_all, p_all = r["measured_all_s"], p["predicted_all_s"]
             err = p_all / m_all - 1
             errs.setdefault(step.kind, []).append(err)

@@ -27,6 +27,22 @@ tiles and attention blocks quantise into waves. Every figure cites its source in
 * A40 (sm_86, GA102): not in the facts page; NVIDIA's A40 datasheet gives 149.7 TFLOP/s
   dense BF16 tensor (299.4 sparse; professional GA102 parts run FP32 accumulation at full
   rate), 696 GB/s GDDR6, 48 GiB; 84 SMs (10,752 CUDA cores / 128 per SM).
+* Attention physics (``AttentionKernel``, ``attention_flops``): the attention kernel is a
+  parameter of the cost model, vLLM's per architecture by default (``ATTENTION_BACKEND``).
+  What a kernel reaches at head dim 128 on large shapes is a published figure per
+  (kernel, architecture): FlashAttention-2 on Ampere ~230 TFLOP/s (Dao 2023), on Hopper
+  ~35% of peak (it has no wgmma/TMA path: Shah et al. 2024), FlashAttention-3 on Hopper
+  ~620 at head dim 128, 16k tokens. cuDNN's fused attention (PyTorch's SDPA on Hopper) is
+  the same class of kernel as FlashAttention-3 (wgmma, TMA, warp specialisation) and has no
+  figure in the facts page: it is priced as FlashAttention-3 (an assumption; the H200 runs
+  that timed it are held out and judge it). The head-dimension dependence is the softmax's:
+  every query-key pair costs 4d tensor-core FLOPs per head plus one exponential on the
+  special-function units (16 per clock per SM on Ampere, Hopper, Ada and Blackwell), so a
+  kernel reaches ``d / (d + d0)`` of its large-head-dim throughput with ``d0 = (tensor FLOP
+  per clock per SM) / (4 x 16)``: 64 on Hopper (989 TFLOP/s at 1.83 GHz over 132 SMs), 32
+  on the A100, 16 on the A40/L40S, 8 on the RTX 5090 (half-rate FP32 accumulation). On the
+  H100 this gives FlashAttention-3 744 TFLOP/s at head dim 256 from 620 at 128: the paper's
+  ~740 (its "up to" figure, reached at head dim 256), a check, not a fit.
 * GEMM physics (``GemmPhysics``): where measured kernels exist (Vidur's per-operator
   profiles of A100, H100, A40; our H200 step runs), ``benchmarks/kernel_fidelity.py --fit``
   fits what each GPU's GEMMs reach and each architecture's kernel shape, and writes
@@ -54,6 +70,48 @@ ESTIMATE_GEMM_FRACTION, ESTIMATE_ATTN_FRACTION = 270 / 312, 230 / 312
 #: on Hopper (sm_90), FlashAttention-2 on Ampere, Ada and GeForce Blackwell (no FA3 there).
 ATTENTION_BACKEND = {"sm_80": "flash-attn-2", "sm_86": "flash-attn-2", "sm_89": "flash-attn-2",
                      "sm_90": "flash-attn-3", "sm_120": "flash-attn-2"}
+#: Special-function-unit exponentials per clock per SM (the softmax's exp), on every
+#: architecture here (Ampere, Ada, Hopper, GeForce Blackwell): the FlashAttention-3 paper's
+#: 3.9 TFLOP/s for the H100 SXM is 16 x 132 SMs x 1.83 GHz.
+SFU_EXP_PER_CLOCK_SM = 16
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionKernel:
+    """One attention kernel's geometry (facts about the kernel build, not fitted): query
+    rows per thread block (``block_rows``) and whether it splits the KV of a small prefill
+    grid over more blocks (``split_kv``: FlashAttention-3 does, and so does PyTorch's
+    FlashAttention-2 build, whose forward applies flash-attn's num_splits heuristic; vLLM's
+    paged FlashAttention-2 build and cuDNN split for decoding only). ``family`` names the
+    kernel whose published throughput it has (the same code, another build)."""
+
+    name: str
+    block_rows: int
+    split_kv: bool
+    family: str = ""
+
+    @property
+    def throughput_of(self) -> str:
+        return self.family or self.name
+
+
+ATTENTION_KERNELS = {k.name: k for k in (
+    AttentionKernel("flash-attn-2", 64, False),
+    AttentionKernel("flash-attn-3", 128, True),
+    AttentionKernel("sdpa-flash-attn-2", 64, True, family="flash-attn-2"),
+    AttentionKernel("cudnn", 128, False),
+)}
+#: Published reached attention throughput at head dim 128, large shapes, where the kernel
+#: is not vLLM's on that architecture (vLLM's own is the GPU's ``attn_tflops``): as a
+#: fraction of the dense BF16 peak, or ``None`` for "as vLLM's kernel there".
+#: FlashAttention-2 on Hopper ~35% (Shah et al. 2024); cuDNN on Hopper priced as FA3.
+OTHER_ATTENTION: dict[tuple[str, str], float | None] = {
+    ("flash-attn-2", "hopper"): 0.35,
+    ("cudnn", "hopper"): None,
+}
+#: The head dimension the catalog's attention figures are quoted at.
+ATTN_REFERENCE_HEAD_DIM = 128
+
 #: Architecture families: GPUs of one family share their GEMM kernels' shape (fixed latency,
 #: wave tail, roofline knee: ``GemmPhysics``); throughput and bandwidth are per GPU.
 FAMILY = {"sm_80": "ampere", "sm_86": "ampere", "sm_89": "ada", "sm_90": "hopper",
@@ -96,9 +154,10 @@ class GemmPhysics:
 @dataclass(frozen=True, slots=True)
 class Hardware:
     """One GPU. ``bf16_tflops`` is the datasheet's dense BF16 peak with FP32 accumulation;
-    ``gemm_tflops`` / ``attn_tflops`` are what large GEMMs / the attention backend reach
-    (None: estimated from the peak, see ``ESTIMATE_*``); ``mem_bw_gbs`` is the datasheet
-    bandwidth, ``achieved_bw_gbs`` the reached one (None: ``BW_FRACTION`` of it)."""
+    ``gemm_tflops`` / ``attn_tflops`` are what large GEMMs / vLLM's attention backend here
+    reach (attention: at head dim 128; None: estimated from the peak, see ``ESTIMATE_*``);
+    ``mem_bw_gbs`` is the datasheet bandwidth, ``achieved_bw_gbs`` the reached one (None:
+    ``BW_FRACTION`` of it)."""
 
     name: str
     bf16_tflops: float  # dense tensor-core peak with FP32 accumulate, TFLOP/s
@@ -111,10 +170,14 @@ class Hardware:
     achieved_bw_gbs: float | None = None
     source: str = ""
     gemm: GemmPhysics | None = None  # fitted GEMM physics (None: the plain roofline)
+    # The clock the datasheet's tensor peak is quoted at (GHz): with ``sms`` it gives the
+    # tensor FLOP per clock per SM, which sets the softmax's share (``softmax_head_dim``).
+    peak_clock_ghz: float = 1.41  # (the A100's; give each GPU its own)
 
     def __post_init__(self) -> None:
         require(self.bf16_tflops > 0 and self.mem_bw_gbs > 0 and self.mem_gb > 0
-                and self.sms > 0, f"hardware {self.name}: figures must be > 0")
+                and self.sms > 0 and self.peak_clock_ghz > 0,
+                f"hardware {self.name}: figures must be > 0")
         for v in (self.gemm_tflops, self.attn_tflops, self.achieved_bw_gbs):
             require(v is None or v > 0, f"hardware {self.name}: figures must be > 0")
         require(self.arch in ATTENTION_BACKEND,
@@ -141,6 +204,30 @@ class Hardware:
         """FLOP/s reached by the attention backend's forward pass on large shapes."""
         t = self.attn_tflops or self.bf16_tflops * ESTIMATE_ATTN_FRACTION
         return t * 1e12
+
+    @property
+    def softmax_head_dim(self) -> float:
+        """``d0``: the head dimension at which a query-key pair's exponential costs as much
+        as its tensor-core FLOPs (tensor FLOP per clock per SM / (4 x 16 exp per clock per
+        SM)); attention reaches ``d / (d + d0)`` of its large-head-dim throughput."""
+        per_clock_sm = self.bf16_tflops * 1e12 / (self.sms * self.peak_clock_ghz * 1e9)
+        return per_clock_sm / (4 * SFU_EXP_PER_CLOCK_SM)
+
+    def attention_flops(self, kernel: str | None = None, head_dim: int = 128) -> float:
+        """FLOP/s the attention ``kernel`` (None: vLLM's here) reaches on large shapes at
+        ``head_dim``: its published figure at head dim 128, scaled by the softmax's share."""
+        require((kernel or self.attention_backend) in ATTENTION_KERNELS,
+                f"unknown attention kernel {kernel!r}; allowed: {', '.join(ATTENTION_KERNELS)}")
+        name = ATTENTION_KERNELS[kernel or self.attention_backend].throughput_of
+        if name == self.attention_backend:
+            base = self.attn_flops
+        else:
+            require((name, self.family) in OTHER_ATTENTION,
+                    f"no published throughput of {name} on {self.family} ({self.name})")
+            frac = OTHER_ATTENTION[(name, self.family)]
+            base = self.attn_flops if frac is None else frac * self.bf16_tflops * 1e12
+        d0, d, d_ref = self.softmax_head_dim, head_dim, ATTN_REFERENCE_HEAD_DIM
+        return base * (d / (d + d0)) / (d_ref / (d_ref + d0))
 
     @property
     def bandwidth(self) -> float:
@@ -237,24 +324,27 @@ MODELS: Registry[ModelArch] = Registry("model")
 
 for _hw in (
     Hardware("rtx5090", 209.5, 1792.0, 34.2, sms=170, arch="sm_120",  # 32 GiB GDDR7
-             gemm_tflops=222.0, attn_tflops=188.6,
+             gemm_tflops=222.0, attn_tflops=188.6, peak_clock_ghz=2.407,
              source="peak: NVIDIA Blackwell spec (FP32 accumulate); reached: P-PAS paper §2 "
                     "(gate-up GEMM 6.66 ms, FlashAttention-2 16k chunk 5.83 ms)"),
     Hardware("a100-sxm-80gb", 312.0, 2039.0, 85.9, sms=108, arch="sm_80",  # 80 GiB HBM2e
-             gemm_tflops=270.0, attn_tflops=230.0,
+             gemm_tflops=270.0, attn_tflops=230.0, peak_clock_ghz=1.41,
              source="cuBLAS 250-290 TFLOP/s, FlashAttention-2 up to ~230 (Dao 2023)"),
     Hardware("h100-sxm-80gb", 989.0, 3350.0, 85.9, sms=132, arch="sm_90",  # 80 GiB HBM3
-             gemm_tflops=690.0, attn_tflops=620.0,
+             gemm_tflops=690.0, attn_tflops=620.0, peak_clock_ghz=1.83,
              source="cuBLAS 600-780 TFLOP/s; FlashAttention-3 ~620 at head dim 128, 16k "
                     "(Shah et al. 2024)"),
     Hardware("h200", 989.0, 4800.0, 150.0, sms=132, arch="sm_90",  # 141 GB HBM3e
              gemm_tflops=690.0, attn_tflops=620.0, achieved_bw_gbs=4300.0,
+             peak_clock_ghz=1.83,
              source="H100 compute die and clocks; bandwidth: device copy ~4.3 TB/s measured "
                     "on an H200 in this workplace"),
     Hardware("l40s", 362.0, 864.0, 51.5, sms=142, arch="sm_89",  # 48 GiB GDDR6
+             peak_clock_ghz=2.52,
              source="datasheet peak (FP32 accumulate); reached throughputs estimated with "
                     "the A100's fractions (no public measurement in the facts page)"),
     Hardware("a40", 149.7, 696.0, 51.5, sms=84, arch="sm_86",  # 48 GiB GDDR6
+             peak_clock_ghz=1.74,
              source="NVIDIA A40 datasheet (149.7 TFLOP/s dense BF16 tensor, 696 GB/s, 48 GiB; "
                     "84 SMs); attention estimated with the A100's fraction; GEMMs fitted on "
                     "Vidur's A40 kernel profile"),

@@ -1,8 +1,9 @@
 """Roofline step-time model from per-GPU achieved throughputs and the model's shapes.
 
 Hardware facts (``ppas.cost.catalog``): the FLOP/s large BF16 GEMMs reach (F_g), the FLOP/s
-the architecture's attention backend reaches (F_a: FlashAttention-2, or -3 on Hopper), the
-reached bandwidth (BW) and the SM count (S). Nothing here is a per-GPU or per-model
+the attention kernel reaches at the model's head dimension (F_a: ``Hardware.attention_flops``;
+the kernel is a parameter, vLLM's by default: FlashAttention-3 on Hopper, FlashAttention-2
+elsewhere), the reached bandwidth (BW) and the SM count (S). Nothing here is a per-GPU or per-model
 constant; the only calibrated quantities (``ppas/data/roofline_calibration.json``, written
 by ``benchmarks/calibrate_roofline.py`` from the RTX 5090 / Qwen2.5-3B runs) are engine and
 host costs (per-step, per-request and eager-launch overheads) and two dimensionless
@@ -24,15 +25,19 @@ gate-up split their output width over the GPUs, o and down their depth K):
     architecture's knee (a soft max: loads and math overlap imperfectly near the ridge).
     attention (prefill):   max(4 H_q d W / t / F_a * v / w,  KV(p + c) / BW)
         W = sum c (p + (c + 1) / 2) causal pairs; w = blocks / S with blocks = H_q / t x
-        (query rows / B_q, B_q = 64 on FA2 paged KV, 128 on FA3), raised towards 1.6 waves by
-        FA3's split-KV when the grid is small; v = w + tau_a u waves if w > 1, else one wave;
-        u = (p + B_q) /
-        (p + (c + 1) / 2) <= 1: blocks of one chunk are near-equal when its cached context p
-        dominates, so the last wave's idle SMs cost the most (the causal triangle of a
-        first chunk fills them). This is why eight 2k chunks cost more than one 16k chunk
+        (query rows / B_q: ``catalog.ATTENTION_KERNELS``, 64 on FA2 paged KV, 128 on FA3 and
+        cuDNN), raised towards 1.6 waves by a split-KV kernel (FA3) when the grid is small;
+        v = w + tau_a u waves if w > 1, else one wave; u = (p + B_q) / (p + (c + 1) / 2) <= 1:
+        blocks of one chunk are near-equal when its cached context p dominates, so the
+        last wave's idle SMs cost the most (the causal triangle of a first chunk fills
+        them). This is why eight 2k chunks cost more than one 16k chunk
         (P-PAS §2): 3 waves on an RTX 5090 vs 24.
+        The KV term is the memory bound: a chunk of c tokens does 4 H_q d c FLOPs per key
+        against 4 H_kv d bytes, so chunks with c H_q / H_kv below F_a / BW (e.g. 51 tokens
+        for Qwen3-8B on an H100) are bound by reading their cached context.
     attention (decode):    KV(contexts) / BW
-    activations:           N x (norm, SiLU, rotary, KV-write bytes) / BW
+    activations:           N x (norm, SiLU, rotary, KV-write bytes) / BW (vLLM's fused
+                           kernels; ``activation_bytes`` overrides it for another implementation)
 
     step = L (GEMMs + attention + activations) + LM head (a GEMM of one row per request)
            + overhead (+ L eager, when N > the CUDA-graph capture limit) + per_request * reqs
@@ -47,13 +52,19 @@ from importlib import resources
 from ppas.core.config import require
 from ppas.core.errors import PpasError
 from ppas.cost.base import CostModel, StepShape
-from ppas.cost.catalog import CUDAGRAPH_MAX_TOKENS, HARDWARE, MODELS, Hardware, ModelArch
+from ppas.cost.catalog import (
+    ATTENTION_KERNELS,
+    CUDAGRAPH_MAX_TOKENS,
+    HARDWARE,
+    MODELS,
+    Hardware,
+    ModelArch,
+)
 
 # Kernel geometry (facts about the kernels, not fitted): cuBLAS's large BF16 tiles are
-# 128 x 256 outputs; vLLM's FlashAttention-2 paged-KV (split-KV) kernel takes 64 query rows
-# per block, FlashAttention-3 128; each runs one block per SM at head dim 64-128.
+# 128 x 256 outputs; attention kernels' query rows per block are in
+# ``catalog.ATTENTION_KERNELS``; each runs one block per SM at head dim 64-128.
 GEMM_TILE = 128 * 256
-ATTN_BLOCK_ROWS = {"flash-attn-2": 64, "flash-attn-3": 128}
 KV_BLOCK = 128  # keys per split-KV block
 # FlashAttention-3 splits the KV of a small grid over more blocks (up to ~1.6 waves); vLLM's
 # FlashAttention-2 build splits KV for decoding only, so prefill chunks keep their grid.
@@ -138,25 +149,33 @@ class RooflineCostModel(CostModel):
         params: RooflineParams | None = None,
         tp: int = 1,
         max_num_batched_tokens: int = 16384,
+        attention_kernel: str | None = None,
+        activation_bytes: float | None = None,
     ) -> None:
+        """``attention_kernel``: the attention kernel priced (``catalog.ATTENTION_KERNELS``;
+        None: vLLM's on this architecture). ``activation_bytes``: bytes one token moves
+        through a layer's memory-bound (non-GEMM, non-attention) kernels (None: vLLM's
+        fused kernels, ``ModelArch.activation_bytes_per_token_layer``)."""
         hw = HARDWARE.get(hardware) if isinstance(hardware, str) else hardware
         m = MODELS.get(model) if isinstance(model, str) else model
         require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
         self.hardware, self.model, self.tp = hw, m, tp
         self.params = p = params or RooflineParams.calibrated()
-        fa, bw, sms = hw.attn_flops, hw.bandwidth, hw.sms
+        self.attention_kernel = kernel = attention_kernel or hw.attention_backend
+        fa, bw, sms = hw.attention_flops(kernel, m.head_dim), hw.bandwidth, hw.sms
         L = m.layers
         # GEMMs of one layer, each split over the tp GPUs by its depth or its width.
         self._gemms = tuple(
             gemm_terms(hw, k / tp if row else k, out if row else out / tp, p.gemm_tail_waves)
             for (k, out), row in zip(m.gemms, ROW_PARALLEL, strict=True))
         self._layers = L
-        self._act_per_tok = m.activation_bytes_per_token_layer / tp / bw
+        act = m.activation_bytes_per_token_layer if activation_bytes is None else activation_bytes
+        self._act_per_tok = act / tp / bw
         self._attn_per_pair = 4.0 * m.q_width / tp / fa
-        self._rows = ATTN_BLOCK_ROWS[hw.attention_backend]
+        self._rows = ATTENTION_KERNELS[kernel].block_rows
         self._blocks_per_row = m.heads / tp / self._rows / sms  # waves per query row
         self._tau_a = p.attn_tail_waves
-        self._split_kv = hw.attention_backend == "flash-attn-3"
+        self._split_kv = ATTENTION_KERNELS[kernel].split_kv
         self._kv_read_per_tok = m.kv_bytes_per_token / L / tp / bw  # one layer
         # The LM head: one row per request (its last token); no tail on the plain roofline.
         self._lm = gemm_terms(hw, m.hidden, m.vocab / tp, 0.0)
@@ -275,5 +294,5 @@ class RooflineCostModel(CostModel):
 
     def describe(self) -> dict[str, object]:
         return {"hardware": self.hardware.name, "model": self.model.name, "tp": self.tp,
-                "attention_backend": self.hardware.attention_backend,
+                "attention_backend": self.attention_kernel,
                 "params": asdict(self.params), "kv_capacity_tokens": self.kv_capacity_tokens}
