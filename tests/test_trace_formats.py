@@ -18,7 +18,7 @@ from ppas.engine.simulator import EngineConfig, simulate
 from ppas.experiment.traces import WorkloadSpec
 from ppas.policies import make_policy
 from ppas.workload import RequestSpec, Trace, TraceTransform, load_trace, parse_window
-from ppas.workload.files import detect_format
+from ppas.workload.files import detect_format, save_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
 AZURE = DATA / "azure-2023-code-head.csv"
@@ -55,6 +55,45 @@ def test_our_own_format_reads_as_before(tmp_path: Path) -> None:
     q = tmp_path / "ours.jsonl"
     q.write_text('{"arrival_s": 1, "prompt_tokens": 9, "output_tokens": 1}\n')
     assert detect_format(q, q.read_text()) == "ppas" and len(load_trace(q)) == 1
+
+
+def test_our_own_format_priority_column(tmp_path: Path) -> None:
+    """vLLM's per-request priority: an integer, absent = 0; written back only when not 0."""
+    p = tmp_path / "pri.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,priority\n0,10,2,-3\n1,10,2,\n")
+    tr = load_trace(p)
+    assert [r.priority for r in tr] == [-3, 0]
+    out = tmp_path / "back.jsonl"
+    save_trace(tr, out)
+    assert ['"priority"' in line for line in out.read_text().splitlines()] == [True, False]
+    assert [r.priority for r in load_trace(out)] == [-3, 0]
+    for bad in ("1.5", "x", "true", str(2**31)):
+        q = tmp_path / "bad.jsonl"
+        q.write_text('{"arrival_s": 0, "prompt_tokens": 9, "output_tokens": 1, "priority": '
+                     + (bad if bad != "x" else '"x"') + "}\n")
+        with pytest.raises(PpasError, match=r"bad.jsonl:1: priority must be"):
+            load_trace(q)
+
+
+def test_simulate_scheduling_policy_priority_admits_lower_values_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three long prompts (priority 1) then a short one (priority 0): under priority the
+    short one is admitted ahead of the queued long ones, so its TTFT drops; FCFS ignores
+    the column. ``--vllm-version`` is accepted by every simulating command."""
+    p = tmp_path / "pri.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens,priority\n"
+                 + "0,4000,8,1\n" * 3 + "0.01,100,8,0\n")
+    ttft = {}
+    for policy in ("fcfs", "priority"):
+        rc, out, _ = run_cli(["simulate", "--trace", str(p), "--hardware", "h100-sxm-80gb",
+                              "--model", "qwen3-8b", "--configs", "mbt:2048", "--json",
+                              "--scheduling-policy", policy, "--vllm-version", "0.32"], capsys)
+        assert rc == 0
+        ttft[policy] = json.loads(out)[0]["ttft_p50"]
+    assert ttft["priority"] < ttft["fcfs"]
+    rc, _, err = run_cli(["sweep", "--hardware", "rtx5090", "--model", "qwen2.5-3b",
+                          "--scheduling-policy", "priority"], capsys)
+    assert rc == 2 and "needs a trace with a priority column" in err
 
 
 # --- each format, read as published ------------------------------------------------------

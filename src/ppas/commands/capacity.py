@@ -20,15 +20,14 @@ from ppas.commands.common import (
     add_shape_args,
     add_slo_arg,
     check_common,
+    engine_config,
     floats,
-    max_model_len,
     split_configs,
 )
 from ppas.commands.trace_args import add_trace_arguments, build_trace
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_BISECT_STEPS, MAX_RATE_SCALE, MIN_RATE_SCALE, float_arg, int_arg
 from ppas.engine.setup import EngineSetup, engine_for
-from ppas.engine.simulator import EngineConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if trace.duration_s <= 0:
         raise PpasError("capacity needs a trace whose arrivals span some time (duration 0)")
     base_rate = len(trace) / trace.duration_s
-    engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
-                          max_model_len=max_model_len(args))
+    engine = engine_config(args)
     target = args.attainment / 100.0
     records = []
     for c in configs:

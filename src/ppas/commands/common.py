@@ -27,7 +27,10 @@ from ppas.core.slo import SLO_HELP, SloSpec
 from ppas.cost import CostModel
 from ppas.cost.catalog import HARDWARE, MAX_MODEL_LEN, MODELS
 from ppas.engine.setup import engine_for
+from ppas.engine.simulator import SCHEDULING_POLICIES, EngineConfig
+from ppas.live.versions import RELEASE_LINES
 from ppas.policies import make_policy
+from ppas.policies.vllm_stock import VERSIONS
 
 
 def split_configs(text: str) -> list[str]:
@@ -99,6 +102,24 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int_arg(1, MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS),
                    default=None, help="vLLM's max_model_len: longer requests (prompt + output) "
                    "fail as vLLM rejects them (default: the --model's context, else none)")
+    p.add_argument("--scheduling-policy", choices=SCHEDULING_POLICIES, default="fcfs",
+                   help="vLLM's --scheduling-policy: priority admits lower values of the "
+                        "trace's 'priority' column first (a policy's order applies within a "
+                        "level) and preempts the highest first")
+    p.add_argument("--vllm-version", choices=VERSIONS, default="0.33",
+                   help="the vLLM release line whose step rules are simulated (they differ "
+                        "under --scheduling-policy priority; ppas tune: also whose knobs it "
+                        "searches)")
+
+
+def engine_config(args: argparse.Namespace, prefix_caching: bool = False) -> EngineConfig:
+    """The simulated engine that the flags of ``add_cost_args`` describe."""
+    line = RELEASE_LINES[args.vllm_version]
+    return EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
+                        prefix_caching=prefix_caching, max_model_len=max_model_len(args),
+                        scheduling_policy=args.scheduling_policy,
+                        priority_skips_self_preempted=line.priority_self_preemption
+                        == "continue")
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:

@@ -14,14 +14,14 @@ from ppas.commands.common import (
     add_slo_arg,
     check_common,
     cost_model_for,
-    max_model_len,
+    engine_config,
     no_success_exit,
     print_json,
     split_configs,
 )
 from ppas.commands.trace_args import add_trace_arguments, build_trace, trace_counts
 from ppas.core.errors import PpasError
-from ppas.engine.simulator import EngineConfig, simulate
+from ppas.engine.simulator import simulate
 from ppas.engine.solo import SoloTable
 from ppas.policies import make_policy
 
@@ -45,6 +45,9 @@ def _f(v: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.cluster:
+        if args.scheduling_policy != "fcfs":
+            raise PpasError("--scheduling-policy priority is not simulated with --cluster "
+                            "(its instances admit first come, first served)")
         return cluster.run(args)
     if args.mixed or args.instances or args.pd_ratios or args.plot:
         raise PpasError("--mixed, --instances, --pd-ratios and --plot need --cluster FILE")
@@ -54,9 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if len(trace) == 0:
         raise PpasError(f"the trace ({trace.description}) has no requests; raise the rates "
                         "or lengthen the phases")
-    engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
-                          prefix_caching=args.enable_prefix_caching,
-                          max_model_len=max_model_len(args))
+    engine = engine_config(args, prefix_caching=args.enable_prefix_caching)
     records = []
     for c in configs:
         cm = cost_model_for(args, c)

@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
         raise PpasError("--phases must contain {burst} for a sweep over --burst-rates")
     if args.num_kv_blocks is not None:
         raise PpasError("--num-kv-blocks is supported by ppas simulate only")
+    if args.scheduling_policy != "fcfs":  # the paper's phase traces carry no priorities
+        raise PpasError("--scheduling-policy priority needs a trace with a priority column: "
+                        "ppas simulate, capacity or tune --trace FILE")
     grid = Grid(tuple(configs), tuple(bursts), tuple(seeds), args.phases, args.prompt_tokens,
                 args.output_tokens, args.max_num_seqs, max_model_len(args))
     for b in bursts:  # bad phases or a too-large trace fail now, before any simulation

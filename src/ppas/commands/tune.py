@@ -25,8 +25,8 @@ from ppas.commands.common import (
     add_cost_args,
     add_slo_arg,
     check_common,
+    engine_config,
     floats,
-    max_model_len,
     split_configs,
 )
 from ppas.commands.trace_args import add_trace_file_arguments, trace_counts
@@ -34,10 +34,8 @@ from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_BISECT_STEPS, float_arg, int_arg
 from ppas.core.outputs import check_output_file, json_text, write_atomic
 from ppas.core.slo import SLO_HELP
-from ppas.engine.simulator import EngineConfig
 from ppas.experiment.spec import parse_experiment
 from ppas.experiment.tuned import TunedTrace, tuned_experiment
-from ppas.policies.vllm_stock import VERSIONS
 from ppas.workload import Trace, TraceTransform, load_trace
 
 SEARCHES = ("descent", "grid")
@@ -79,8 +77,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bisect-steps", type=int_arg(0, MAX_BISECT_STEPS), default=None,
                    help="--objective capacity: bisections inside the first failing bracket "
                         "of --loads (default 3)")
-    p.add_argument("--vllm-version", choices=VERSIONS, default="0.33",
-                   help="the release line whose semantics are simulated")
     p.add_argument("--search", choices=SEARCHES, default="descent",
                    help="descent: coordinate descent over the knobs (fast); grid: every "
                         "setting (slow: a check of the descent)")
@@ -130,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
         return rest.apply(raw) if rest else raw
 
     traces = {x: at_load(x) for x in loads}
-    engine = EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
-                          max_model_len=max_model_len(args))
+    engine = engine_config(args)
     objective = OBJECTIVES.get(args.objective)(
         args.tpot_slo, 0.9 if args.attainment is None else args.attainment / 100,
         3 if args.bisect_steps is None else args.bisect_steps)

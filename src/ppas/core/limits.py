@@ -26,6 +26,7 @@ MAX_LENGTH_SCALE = 100.0  # a replayed trace's length factor (--length-scale)
 MIN_TIME_S = 1e-6  # an SLO, a step-time target, a latency: 1 us, below any engine step
 MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # gamma shape (vllm bench serve --burstiness)
 MAX_SEED = 2**32 - 1
+MAX_PRIORITY = 2**31 - 1  # |vLLM's per-request priority| (a trace's priority column)
 MAX_TP = 1024
 MAX_DP_SIZE = 65_536  # data-parallel ranks of one server (a step log header's size)
 MAX_NUM_SEQS = 1 << 20

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ppas.core import limits
 from ppas.core.errors import PpasError
-from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_TIME_S
+from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PRIORITY, MAX_PROMPT_TOKENS, MAX_TIME_S
 from ppas.core.outputs import write_atomic
 from ppas.workload.requests import Dropped, RequestSpec, Segments, Trace
 from ppas.workload.transforms import (
@@ -37,7 +37,7 @@ from ppas.workload.transforms import (
 )
 
 _FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
-_OPTIONAL = ("ttft_slo", "tpot_slo", "slo_class")
+_OPTIONAL = ("ttft_slo", "tpot_slo", "slo_class", "priority")
 _PREFIX_HELP = ("prefix must be a list of [stream, tokens] pairs (JSONL), or prefix_group "
                 "with prefix_tokens")
 
@@ -311,6 +311,7 @@ def load_trace(path: str | Path, fmt: str = "auto", block_size: int = 512,
     """Read a trace file in ``fmt`` (``TRACE_FORMATS``; ``auto`` detects it from the CSV
     header or the JSONL keys). Our own format is a CSV (header row) or JSONL with
     ``arrival_s, prompt_tokens, output_tokens`` (optional ``ttft_slo, tpot_slo, slo_class``,
+    ``priority`` (vLLM's, read under ``--scheduling-policy priority``),
     and the shared prompt prefix: JSONL ``prefix`` as ``[[stream, tokens], ...]``, or in
     either format one segment as ``prefix_group`` + ``prefix_tokens``); the public formats
     are read as published (their readers say how). A malformed line raises a PpasError
@@ -388,8 +389,17 @@ def _parse_row(p: Path, n: int, obj: dict[str, object]) -> RequestSpec:
                 slos[k] = v
         cls = obj.get("slo_class")
         prefix = _parse_prefix(obj, int(pt))
+        priority = 0
+        if obj.get("priority") is not None:  # vLLM's per-request priority: an integer
+            v = _number(obj, "priority")
+            if not (v.is_integer() and abs(v) <= MAX_PRIORITY):
+                raise ValueError(f"priority must be an integer in [-{MAX_PRIORITY}, "
+                                 f"{MAX_PRIORITY}] (lower is served first), got "
+                                 f"{obj['priority']!r:.40}")
+            priority = int(v)
         return RequestSpec(a, int(pt), int(ot), slos.get("ttft_slo"), slos.get("tpot_slo"),
-                           slo_class=None if cls is None else str(cls), prefix=prefix)
+                           slo_class=None if cls is None else str(cls), prefix=prefix,
+                           priority=priority)
     except (ValueError, TypeError, OverflowError) as e:
         raise PpasError(f"{p}:{n}: {e}") from None
 
@@ -444,8 +454,9 @@ def save_trace(trace: Trace, path: str | Path) -> None:
         obj: dict[str, object] = {"arrival_s": r.arrival_s, "prompt_tokens": r.prompt_tokens,
                                   "output_tokens": r.output_tokens}
         for k in _OPTIONAL:
-            if getattr(r, k) is not None:
-                obj[k] = getattr(r, k)
+            v = getattr(r, k)
+            if v is not None and not (k == "priority" and v == 0):  # 0: vLLM's default
+                obj[k] = v
         if r.prefix:
             obj["prefix"] = [list(seg) for seg in r.prefix]
         lines.append(json.dumps(obj) + "\n")
