@@ -22,7 +22,7 @@ from ppas.cli import build_parser, main
 from ppas.commands.bench import trace_from_args
 from ppas.core.errors import PpasError
 from ppas.live.client import ReplayOptions, run_trace
-from ppas.live.http import normalize_base_url
+from ppas.live.http import normalize_base_url, payload
 from ppas.live.outcome import BenchResult, RequestOutcome
 from ppas.live.prompts import PREFIX_TOKENS, text_prompt, token_prompt
 from ppas.live.results import summarize
@@ -660,3 +660,8 @@ def test_goodput_key_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) 
     rc = main(_bench_argv("http://127.0.0.1:9", "--goodput", "ttft:5", "ttft:10"))
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--goodput gives ttft twice" in err
+
+
+def test_payload_sends_a_trace_priority_only_when_not_zero() -> None:
+    assert "priority" not in payload("m", [1, 2], 4, "off")
+    assert payload("m", [1, 2], 4, "off", priority=-2)["priority"] == -2

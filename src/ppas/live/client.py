@@ -164,7 +164,8 @@ async def _replay(base: str, model: str, trace: Trace, outcomes: list[RequestOut
 
         def body(spec: RequestSpec, index: int) -> dict[str, Any]:
             return payload(model, prompt(spec, index, opt.prompt_seed, opt.prompt_format, vocab,
-                                         filler), spec.output_tokens, opt.usage)
+                                         filler), spec.output_tokens, opt.usage,
+                           spec.priority)
 
         for k in range(opt.num_warmups):  # same shape as the first request, distinct prefixes
             w = RequestOutcome(-1 - k, 0.0, 0.0, reqs[0].prompt_tokens, reqs[0].output_tokens)

@@ -92,8 +92,11 @@ async def check_server(session: aiohttp.ClientSession, base_url: str, model: str
                         f"{timeout_s:g} s ({type(e).__name__})") from None
 
 
-def payload(model: str, prompt: list[int] | str, max_tokens: int, usage: str) -> dict[str, Any]:
-    """A streamed completion of exactly ``max_tokens`` greedy tokens (``ignore_eos``)."""
+def payload(model: str, prompt: list[int] | str, max_tokens: int, usage: str,
+            priority: int = 0) -> dict[str, Any]:
+    """A streamed completion of exactly ``max_tokens`` greedy tokens (``ignore_eos``);
+    ``priority`` (a trace's column) is sent when not 0, vLLM's default (a server without
+    ``--scheduling-policy priority`` rejects it, as vLLM does)."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
@@ -102,6 +105,8 @@ def payload(model: str, prompt: list[int] | str, max_tokens: int, usage: str) ->
         "stream": True,
         "ignore_eos": True,
     }
+    if priority:
+        body["priority"] = priority
     if usage != "off":
         body["stream_options"] = {"include_usage": True,
                                   "continuous_usage_stats": usage == "continuous"}
