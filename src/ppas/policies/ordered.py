@@ -31,16 +31,20 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    strictly more prefill tokens per second than every smaller one), the budget minimises
    the latency the next drain costs everyone in the engine, from the bound StepCosts:
 
-       J(c) = t(c) * (L + Q / c + N / 2),
+       J(c) = t(c) * (L + Q / c + (N - 1) / 2),
 
-   ``t(c)`` = the step of ``c`` tokens taken from the head of the order (their causal
-   pairs counted exactly from the pending prompts' contexts) beside the running decodes;
+   ``t(c)`` = a step of ``c`` tokens beside the running decodes, at the causal pairs per
+   token of the first ``ceiling`` tokens of the order (counted from the pending prompts'
+   contexts: over those tokens every candidate does the same attention work, however it
+   cuts them, so a smaller chunk is not credited with a long prompt's low-context head);
    ``L`` = the outputs the running decodes have left (each waits ``t(c)`` per token);
    ``Q`` = sum over the ``N`` pending prompts of the prompt tokens queued up to and
    including each one in this order (prompt ``i`` finishes its prefill after
-   ``C_i / c`` steps of ``t(c)``), plus half a step each for the step quantisation (a
-   prompt's last token lands anywhere in its last step: the 1/2 is the mean of a uniform
-   position, not a fitted factor). No threshold is fitted: a small backlog (``Q / c``
+   ``C_i / c`` steps of ``t(c)``), plus half a step for each prompt but the last, the step
+   quantisation (a prompt's last token lands anywhere in its last step, which runs on
+   with the next prompt's tokens: the 1/2 is the mean of a uniform position, not a fitted
+   factor; the last prompt's step ends with it, and a partial step is priced at its own
+   tokens). No threshold is fitted: a small backlog (``Q / c``
    small against ``L``) keeps the knee, a backlog that outruns it (``Q`` growing as the
    square of the queued tokens) moves the argmin to the frontier's top. For fixed ``L``
    and ``N`` the choice is monotone in ``Q`` (``J``'s increase per unit ``Q``,
@@ -345,7 +349,7 @@ class Ordered(Policy):
     def saturation_chunk(self, view: SchedulerView, knee: int, decodes: bool, ride: float,
                          early_exit: bool = True) -> int:
         """The saturation budget (module doc, 2): the frontier chunk in [knee, ceiling]
-        minimising ``J(c) = t(c) (L + Q / c + N / 2)``, ``ride`` the running decodes' cost
+        minimising ``J(c) = t(c) (L + Q / c + (N - 1) / 2)``, ``ride`` the running decodes' cost
         per step. One pass over the running requests (``L``, the running prompts), then
         the waiting ones in the view's order, stopped early (``early_exit``, the same
         result) once the queued tokens pass ``C*`` and the frontier's top is the argmin:
@@ -357,22 +361,19 @@ class Ordered(Policy):
         if len(cands) < 2:
             return knee
         top = cands[-1]
-        pairs = [0.0] * len(cands)
+        pairs = 0.0  # causal pairs of the first ``top`` tokens of the order
         outputs_left = n = n_running = 0
         queued, q = 0, 0.0
         frontier: list[tuple[int, int, float]] = []  # (c, tokens, t(c)) once queued >= top
         c_star, ft = 0.0, top
 
         def take(r: RequestView) -> None:
-            nonlocal n, queued, q
+            nonlocal n, queued, q, pairs
             prompt = r.prompt_tokens
             rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
-            if queued < top:  # this prompt's tokens within each candidate's first step
-                ctx = prompt - rem
-                for j, c in enumerate(cands):
-                    if queued < c:
-                        x = min(rem, c - queued)
-                        pairs[j] += x * (ctx + (x + 1) / 2)
+            if queued < top:  # this prompt's tokens within the first ``top``
+                x = min(rem, top - queued)
+                pairs += x * (prompt - rem + (x + 1) / 2)
             queued += rem
             n += 1
             q += queued
@@ -400,20 +401,27 @@ class Ordered(Policy):
             return knee
         return _argmin(self._frontier(cands, pairs, queued, ride), outputs_left, q, n)
 
-    def _frontier(self, cands: list[int], pairs: list[float], queued: int,
+    def _frontier(self, cands: list[int], pairs: float, queued: int,
                   ride: float) -> list[tuple[int, int, float]]:
         """``(c, m, t(c))`` of the candidates that clear strictly more tokens per second
         than every smaller one: ``m = min(c, queued)`` the tokens the step takes, ``t(c)``
-        that step (``pairs`` its causal pairs) beside the running decodes."""
+        that step beside the running decodes, its causal pairs ``m * rho`` with ``rho``
+        the pairs per token of the largest candidate's tokens (``pairs`` over them).
+        Over those tokens every candidate does the same attention work, whatever its
+        chunking (a prompt's pairs do not depend on how it is cut), so the pairs per token
+        are the same for all: counting each candidate's own first step instead would
+        credit a small chunk with the low-context head of a long prompt."""
         costs = self.sat_costs
         assert costs is not None
         out: list[tuple[int, int, float]] = []
         best = float("inf")
-        for c, w in zip(cands, pairs, strict=True):
+        top = min(cands[-1], queued)
+        rho = pairs / top if top > 0 else 0.0
+        for c in cands:
             m = min(c, queued)
             if m <= 0 or (out and m <= out[-1][1]):
                 continue  # an empty step, or the same step as a smaller candidate's
-            t = costs.step_time(m, w) + ride
+            t = costs.step_time(m, m * rho) + ride
             if t / m < best:
                 best = t / m
                 out.append((c, m, t))
@@ -436,10 +444,10 @@ class Ordered(Policy):
 def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
             n: int) -> int:
     """The chunk of ``frontier`` (``(c, m, t(c))``, ascending) minimising
-    ``J = t(c) (outputs_left + q / m + n / 2)``; ties to the smaller chunk."""
+    ``J = t(c) (outputs_left + q / m + (n - 1) / 2)``; ties to the smaller chunk."""
     best_c, best_j = frontier[0][0], float("inf")
     for c, m, t in frontier:
-        j = t * (outputs_left + q / m + n / 2)
+        j = t * (outputs_left + q / m + (n - 1) / 2)
         if j < best_j:
             best_c, best_j = c, j
     return best_c
