@@ -21,15 +21,20 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    budget is then 4096 at every step); with ``c_max`` 8192 it reaches 8192 under many
    decodes there, which raised P99 TPOT at 3x load for no gain in mean E2E
    (``docs/results/real-traffic.md``).
-   **Saturation** (``saturation_chunk``, ``c_sat`` > 0): the knee weighs a chunk's cost
+   **Saturation** (``saturation_chunk``, on by default): the knee weighs a chunk's cost
    to the riding decodes only; when the pending prompts outrun what the knee clears,
    throughput rules instead, and the budget grows from the knee towards the most
    throughput-efficient chunk, up to ``c_max`` while any decode rides and up to
    ``c_sat`` in a step with none (the TPOT bound: a riding decode never sees a step
-   longer than the knee rule's worst, a ``c_max`` chunk beside it). Among the candidate
-   chunks ``c`` in [knee, ceiling] (those on the efficiency frontier: each one clears
-   strictly more prefill tokens per second than every smaller one), the budget minimises
-   the latency the next drain costs everyone in the engine, from the bound StepCosts:
+   longer than the knee rule's worst, a ``c_max`` chunk beside it). ``c_sat`` defaults
+   to ``c_max``: in our runs (``docs/results/real-traffic.md``) growing past ``c_max``
+   beside decodes raised P99 TPOT 1.8x for < 1% of mean E2E, decode-free steps past it
+   changed nothing measurable under saturation (there decodes nearly always ride), and
+   the larger global MBT it needs reserves activation memory out of the KV cache. Among
+   the candidate chunks ``c`` in [knee, ceiling] (those on the efficiency frontier: each
+   one clears strictly more prefill tokens per second than every smaller one), the budget
+   minimises the latency the next drain costs everyone in the engine, from the bound
+   StepCosts:
 
        J(c) = t(c) * (L + Q / c + (N - 1) / 2),
 
@@ -73,13 +78,16 @@ starvation, whatever arrives later). This bounds the *order*, not the latency: t
 budget, the admission limit and the KV cache can still hold ``i`` while running requests
 finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prompt
 (cached or not): its prefill in ``c_max``-token steps, then one decode step per further
-output at its mean context. With ``c_sat`` the steps are those the saturation rule
-takes for that prompt alone on an idle engine (``idle_chunk``), so the deadline follows
-the steps the engine really runs (a 32k-token prompt alone is prefilled in 16k-token
-steps where that is the faster schedule).
+output at its mean context. With the saturation rule the steps are the budget it gives
+that prompt alone on an idle engine (``idle_chunk``), so the deadline follows the steps
+the engine really runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled in
+16k-token steps, and the estimate stays within 1.1% of the engine's best solo latency
+(``solo_latency``) where ``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
 
 Cost per step: one pass over the running requests and the budget, O(running + number
-of candidate chunks); when a waiting request can be admitted (the running prompts leave
+of candidate chunks), plus the saturation rule's pass over a prefix of the waiting queue
+(it stops once more prompts can only confirm the biggest chunk; the whole queue when it
+is short); when a waiting request can be admitted (the running prompts leave
 budget, the limit and the KV cache leave room for the smallest waiting footprint), one
 pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
 that cannot admit returns no order: the engine keeps the waiting queue as last sorted
@@ -118,7 +126,8 @@ SLACK = 16
 
 @dataclass(frozen=True)
 class OrderedConfig:
-    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,c_sat=16384``.
+    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
+    c_sat=0``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -128,10 +137,11 @@ class OrderedConfig:
       chunk's prefill throughput beside the running decodes.
     * ``kv_ratio``: the admission limit is the decode batch whose KV reads are this many
       times the weights' (0: no limit).
-    * ``c_sat``: the saturation ceiling (module doc, 2): the budget may grow past the knee
-      towards the most throughput-efficient chunk, up to ``c_max`` beside running
-      decodes and up to ``c_sat`` without; ``c_sat`` (when above ``c_max``) is then the
-      global MBT. 0: off (the knee alone).
+    * ``saturation``: the saturation rule (module doc, 2): the budget may grow past the
+      knee towards the most throughput-efficient chunk, up to ``c_max`` beside running
+      decodes and up to ``c_sat`` without (false: the knee alone).
+    * ``c_sat``: the ceiling of a decode-free step under the saturation rule (0: ``c_max``);
+      when above ``c_max`` it is the global MBT.
     """
 
     aging: float = 25.0
@@ -139,7 +149,8 @@ class OrderedConfig:
     c_max: int = 4096
     efficiency: float = 0.95
     kv_ratio: float = 0.0
-    c_sat: int = 16384
+    saturation: bool = True
+    c_sat: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
@@ -168,7 +179,7 @@ class Ordered(Policy):
         # The saturation rule's candidates, [c_min, max(c_max, c_sat)], and their costs
         # (a separate table so the knee's StepCosts, hence its decisions, stay as they are).
         self.sat_chunks = (candidate_chunks(config.c_min, max(config.c_max, config.c_sat))
-                           if config.c_sat else ())
+                           if config.saturation else ())
         self.sat_costs: StepCosts | None = None
         self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
@@ -330,8 +341,8 @@ class Ordered(Policy):
               view: SchedulerView | None = None) -> int:
         """The budget beside running decodes (module doc, 2): the smallest candidate chunk
         whose prefill throughput beside them, ``c / (S(c) + decodes' cost)``, reaches
-        ``efficiency`` times the biggest chunk's (the knee); given the view and ``c_sat``,
-        grown by ``saturation_chunk`` when the pending prompts outrun it."""
+        ``efficiency`` times the biggest chunk's (the knee); given the view (and
+        ``saturation``), grown by ``saturation_chunk`` when the pending prompts outrun it."""
         costs = self.costs
         assert costs is not None
         ride = num_decodes * costs.dec_ride + costs.dec_kv * decode_ctx
