@@ -249,7 +249,7 @@ def test_saturation_grows_the_budget_past_the_knee_only_under_a_backlog() -> Non
     assert p.decide(many).prefill_budget == p.config.c_max  # a backlog: throughput rules
 
 
-def test_saturation_off_is_the_knee_and_the_mbt_follows_c_sat() -> None:
+def test_the_global_mbt_follows_c_sat() -> None:
     assert on_a100("ordered").max_num_batched_tokens == 4096
     assert on_a100("ordered:c_sat=16384").max_num_batched_tokens == 16384
     with pytest.raises(Exception, match="c_sat"):
