@@ -219,3 +219,116 @@ def test_aging_bound_in_the_simulator(
             if i in still and late(i, now) and info[i].num_preemptions == 0:
                 ai = (info[i].arrival_time, i)
                 assert all((info[j].arrival_time, j) < ai for j in admitted), (i, admitted)
+
+
+# -- the saturation rule (module doc, 2) -------------------------------------------------------
+#: An A100 with a 7B model: there the knee is below ``c_max``, so the rule has room.
+CM_A100 = RooflineCostModel("a100-sxm-80gb", "qwen2.5-7b", max_num_batched_tokens=16384)
+
+
+def on_a100(spec: str) -> Ordered:
+    p = make_policy(spec)
+    assert isinstance(p, Ordered)
+    p.bind_cost_model(CM_A100)
+    return p
+
+
+def decodes(n: int, ctx: int = 3000, left: int = 200) -> list[RequestSnapshot]:
+    return [RequestSnapshot(f"d{i}", 0.0, ctx, ctx + 1, 1, 1 + left, True) for i in range(n)]
+
+
+def test_saturation_grows_the_budget_past_the_knee_only_under_a_backlog() -> None:
+    p = on_a100("ordered")
+    q = on_a100("ordered:saturation=false")
+    few = view([*decodes(8), *(waiting(f"w{i}", 1500, 9.0 + i / 100) for i in range(2))])
+    many = view([*decodes(8), *(waiting(f"w{i}", 1500, 5.0 + i / 100) for i in range(400))])
+    knee = q.decide(few).prefill_budget
+    assert knee < p.config.c_max  # the A100's knee leaves the rule room
+    assert p.decide(few).prefill_budget == knee  # a small queue keeps the knee
+    assert q.decide(many).prefill_budget == knee
+    assert p.decide(many).prefill_budget == p.config.c_max  # a backlog: throughput rules
+
+
+def test_the_global_mbt_follows_c_sat() -> None:
+    assert on_a100("ordered").max_num_batched_tokens == 4096
+    assert on_a100("ordered:c_sat=16384").max_num_batched_tokens == 16384
+    with pytest.raises(Exception, match="c_sat"):
+        make_policy("ordered:c_sat=2048")
+
+
+@pytest.mark.parametrize(("prompt", "out"), [(2000, 30), (16000, 50), (32000, 20)])
+def test_solo_estimate_follows_the_saturation_ceiling(prompt: int, out: int) -> None:
+    # With a 16k decode-free ceiling a long prompt alone runs in 16k-token steps; the
+    # estimate follows them (within 2% of the engine's best solo latency).
+    for cm in (CM, CM_A100):
+        p = make_policy("ordered:c_sat=16384")
+        assert isinstance(p, Ordered)
+        p.bind_cost_model(cm)
+        assert p.solo_estimate(prompt, out) == pytest.approx(
+            solo_latency(prompt, out, cm).e2e, rel=0.02)
+
+
+@st.composite
+def busy_views(draw: st.DrawFn) -> SchedulerView:
+    """Random views with up to 40 decodes and 0..300 waiting prompts (a backlog or not)."""
+    now = 100.0
+    reqs: list[RequestSnapshot] = []
+    for i in range(draw(st.integers(0, 40))):
+        ctx = draw(st.integers(1, 20000))
+        out = draw(st.integers(1, 500))
+        reqs.append(RequestSnapshot(f"d{i}", draw(st.floats(0, now)), ctx, ctx + 1,
+                                    draw(st.integers(1, out)), out + 1, True))
+    for i in range(draw(st.integers(0, 2))):
+        prompt = draw(st.integers(2, 30000))
+        reqs.append(RequestSnapshot(f"p{i}", draw(st.floats(0, now)), prompt,
+                                    draw(st.integers(0, prompt - 1)), 0, 32, True))
+    n = draw(st.integers(0, 300))
+    sizes = draw(st.lists(st.integers(1, 30000), min_size=n, max_size=n))
+    reqs += [RequestSnapshot(f"w{i}", now - 50 + i / 10, s, max_output_tokens=64)
+             for i, s in enumerate(sizes)]
+    return view(reqs, now=now, mbt=16384)
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_views(), st.sampled_from(["ordered", "ordered:c_sat=16384",
+                                      "ordered:c_max=8192,c_sat=16384"]))
+def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) -> None:
+    p = on_a100(spec)
+    q = on_a100(spec + ("," if ":" in spec else ":") + "saturation=false")
+    n_dec = sum(1 for r in v.requests if r.is_running and not is_pending_prefill(r)
+                and r.num_output_tokens < r.max_output_tokens)
+    ctx = sum(r.num_computed_tokens for r in v.requests if r.is_running
+              and not is_pending_prefill(r) and r.num_output_tokens < r.max_output_tokens)
+    knee = q.chunk(n_dec, ctx)
+    budget = p.chunk(n_dec, ctx, v)
+    # Never below the knee, never above the global MBT; beside decodes, at most c_max.
+    assert knee <= budget <= p.max_num_batched_tokens
+    if n_dec:
+        assert budget <= p.config.c_max
+    # The early exit gives what the whole queue gives.
+    costs = p.costs
+    assert costs is not None
+    ride = n_dec * costs.dec_ride + costs.dec_kv * ctx
+    assert budget == p.saturation_chunk(v, knee, n_dec > 0, ride, early_exit=False)
+    assert 0 <= p.decide(v).prefill_budget <= p.max_num_batched_tokens
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 50_000), st.integers(1, 2000), st.floats(0, 1e10), st.floats(0, 1e10),
+       st.integers(0, 64), st.sampled_from([4096, 8192, 16384, 40000]), st.floats(0, 4000))
+def test_saturation_choice_is_monotone_in_the_backlog(
+        outputs_left: int, n: int, q1: float, q2: float, n_dec: int, queued: int,
+        rho: float) -> None:
+    from ppas.policies.ordered import _argmin
+    p = on_a100("ordered:c_sat=16384")
+    costs = p.costs
+    assert costs is not None
+    cands = list(p.sat_chunks)
+    ride = n_dec * (costs.dec_ride + costs.dec_kv * 3000)
+    frontier = p._frontier(cands, rho * min(cands[-1], queued), queued, ride)
+    lo, hi = sorted((q1, q2))
+    # More queued work (Q) never picks a smaller chunk; more decode work left (L) never
+    # picks a bigger one.
+    assert _argmin(frontier, outputs_left, lo, n) <= _argmin(frontier, outputs_left, hi, n)
+    assert _argmin(frontier, outputs_left + 1000, lo, n) <= _argmin(frontier, outputs_left,
+                                                                    lo, n)

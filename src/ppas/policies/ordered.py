@@ -21,6 +21,42 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    budget is then 4096 at every step); with ``c_max`` 8192 it reaches 8192 under many
    decodes there, which raised P99 TPOT at 3x load for no gain in mean E2E
    (``docs/results/real-traffic.md``).
+   **Saturation** (``saturation_chunk``, on by default): the knee weighs a chunk's cost
+   to the riding decodes only; when the pending prompts outrun what the knee clears,
+   throughput rules instead, and the budget grows from the knee towards the most
+   throughput-efficient chunk, up to ``c_max`` while any decode rides and up to
+   ``c_sat`` in a step with none (the TPOT bound: a riding decode never sees a step
+   longer than the knee rule's worst, a ``c_max`` chunk beside it). ``c_sat`` defaults
+   to ``c_max``: in our runs (``docs/results/real-traffic.md``) growing past ``c_max``
+   beside decodes raised P99 TPOT 1.8x for < 1% of mean E2E, decode-free steps past it
+   changed nothing measurable under saturation (there decodes nearly always ride), and
+   the larger global MBT it needs reserves activation memory out of the KV cache. Among
+   the candidate chunks ``c`` in [knee, ceiling] (those on the efficiency frontier: each
+   one clears strictly more prefill tokens per second than every smaller one), the budget
+   minimises the latency the next drain costs everyone in the engine, from the bound
+   StepCosts:
+
+       J(c) = t(c) * (L + Q / c + (N - 1) / 2),
+
+   ``t(c)`` = a step of ``c`` tokens beside the running decodes, at the causal pairs per
+   token of the first ``ceiling`` tokens of the order (counted from the pending prompts'
+   contexts: over those tokens every candidate does the same attention work, however it
+   cuts them, so a smaller chunk is not credited with a long prompt's low-context head);
+   ``L`` = the outputs the running decodes have left (each waits ``t(c)`` per token);
+   ``Q`` = sum over the ``N`` pending prompts of the prompt tokens queued up to and
+   including each one in this order (prompt ``i`` finishes its prefill after
+   ``C_i / c`` steps of ``t(c)``), plus half a step for each prompt but the last, the step
+   quantisation (a prompt's last token lands anywhere in its last step, which runs on
+   with the next prompt's tokens: the 1/2 is the mean of a uniform position, not a fitted
+   factor; the last prompt's step ends with it, and a partial step is priced at its own
+   tokens). No threshold is fitted: a small backlog (``Q / c``
+   small against ``L``) keeps the knee, a backlog that outruns it (``Q`` growing as the
+   square of the queued tokens) moves the argmin to the frontier's top. For fixed ``L``
+   and ``N`` the choice is monotone in ``Q`` (``J``'s increase per unit ``Q``,
+   ``t(c) / c``, falls along the frontier); the budget is never below the knee nor above
+   the global MBT (``max(c_max, c_sat)``). Cost: one pass over the running requests and
+   a prefix of the order, stopped as soon as the frontier's top is the argmin and every
+   further prompt can only favour it (queued tokens past ``C*``, ``saturation_chunk``).
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
@@ -42,10 +78,16 @@ starvation, whatever arrives later). This bounds the *order*, not the latency: t
 budget, the admission limit and the KV cache can still hold ``i`` while running requests
 finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prompt
 (cached or not): its prefill in ``c_max``-token steps, then one decode step per further
-output at its mean context.
+output at its mean context. With the saturation rule the steps are the budget it gives
+that prompt alone on an idle engine (``idle_chunk``), so the deadline follows the steps
+the engine really runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled in
+16k-token steps, and the estimate stays within 1.1% of the engine's best solo latency
+(``solo_latency``) where ``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
 
 Cost per step: one pass over the running requests and the budget, O(running + number
-of candidate chunks); when a waiting request can be admitted (the running prompts leave
+of candidate chunks), plus the saturation rule's pass over a prefix of the waiting queue
+(it stops once more prompts can only confirm the biggest chunk; the whole queue when it
+is short); when a waiting request can be admitted (the running prompts leave
 budget, the limit and the KV cache leave room for the smallest waiting footprint), one
 pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
 that cannot admit returns no order: the engine keeps the waiting queue as last sorted
@@ -71,7 +113,7 @@ from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import RequestView, SchedulerView, is_pending_prefill
+from ppas.core.view import RequestSnapshot, RequestView, SchedulerView, is_pending_prefill
 from ppas.cost.base import CostModel, causal_pairs
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -84,7 +126,8 @@ SLACK = 16
 
 @dataclass(frozen=True)
 class OrderedConfig:
-    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0``.
+    """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
+    c_sat=0``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -94,6 +137,11 @@ class OrderedConfig:
       chunk's prefill throughput beside the running decodes.
     * ``kv_ratio``: the admission limit is the decode batch whose KV reads are this many
       times the weights' (0: no limit).
+    * ``saturation``: the saturation rule (module doc, 2): the budget may grow past the
+      knee towards the most throughput-efficient chunk, up to ``c_max`` beside running
+      decodes and up to ``c_sat`` without (false: the knee alone).
+    * ``c_sat``: the ceiling of a decode-free step under the saturation rule (0: ``c_max``);
+      when above ``c_max`` it is the global MBT.
     """
 
     aging: float = 25.0
@@ -101,6 +149,8 @@ class OrderedConfig:
     c_max: int = 4096
     efficiency: float = 0.95
     kv_ratio: float = 0.0
+    saturation: bool = True
+    c_sat: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
@@ -111,6 +161,8 @@ class OrderedConfig:
                 f"efficiency must be in (0, 1], got {self.efficiency}")
         require(0 <= self.kv_ratio <= 1e3,
                 f"kv_ratio must be in [0, 1000], got {self.kv_ratio}")
+        require(self.c_sat == 0 or self.c_sat >= self.c_max,
+                f"c_sat must be 0 or >= c_max={self.c_max}, got {self.c_sat}")
 
 
 @register("ordered")
@@ -124,11 +176,17 @@ class Ordered(Policy):
         self.costs: StepCosts | None = None
         self.chunk_time: list[float] = []  # StepCosts.step_time of each candidate chunk
         self.kv_capacity: int | None = None
+        # The saturation rule's candidates, [c_min, max(c_max, c_sat)], and their costs
+        # (a separate table so the knee's StepCosts, hence its decisions, stay as they are).
+        self.sat_chunks = (candidate_chunks(config.c_min, max(config.c_max, config.c_sat))
+                           if config.saturation else ())
+        self.sat_costs: StepCosts | None = None
+        self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
 
     @property
     def max_num_batched_tokens(self) -> int:
-        return int(self.config.c_max)
+        return int(max(self.config.c_max, self.config.c_sat))
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         super().bind_cost_model(cost_model)
@@ -137,17 +195,24 @@ class Ordered(Policy):
         self.chunk_time = ([] if costs is None else
                            [costs.step_time(c, causal_pairs(c, 0)) for c in self.chunks])
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
-        self._solo = {}
+        self.sat_costs = (None if cost_model is None or not self.sat_chunks else
+                          StepCosts(cost_model, self.sat_chunks))
+        self._solo, self._idle = {}, {}
 
     # -- the solo latency of the aging bound ------------------------------------------------
     def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
         """A request's latency alone on an idle engine, from the linearised costs: its
-        prompt in one step (``c_max``-token steps beyond), then ``outputs - 1`` decode-only
-        steps of one decode at the mean context. 0 without a cost model."""
+        prompt in steps of the budget an idle engine gives it (``c_max`` tokens; with
+        ``c_sat``, ``idle_chunk``), then ``outputs - 1`` decode-only steps of one decode at
+        the mean context. 0 without a cost model."""
         costs = self.costs
         if costs is None:
             return 0.0
         c = self.config.c_max
+        if self.sat_costs is not None:
+            c = self.idle_chunk(prompt_tokens)
+            if c > self.config.c_max:
+                costs = self.sat_costs
         k, last = divmod(prompt_tokens, c)
         ttft = costs.run_time(c, 0, k) if k else 0.0
         if last:
@@ -198,7 +263,7 @@ class Ordered(Policy):
             budget = (min(2048, cfg.c_max) if view.num_pending_prefills >= 2
                       and view.num_running_decodes > 0 else cfg.c_max)
         else:
-            budget = self.chunk(n_dec, ctx_dec)
+            budget = self.chunk(n_dec, ctx_dec, view)
         slots = (self.limit(ctx_run / n_running) - n_running
                  if n_running and cfg.kv_ratio > 0 and self.costs is not None else 1 << 30)
         if n_running and self.costs is not None:
@@ -272,16 +337,128 @@ class Ordered(Policy):
             return 1 << 30
         return max(1, int(self.config.kv_ratio * costs.dec_base / per))
 
-    def chunk(self, num_decodes: int, decode_ctx: int) -> int:
+    def chunk(self, num_decodes: int, decode_ctx: int,
+              view: SchedulerView | None = None) -> int:
         """The budget beside running decodes (module doc, 2): the smallest candidate chunk
         whose prefill throughput beside them, ``c / (S(c) + decodes' cost)``, reaches
-        ``efficiency`` times the biggest chunk's."""
+        ``efficiency`` times the biggest chunk's (the knee); given the view (and
+        ``saturation``), grown by ``saturation_chunk`` when the pending prompts outrun it."""
         costs = self.costs
         assert costs is not None
         ride = num_decodes * costs.dec_ride + costs.dec_kv * decode_ctx
         top = self.chunks[-1] / (self.chunk_time[-1] + ride)
         want = self.config.efficiency * top
+        knee = self.chunks[-1]
         for c, t in zip(self.chunks, self.chunk_time, strict=True):
             if c / (t + ride) >= want:
-                return c
-        return self.chunks[-1]
+                knee = c
+                break
+        if view is None or self.sat_costs is None:
+            return knee
+        return self.saturation_chunk(view, knee, num_decodes > 0, ride)
+
+    def saturation_chunk(self, view: SchedulerView, knee: int, decodes: bool, ride: float,
+                         early_exit: bool = True) -> int:
+        """The saturation budget (module doc, 2): the frontier chunk in [knee, ceiling]
+        minimising ``J(c) = t(c) (L + Q / c + (N - 1) / 2)``, ``ride`` the running decodes' cost
+        per step. One pass over the running requests (``L``, the running prompts), then
+        the waiting ones in the view's order, stopped early (``early_exit``, the same
+        result) once the queued tokens pass ``C*`` and the frontier's top is the argmin:
+        a prompt queued after ``C`` tokens raises ``J(c)`` by ``t(c) (1/2 + C / c)``, which
+        is smaller for the top than for a chunk ``a`` below it once
+        ``C >= (t(top) - t(a)) / (2 (t(a) / a - t(top) / top))``."""
+        ceiling = self.config.c_max if decodes else self.sat_chunks[-1]
+        cands = sorted({knee, *(c for c in self.sat_chunks if knee < c <= ceiling)})
+        if len(cands) < 2:
+            return knee
+        top = cands[-1]
+        pairs = 0.0  # causal pairs of the first ``top`` tokens of the order
+        outputs_left = n = n_running = 0
+        queued, q = 0, 0.0
+        frontier: list[tuple[int, int, float]] = []  # (c, tokens, t(c)) once queued >= top
+        c_star, ft = 0.0, top
+
+        def take(r: RequestView) -> None:
+            nonlocal n, queued, q, pairs
+            prompt = r.prompt_tokens
+            rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+            if queued < top:  # this prompt's tokens within the first ``top``
+                x = min(rem, top - queued)
+                pairs += x * (prompt - rem + (x + 1) / 2)
+            queued += rem
+            n += 1
+            q += queued
+
+        for r in view.requests:
+            if not r.is_running:
+                break
+            n_running += 1
+            if is_pending_prefill(r):
+                take(r)
+            elif r.num_output_tokens < r.max_output_tokens:
+                outputs_left += r.max_output_tokens - r.num_output_tokens
+        for r in islice(view.requests, n_running, None):
+            take(r)
+            if early_exit and queued >= top:
+                if not frontier:
+                    frontier = self._frontier(cands, pairs, queued, ride)
+                    if len(frontier) < 2:
+                        return frontier[0][0]
+                    ft, mt, tt = frontier[-1]
+                    c_star = max((tt - t) / (2 * (t / m - tt / mt)) for _, m, t in frontier[:-1])
+                if queued >= c_star and _argmin(frontier, outputs_left, q, n) == ft:
+                    return ft
+        if n == 0:
+            return knee
+        return _argmin(self._frontier(cands, pairs, queued, ride), outputs_left, q, n)
+
+    def _frontier(self, cands: list[int], pairs: float, queued: int,
+                  ride: float) -> list[tuple[int, int, float]]:
+        """``(c, m, t(c))`` of the candidates that clear strictly more tokens per second
+        than every smaller one: ``m = min(c, queued)`` the tokens the step takes, ``t(c)``
+        that step beside the running decodes, its causal pairs ``m * rho`` with ``rho``
+        the pairs per token of the largest candidate's tokens (``pairs`` over them).
+        Over those tokens every candidate does the same attention work, whatever its
+        chunking (a prompt's pairs do not depend on how it is cut), so the pairs per token
+        are the same for all: counting each candidate's own first step instead would
+        credit a small chunk with the low-context head of a long prompt."""
+        costs = self.sat_costs
+        assert costs is not None
+        out: list[tuple[int, int, float]] = []
+        best = float("inf")
+        top = min(cands[-1], queued)
+        rho = pairs / top if top > 0 else 0.0
+        for c in cands:
+            m = min(c, queued)
+            if m <= 0 or (out and m <= out[-1][1]):
+                continue  # an empty step, or the same step as a smaller candidate's
+            t = costs.step_time(m, m * rho) + ride
+            if t / m < best:
+                best = t / m
+                out.append((c, m, t))
+        return out or [(cands[0], max(1, queued), 0.0)]
+
+    def idle_chunk(self, prompt_tokens: int) -> int:
+        """The saturation budget of one ``prompt_tokens`` prompt alone on an idle engine
+        (no decode riding, the knee at no decodes as its floor), memoised."""
+        c = self._idle.get(prompt_tokens)
+        if c is None:
+            costs = self.costs
+            assert costs is not None
+            knee = self.chunk(0, 0)
+            p = RequestSnapshot("solo", 0.0, max(1, prompt_tokens))
+            v = SchedulerView(0.0, (p,), 1, 0, self.max_num_batched_tokens, 1)
+            c = self._idle[prompt_tokens] = self.saturation_chunk(v, knee, False, 0.0)
+        return c
+
+
+def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
+            n: int) -> int:
+    """The chunk of ``frontier`` (``(c, m, t(c))``, ascending) minimising
+    ``J = t(c) (outputs_left + q / m + (n - 1) / 2)``; ties to the smaller chunk."""
+    best_c, best_j = frontier[0][0], float("inf")
+    for c, m, t in frontier:
+        j = t * (outputs_left + q / m + (n - 1) / 2)
+        if j < best_j:
+            best_c, best_j = c, j
+    return best_c
