@@ -53,14 +53,15 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
-from ppas.core.view import SchedulerView, StepRecord
+from ppas.core.view import SchedulerView, StepRecord, WaitingLog
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
@@ -110,12 +111,82 @@ class EngineConfig:
                 f"{self.scheduling_policy!r}")
 
 
+class WaitingQueue:
+    """The waiting queue: a deque's operations (``append``, ``appendleft``, ``popleft``,
+    ``[0]``, ``len``, iteration, ``clear``, ``extend``) on an insertion-ordered dict by
+    request id, so that ``move_to_front`` applies a policy's ``prefill_order`` in
+    O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
+    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``)."""
+
+    __slots__ = ("_d", "log")
+
+    def __init__(self, items: Iterable[SimRequest] = ()) -> None:
+        self._d: OrderedDict[str, SimRequest] = OrderedDict()
+        self.log = WaitingLog()
+        self.extend(items)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __bool__(self) -> bool:
+        return bool(self._d)
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        return iter(self._d.values())
+
+    def __getitem__(self, i: int) -> SimRequest:
+        n = len(self._d)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("waiting queue index out of range")
+        if i == 0:
+            return next(iter(self._d.values()))
+        return next(islice(self._d.values(), i, None))
+
+    def append(self, r: SimRequest) -> None:
+        self._d[r.request_id] = r
+        self.log.events.append((True, r))
+
+    def appendleft(self, r: SimRequest) -> None:
+        d = self._d
+        d[r.request_id] = r
+        d.move_to_end(r.request_id, last=False)
+        self.log.events.append((True, r))
+
+    def popleft(self) -> SimRequest:
+        r = self._d.popitem(last=False)[1]
+        self.log.events.append((False, r))
+        return r
+
+    def extend(self, items: Iterable[SimRequest]) -> None:
+        for r in items:
+            self.append(r)
+
+    def clear(self) -> None:
+        self.log.events.extend((False, r) for r in self._d.values())
+        self._d.clear()
+
+    def move_to_front(self, order: Sequence[str]) -> None:
+        """The queue stably sorted by rank in ``order`` (unlisted ids last, in queue
+        order; for an id listed twice its last place counts, as ``step_rules``'s ranker
+        reads it): the listed requests in that order, moved to the front."""
+        d = self._d
+        rank = {rid: i for i, rid in enumerate(order)}
+        ids: Iterable[str] = (reversed(order) if len(rank) == len(order) else
+                              sorted(rank, key=rank.__getitem__, reverse=True))
+        move = d.move_to_end
+        for rid in ids:
+            if rid in d:
+                move(rid, last=False)
+
+
 class _Chain(Sequence[SimRequest]):
     """Running then waiting, without copying (policies rarely iterate)."""
 
     __slots__ = ("a", "b")
 
-    def __init__(self, a: list[SimRequest], b: deque[SimRequest]) -> None:
+    def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
         self.a, self.b = a, b
 
     def __len__(self) -> int:
@@ -165,7 +236,7 @@ class EngineSim:
         self.now = 0.0
         self.requests: list[SimRequest] = []
         self.running: list[SimRequest] = []
-        self.waiting: deque[SimRequest] = deque()
+        self.waiting = WaitingQueue()
         self.recent: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.steps: list[StepTrace] = []
         self.num_steps = self.num_preemptions = 0
@@ -184,6 +255,7 @@ class EngineSim:
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
+        self._log_views = not self.by_priority and not engine.prefix_caching
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
         self.knobs = policy.engine_knobs
@@ -250,7 +322,7 @@ class EngineSim:
             reqs.append(r)
         new.requests = reqs
         new.running = [fresh[id(r)] for r in self.running]
-        new.waiting = deque(fresh[id(r)] for r in self.waiting)
+        new.waiting = WaitingQueue(fresh[id(r)] for r in self.waiting)
         new.finished = list(self.finished)
         new.recent = deque(self.recent, maxlen=self.recent.maxlen)
         new.pool = copy.copy(self.pool)
@@ -420,10 +492,16 @@ class EngineSim:
         self._apply_run(k)
 
     def _view(self) -> SchedulerView:
-        np_, nd = step_rules.counts(self.running, len(self.waiting))
+        waiting = self.waiting
+        np_, nd = step_rules.counts(self.running, len(waiting))
+        log = waiting.log
+        log.trim(len(waiting))
         return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
-                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
+                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
+                             # a waiting request's fields change while it waits only
+                             # under priority (resorted) or prefix caching (its hit)
+                             waiting_log=log if self._log_views else None)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
                   ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],

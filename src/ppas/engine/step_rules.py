@@ -170,9 +170,16 @@ def order_waiting(waiting: MutableSequence[R], decision: Decision,
     """Put a waiting queue (a deque, served from its head) in admission order (rule 3).
     FCFS: a stable sort by ``decision.prefill_order``, nothing without one. ``priority``:
     sorted by ``priority_key`` every step, with or without an order (the engine keeps its
-    priority queue as a deque in this order; vLLM's heap would pop the same sequence)."""
+    priority queue as a deque in this order; vLLM's heap would pop the same sequence).
+    A queue with ``move_to_front`` (the simulator's ``WaitingQueue``) is reordered by it
+    under FCFS, to the same order in O(len(prefill_order))."""
     if len(waiting) < 2 or not (priority or decision.prefill_order):
         return
+    if not priority:
+        move = getattr(waiting, "move_to_front", None)
+        if move is not None:
+            move(decision.prefill_order)
+            return
     if priority:
         pkey = priority_key(decision)
         items = sorted(waiting, key=lambda r: pkey(cast(PrioritizedRequest, r)))
