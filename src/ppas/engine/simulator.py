@@ -168,15 +168,22 @@ class WaitingQueue:
         self._d.clear()
 
     def move_to_front(self, order: Sequence[str]) -> None:
-        """The queue stably sorted by rank in ``order`` (unlisted ids last, in queue
-        order; for an id listed twice its last place counts, as ``step_rules``'s ranker
-        reads it): the listed requests in that order, moved to the front."""
+        """The queue stably sorted by rank in ``order``, unlisted ids last in queue order
+        (``step_rules.order_waiting``): the listed requests moved to the front in that
+        order, O(len(order)). An order that lists an id twice is sorted as
+        ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
+        of ids listed), O(n log n)."""
         d = self._d
         rank = {rid: i for i, rid in enumerate(order)}
-        ids: Iterable[str] = (reversed(order) if len(rank) == len(order) else
-                              sorted(rank, key=rank.__getitem__, reverse=True))
+        if len(rank) != len(order):
+            last = len(rank)
+            items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
+            d.clear()
+            for r in items:
+                d[r.request_id] = r
+            return
         move = d.move_to_end
-        for rid in ids:
+        for rid in reversed(order):
             if rid in d:
                 move(rid, last=False)
 

@@ -73,8 +73,8 @@ numpy at most; no vllm import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence, Sequence
-from typing import Protocol, TypeVar, cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from ppas.core.decision import Decision, EngineKnobs
 from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
@@ -165,8 +165,17 @@ def order_running(running: list[R], decision: Decision, priority: bool = False) 
             running.extend(pre)
 
 
-def order_waiting(waiting: MutableSequence[R], decision: Decision,
-                  priority: bool = False) -> None:
+class WaitingQueue(Protocol):
+    """A waiting queue as ``order_waiting`` reorders it: vLLM's (a deque) or the
+    simulator's (``ppas.engine.simulator.WaitingQueue``, which also has ``move_to_front``)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def clear(self) -> None: ...
+    def extend(self, items: Iterable[Any], /) -> None: ...
+
+
+def order_waiting(waiting: WaitingQueue, decision: Decision, priority: bool = False) -> None:
     """Put a waiting queue (a deque, served from its head) in admission order (rule 3).
     FCFS: a stable sort by ``decision.prefill_order``, nothing without one. ``priority``:
     sorted by ``priority_key`` every step, with or without an order (the engine keeps its

@@ -34,22 +34,44 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
 **The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let
 ``d_i = arrival_i + aging * s_i``. At every step at or after ``d_i``, every request
 listed ahead of ``i`` in ``prefill_order`` is overdue and arrived no later than ``i``
-(ties by id). The engine serves the running prompts first, then admits waiting ones as a
-prefix of this order (its waiting loop stops at the first request it cannot admit).
-Hence, once ``i`` is overdue and waiting, no request that arrived after ``i`` is admitted
-before it, and ``i`` waits past ``d_i`` only for requests that arrived before it (no
-starvation, whatever arrives later). This bounds the *order*, not the latency: the
-budget, the admission limit and the KV cache can still hold ``i`` while running requests
-finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prompt
-(cached or not): its prefill in ``c_max``-token steps, then one decode step per further
-output at its mean context.
+(ties by id), and when ``i`` is waiting but not listed, so is every waiting request
+listed. The engine serves the running prompts first, then admits waiting ones as a
+prefix of this order (its waiting loop stops at the first request it cannot admit, and
+the budget returned stops it within the listed ones: below). Hence, once ``i`` is
+overdue and waiting, no request that arrived after ``i`` is admitted before it, and ``i``
+waits past ``d_i`` only for requests that arrived before it (no starvation, whatever
+arrives later). This bounds the *order*, not the latency: the budget, the admission
+limit and the KV cache can still hold ``i`` while running requests finish. ``s_i``
+(``solo_estimate``) is the linearised solo E2E of the whole prompt (cached or not): its
+prefill in ``c_max``-token steps, then one decode step per further output at its mean
+context.
 
-Cost per step: one pass over the running requests and the budget, O(running + number
-of candidate chunks); when a waiting request can be admitted (the running prompts leave
-budget, the limit and the KV cache leave room for the smallest waiting footprint), one
-pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
-that cannot admit returns no order: the engine keeps the waiting queue as last sorted
-(new arrivals at its end) and admits nothing from it, so the bound is unaffected.
+**What is listed.** Without a ``waiting_log`` in the view (the vLLM plugin, hand-made
+views): every pending prompt, in order (``decide_full``). With one (the simulator under
+FCFS without prefix caching; ``SchedulerView.waiting_log``), only what can matter: the
+order's waiting requests up to and including the first that the walk of rule 3 does not
+admit (or the one that fills the budget), then every running prompt; with nothing
+running, the waiting ones until their uncached tokens reach the budget. The engine never
+admits past them: each waiting request it admits takes at least its remaining uncached
+tokens from the budget, which the walk returns already spent by the listed ones (or the
+engine stops earlier, on its KV blocks, ``max_num_seqs`` or the global budget). The
+unlisted requests keep their queue order behind, and no step admits one, so every
+admission, and the run, is the same as with the whole order (``tests/test_ordered.py``
+runs both, and pins the indexed path to ``decide_full(truncate=True)`` at every step).
+
+**Cost per step.** Without a log: one pass over the running requests and the budget,
+O(running + number of candidate chunks); when a waiting request can be admitted (the
+running prompts leave budget, the limit and the KV cache leave room for the smallest
+waiting footprint), one pass over the waiting queue and one sort of the pending prompts,
+O(n log n). A step that cannot admit returns no order: the engine keeps the waiting queue
+as last sorted (new arrivals at its end) and admits nothing from it, so the bound is
+unaffected. With a log: the same pass over the running requests, then O((e + l + p) log
+n) for the waiting queue, where ``e`` is the log's events since the last step (arrivals,
+preemptions, admissions), ``l`` the requests listed and ``p`` those turning overdue
+(each once), none of it proportional to the queue. The index (``_WaitingIndex``) holds
+one entry per waiting request, made from the request's fields when it enters the queue
+(they do not change while it waits there), and reads the queue again whole, O(n), only
+when the log cannot be followed.
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
@@ -65,13 +87,15 @@ there is nothing to measure and the engine's own order is kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import RequestView, SchedulerView, is_pending_prefill
+from ppas.core.view import RequestView, SchedulerView, WaitingLog
 from ppas.cost.base import CostModel, causal_pairs
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -125,6 +149,7 @@ class Ordered(Policy):
         self.chunk_time: list[float] = []  # StepCosts.step_time of each candidate chunk
         self.kv_capacity: int | None = None
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
+        self._index: _WaitingIndex | None = None  # the waiting queue, between steps
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -138,6 +163,7 @@ class Ordered(Policy):
                            [costs.step_time(c, causal_pairs(c, 0)) for c in self.chunks])
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
         self._solo = {}
+        self._index = None
 
     # -- the solo latency of the aging bound ------------------------------------------------
     def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
@@ -157,43 +183,43 @@ class Ordered(Policy):
 
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
-        cfg = self.config
         if view.num_pending_prefills == 0:
-            return Decision(cfg.c_max)
-        solo = self.solo_function(view)
-        k, now = cfg.aging, view.now
-        kv = self.kv_capacity is not None
-        # Per pending prompt: (sort key, id, running, uncached tokens left, footprint).
-        items: list[tuple[tuple[int, float, float, str], str, bool, int, int]] = []
+            return Decision(self.config.c_max)
+        log = view.waiting_log
+        if log is not None and self.costs is not None and self.config.aging > 0:
+            return self._decide_indexed(view, log)
+        return self.decide_full(view)
 
-        def add(n: int, r: RequestView, running: bool) -> None:
-            prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
-            rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
-            if solo is None:  # nothing to age by: the engine's own order
-                key = (0, float(n), 0.0, rid)
-            elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens
-                                                       - r.num_output_tokens)):
-                key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
-            else:
-                key = (1, float(rem), arrival, rid)  # shortest remaining first
-            items.append((key, rid, running, rem, prompt + r.max_output_tokens + SLACK))
-
-        # The running requests (the view lists them first): decodes, prompts, KV in use.
-        n_running = n_dec = ctx_dec = ctx_run = running_left = 0
-        room = self.kv_capacity if self.kv_capacity is not None else 0
+    def _running(self, view: SchedulerView, solo: Callable[[int, int], float] | None,
+                 ) -> tuple[list[_Item], int, int, int, int, int, int]:
+        """One pass over the running requests (the view lists them first): their pending
+        prompts as items, and (running, decodes, decodes' context, mean-context numerator,
+        prompt tokens left, KV room left)."""
+        k, now = self.config.aging, view.now
+        items: list[_Item] = []
+        n_running = n_dec = ctx_dec = ctx_run = running_left = held = 0
         for r in view.requests:
             if not r.is_running:
                 break
             n_running += 1
-            room -= r.prompt_tokens + r.max_output_tokens + SLACK
-            if is_pending_prefill(r):
-                add(n_running - 1, r, True)
-                running_left += r.prompt_tokens - r.num_computed_tokens
-                ctx_run += r.prompt_tokens
-            elif r.num_output_tokens < r.max_output_tokens:
+            p, out, c = r.prompt_tokens, r.max_output_tokens, r.num_computed_tokens
+            held += p + out
+            if c < p:  # is_pending_prefill, inlined (r is running)
+                items.append(_item(n_running - 1, r, True, solo, k, now))
+                running_left += p - c
+                ctx_run += p
+            elif r.num_output_tokens < out:
                 n_dec += 1
-                ctx_dec += r.num_computed_tokens
+                ctx_dec += c
         ctx_run += ctx_dec
+        room = ((self.kv_capacity if self.kv_capacity is not None else 0)
+                - held - SLACK * n_running)
+        return items, n_running, n_dec, ctx_dec, ctx_run, running_left, room
+
+    def _budget(self, view: SchedulerView, n_running: int, n_dec: int, ctx_dec: int,
+                ctx_run: int) -> tuple[int, int]:
+        """(the step's budget, admission slots left) (module doc, 2 and 3)."""
+        cfg = self.config
         if self.costs is None:  # model-free fallback: P-PAS, paper parameters
             budget = (min(2048, cfg.c_max) if view.num_pending_prefills >= 2
                       and view.num_running_decodes > 0 else cfg.c_max)
@@ -201,6 +227,22 @@ class Ordered(Policy):
             budget = self.chunk(n_dec, ctx_dec)
         slots = (self.limit(ctx_run / n_running) - n_running
                  if n_running and cfg.kv_ratio > 0 and self.costs is not None else 1 << 30)
+        return budget, slots
+
+    def decide_full(self, view: SchedulerView, truncate: bool = False) -> Decision:
+        """The straightforward decision: every pending prompt keyed and sorted, O(n log n).
+        ``decide`` takes it where the view carries no ``waiting_log``; with ``truncate``
+        its order is cut as the indexed path cuts it (``_walk``), which must then give the
+        same Decision (``tests/test_ordered.py``)."""
+        if view.num_pending_prefills == 0:
+            return Decision(self.config.c_max)
+        solo = self.solo_function(view)
+        k, now = self.config.aging, view.now
+        items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
+            view, solo)
+        n_run_items = len(items)
+        budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
+        kv = self.kv_capacity is not None
         if n_running and self.costs is not None:
             if running_left >= budget:
                 return Decision(budget)  # the running prompts take it all: none admitted
@@ -210,8 +252,8 @@ class Ordered(Policy):
                 return Decision(running_left)  # no waiting request fits: none admitted
         if solo is None:
             for n, r in enumerate(islice(view.requests, n_running, None), n_running):
-                add(n, r, False)
-        else:  # add() inlined: the waiting queue is the long loop under overload
+                items.append(_item(n, r, False, solo, k, now))
+        else:  # _item() inlined: the waiting queue is the long loop under overload
             append = items.append
             for r in islice(view.requests, n_running, None):
                 prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
@@ -222,23 +264,43 @@ class Ordered(Policy):
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))
+        running_items = sorted(items[:n_run_items])
         items.sort()
-        ids = tuple(it[1] for it in items)
-        if not n_running or self.costs is None:
-            return Decision(budget, ids)  # an idle engine always admits (liveness)
-        # Admission, walked in this order: the limit, then whole footprints in the KV cache.
-        allowance = running_left
-        for _, _, running, rem, footprint in items:
-            if running:
-                continue
-            if slots <= 0 or (kv and footprint > room):
-                break
-            room -= footprint
-            slots -= 1
-            allowance += rem
-            if allowance >= budget:
-                return Decision(budget, ids)
-        return Decision(allowance, ids)
+        if not truncate:
+            ids = tuple(it[1] for it in items)
+            if not n_running or self.costs is None:
+                return Decision(budget, ids)  # an idle engine always admits (liveness)
+            budget, _ = _walk(iter(items), running_items, n_running, budget, slots, room,
+                              kv, running_left)
+            return Decision(budget, ids)
+        return Decision(*_walk(iter(items), running_items, n_running, budget, slots, room,
+                               kv, running_left))
+
+    def _decide_indexed(self, view: SchedulerView, log: WaitingLog) -> Decision:
+        """``decide_full(view, truncate=True)`` from the index of the waiting queue kept
+        between steps (``_WaitingIndex``): O(running + log events + listed x log n)."""
+        solo = self.solo_function(view)
+        assert solo is not None
+        items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
+            view, solo)
+        idx = self._index
+        if idx is None:
+            idx = self._index = _WaitingIndex(self.config.aging, solo)
+        idx.sync(view, log, n_running)
+        budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
+        kv = self.kv_capacity is not None
+        if n_running:
+            if running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
+            if slots <= 0 or (kv and room < idx.min_footprint(room) + SLACK):
+                return Decision(running_left)  # no waiting request fits: none admitted
+        idx.promote(view.now)
+        items.sort()
+        try:
+            return Decision(*_walk(heapq.merge(items, idx.in_order()), items, n_running,
+                                   budget, slots, room, kv, running_left))
+        finally:
+            idx.restore()
 
     def solo_function(self, view: SchedulerView) -> Callable[[int, int], float] | None:
         """``s_i`` of the aging bound as a function of (prompt tokens, outputs left): the
@@ -285,3 +347,211 @@ class Ordered(Policy):
             if c / (t + ride) >= want:
                 return c
         return self.chunks[-1]
+
+
+#: One pending prompt: (sort key, id, running, uncached tokens left, footprint).
+_Item = tuple[tuple[int, float, float, str], str, bool, int, int]
+
+
+def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], float] | None,
+          k: float, now: float) -> _Item:
+    """``r``'s item (module doc, 1); ``n`` its place in the view (the key without aging)."""
+    prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+    rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+    if solo is None:  # nothing to age by: the engine's own order
+        key = (0, float(n), 0.0, rid)
+    elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens - r.num_output_tokens)):
+        key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
+    else:
+        key = (1, float(rem), arrival, rid)  # shortest remaining first
+    return key, rid, running, rem, prompt + r.max_output_tokens + SLACK
+
+
+def _walk(items: Iterator[_Item], running_items: list[_Item], n_running: int, budget: int,
+          slots: int, room: int, kv: bool, running_left: int) -> tuple[int, tuple[str, ...]]:
+    """Admission walked in the order of ``items`` (module doc, 3): (the budget, the ids
+    listed). Listed: the items up to the first the engine cannot admit (the walk stops
+    there: the budget returned leaves it nothing), then the running prompts not reached.
+    With nothing running: the items until their tokens left reach the budget."""
+    listed: list[str] = []
+    if not n_running:  # an idle engine always admits (liveness), up to the budget
+        allowance = 0
+        for it in items:
+            listed.append(it[1])
+            allowance += it[3]
+            if allowance >= budget:
+                break
+        return budget, tuple(listed)
+    allowance = running_left
+    seen = 0  # running prompts reached
+    out = allowance
+    for _, rid, running, rem, footprint in items:
+        listed.append(rid)
+        if running:
+            seen += 1
+            continue
+        if slots <= 0 or (kv and footprint > room):
+            out = allowance
+            break
+        room -= footprint
+        slots -= 1
+        allowance += rem
+        if allowance >= budget:
+            out = budget
+            break
+    else:
+        out = allowance
+    listed.extend(it[1] for it in running_items[seen:])
+    return out, tuple(listed)
+
+
+class _Entry:
+    """A waiting request in ``_WaitingIndex``: its items fresh and overdue, its aging
+    threshold ``k * s_i``, its smallest footprint (prompt + outputs)."""
+
+    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue")
+
+    def __init__(self, gen: int, arrival: float, threshold: float, fresh: _Item,
+                 late: _Item, overdue: bool) -> None:
+        self.gen, self.arrival, self.threshold = gen, arrival, threshold
+        self.fresh, self.late, self.overdue = fresh, late, overdue
+
+
+class _WaitingIndex:
+    """The waiting queue of one engine, indexed in the policy's order between steps: kept
+    in step with the view by its ``WaitingLog`` (each arrival, preemption and admission
+    once), read again whole only when the log cannot be followed (another engine's view, a
+    trimmed log, the clock going back, a count that disagrees with the view).
+
+    Heaps, with entries dropped lazily (an entry counts while its request's ``gen`` is the
+    live one): overdue items by (arrival, id), fresh ones by (uncached tokens, arrival,
+    id), fresh ones by aging threshold (``promote`` moves them when due), and every
+    waiting request by its smallest footprint. A waiting request's fields do not change
+    while it waits (``SchedulerView.waiting_log``), so its items are made once, on entry;
+    only "overdue" changes, once, with the clock. Memory: O(waiting requests); heaps are
+    rebuilt when stale entries outnumber live ones."""
+
+    def __init__(self, aging: float, solo: Callable[[int, int], float]) -> None:
+        self.k, self.solo = aging, solo
+        self.log: WaitingLog | None = None
+        self.pos = 0
+        self.now = -math.inf
+        self.gen = 0
+        self.live: dict[str, _Entry] = {}
+        self.late: list[tuple[tuple[int, float, float, str], int, _Item]] = []
+        self.fresh: list[tuple[tuple[int, float, float, str], int, _Item]] = []
+        self.due: list[tuple[float, int, str]] = []
+        self.small: list[tuple[int, int, str]] = []
+        self.popped: list[tuple[list[tuple[tuple[int, float, float, str], int, _Item]],
+                                tuple[tuple[int, float, float, str], int, _Item]]] = []
+
+    def sync(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
+        """Bring the index to ``view``'s waiting queue (its requests past the first
+        ``n_running``)."""
+        now = view.now
+        if log is not self.log or self.pos < log.base or now < self.now:
+            self.rebuild(view, log, n_running)
+            return
+        self.now = now
+        live = self.live
+        for entered, r in log.events[self.pos - log.base:]:
+            if entered:
+                self.add(r, now)
+            else:
+                live.pop(r.request_id, None)
+        self.pos = log.end
+        if len(live) != len(view.requests) - n_running:  # not the queue the log says
+            self.rebuild(view, log, n_running)
+        elif len(self.fresh) + len(self.late) + len(self.due) + len(self.small) > 8 * len(
+                live) + 256:
+            self.compact()
+
+    def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
+        self.log, self.pos, self.now = log, log.end, view.now
+        self.live.clear()
+        for h in (self.late, self.fresh, self.due, self.small):
+            h.clear()
+        for r in islice(view.requests, n_running, None):
+            self.add(r, view.now)
+
+    def compact(self) -> None:
+        """The heaps again from the live entries only."""
+        live = self.live
+        self.late[:] = [(e.late[0], e.gen, e.late) for e in live.values() if e.overdue]
+        self.fresh[:] = [(e.fresh[0], e.gen, e.fresh) for e in live.values() if not e.overdue]
+        self.due[:] = [(e.arrival + e.threshold, e.gen, rid) for rid, e in live.items()
+                       if not e.overdue]
+        self.small[:] = [(e.fresh[4] - SLACK, e.gen, rid) for rid, e in live.items()]
+        heapq.heapify(self.late)
+        heapq.heapify(self.fresh)
+        heapq.heapify(self.due)
+        heapq.heapify(self.small)
+
+    def add(self, r: RequestView, now: float) -> None:
+        """A request entering the waiting queue (``decide_full``'s items, made once)."""
+        prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+        out = r.max_output_tokens
+        rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+        left = out - r.num_output_tokens
+        threshold = self.k * self.solo(prompt, left if left > 1 else 1)
+        fp = prompt + out + SLACK
+        late: _Item = ((0, arrival, 0.0, rid), rid, False, rem, fp)
+        fresh: _Item = ((1, float(rem), arrival, rid), rid, False, rem, fp)
+        self.gen = gen = self.gen + 1
+        overdue = now - arrival >= threshold
+        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue)
+        if overdue:
+            heapq.heappush(self.late, (late[0], gen, late))
+        else:
+            heapq.heappush(self.fresh, (fresh[0], gen, fresh))
+            heapq.heappush(self.due, (arrival + threshold, gen, rid))
+        heapq.heappush(self.small, (prompt + out, gen, rid))
+
+    def promote(self, now: float) -> None:
+        """Move the requests overdue at ``now`` (``now - arrival >= k * s_i``, tested as
+        ``decide_full`` tests it) to the overdue heap. Candidates come from the heap of
+        ``arrival + k * s_i``, with a margin far above its rounding."""
+        due, live = self.due, self.live
+        lim = now + 1e-6 * (1.0 + abs(now))
+        retry = []
+        while due and due[0][0] <= lim:
+            item = heapq.heappop(due)
+            e = live.get(item[2])
+            if e is None or e.gen != item[1] or e.overdue:
+                continue
+            if now - e.arrival >= e.threshold:
+                e.overdue = True
+                heapq.heappush(self.late, (e.late[0], e.gen, e.late))
+            else:
+                retry.append(item)
+        for item in retry:
+            heapq.heappush(due, item)
+
+    def min_footprint(self, default: int) -> int:
+        """The smallest prompt + outputs waiting (``default`` if none)."""
+        small, live = self.small, self.live
+        while small:
+            fp, gen, rid = small[0]
+            e = live.get(rid)
+            if e is not None and e.gen == gen:
+                return fp
+            heapq.heappop(small)
+        return default
+
+    def in_order(self) -> Iterator[_Item]:
+        """The waiting items in the policy's order (overdue, then fresh), taken off the
+        heaps as they are read; ``restore`` puts them back."""
+        live, popped = self.live, self.popped
+        for heap, late in ((self.late, True), (self.fresh, False)):
+            while heap:
+                entry = heapq.heappop(heap)
+                e = live.get(entry[2][1])
+                if e is None or e.gen != entry[1] or e.overdue is not late:
+                    continue
+                popped.append((heap, entry))
+                yield entry[2]
+
+    def restore(self) -> None:
+        for heap, entry in self.popped:
+            heapq.heappush(heap, entry)
+        self.popped.clear()
