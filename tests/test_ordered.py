@@ -305,3 +305,15 @@ def test_indexed_path_in_the_simulator_changes_nothing(
     res = simulate(reqs, pinned, CM, engine)
     assert pinned.indexed > 0
     assert outcome(res) == outcome(simulate(reqs, Pinned(ordered(spec), full=True), CM, engine))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 512), st.integers(0, 10**8),
+       st.sampled_from(["ordered", "ordered:c_max=16384", "ordered:efficiency=0.5"]))
+def test_fixed_knee_is_the_budget_whatever_rides(n: int, ctx: int, spec: str) -> None:
+    """Where the indexed path takes the budget as fixed (``_knee``), ``chunk`` returns it
+    for any decodes riding."""
+    p = ordered(spec)
+    if p._knee is not None:
+        assert p.chunk(n, ctx) == p._knee
+    assert ordered()._knee == 4096  # the default on an H100 with an 8B model: c_max

@@ -200,9 +200,12 @@ class _Chain(Sequence[SimRequest]):
         return len(self.a) + len(self.b)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        if isinstance(i, slice):
-            return list(self)[i]
         n = len(self.a)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step == 1 and stop <= n:
+                return self.a[start:stop]  # within the running requests: no copy of the rest
+            return list(self)[i]
         if i < 0:
             i += len(self)
         return self.a[i] if i < n else self.b[i - n]
@@ -533,7 +536,7 @@ class EngineSim:
         add = tally.add
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
-        num_decodes = decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
+        decode_ctx = others = 0  # the decodes' tally (StepTally.add_decodes); other chunks
         taken_back = False  # a priority victim's chunk left ``sched``: tally it again
         i = 0
         while i < len(running) and budget > 0:
@@ -543,12 +546,13 @@ class EngineSim:
             if need == 1 and c >= p and counts_only:
                 # A decode (most of a busy step): one token, never held, limited or capped
                 # (rules 3-4: not mid_chunk, past the prompt); scheduled when its block fits.
+                # (its next block is needed once in block_size steps)
                 extra = -(-(c + 1) // bs) - r.blocks
-                if extra <= pool.num_free:
-                    r.blocks += extra
-                    pool.num_free -= extra
+                if extra == 0 or extra <= pool.num_free:
+                    if extra:
+                        r.blocks += extra
+                        pool.num_free -= extra
                     sched.append((r, 1))
-                    num_decodes += 1
                     decode_ctx += c
                     budget -= 1
                     i += 1
@@ -592,12 +596,13 @@ class EngineSim:
                 break
             pool.grow(r, n)
             sched.append((r, n))
+            others += 1
             add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= mid
             i += 1
-        tally.add_decodes(num_decodes, decode_ctx)
+        tally.add_decodes(len(sched) - others, decode_ctx)  # (re-tallied if taken back)
         if taken_back:  # rare (priority preemption): the tally of what stayed in ``sched``
             tally = step_rules.StepTally()
             add = tally.add

@@ -149,14 +149,16 @@ def order_running(running: list[R], decision: Decision, priority: bool = False) 
     """Reorder ``running`` in place for ``decision`` (rule 3 of the module doc); under
     ``priority`` the prefill chunks are ranked within their priority level."""
     if decision.prefill_order:
-        rank = _ranker(decision.prefill_order)
-        key: Callable[[R], int | tuple[int, int]] = rank
-        if priority:
-            key = lambda r: (cast(PrioritizedRequest, r).priority, rank(r))  # noqa: E731
-        slots = [i for i, r in enumerate(running)
-                 if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
-        for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
-            running[i] = r
+        # the prefill chunks' slots (is_prefill_chunk, inlined: a pass over every running
+        # request); one prefill chunk (the usual case) stays where it is
+        slots = [i for i, r in enumerate(running) if r.num_computed_tokens < r.num_prompt_tokens]
+        if len(slots) > 1:
+            rank = _ranker(decision.prefill_order)
+            key: Callable[[R], int | tuple[int, int]] = rank
+            if priority:
+                key = lambda r: (cast(PrioritizedRequest, r).priority, rank(r))  # noqa: E731
+            for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
+                running[i] = r
     if decision.decodes_first:
         pre = [r for r in running if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
         if pre:

@@ -150,6 +150,8 @@ class Ordered(Policy):
         self.kv_capacity: int | None = None
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
+        self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
+        self._knee: int | None = None  # the budget at every step, where it is fixed
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -164,6 +166,26 @@ class Ordered(Policy):
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
         self._solo = {}
         self._index = None
+        cache, est = self._solo, self.solo_estimate
+
+        def cached(prompt: int, outputs: int) -> float:
+            s = cache.get((prompt, outputs))
+            if s is None:
+                s = cache[(prompt, outputs)] = est(prompt, outputs)
+            return s
+
+        self._solo_fn = cached if costs is not None else None
+        # The budget whatever the decodes riding, when the knee (module doc, 2) is c_max
+        # even with none: c's throughput share (c / C) (t_C + ride) / (t_c + ride) only
+        # falls as ride grows when t_c <= t_C, and a share below efficiency by a margin
+        # far above rounding stays below it in ``chunk``'s floats.
+        self._knee = None
+        if costs is not None and costs.dec_ride >= 0 and costs.dec_kv >= 0:
+            big, t_big = self.chunks[-1], self.chunk_time[-1]
+            want = self.config.efficiency * (1 - 1e-9)
+            if all(0 < t <= t_big and (c / t) / (big / t_big) <= want
+                   for c, t in zip(self.chunks[:-1], self.chunk_time[:-1], strict=True)):
+                self._knee = big
 
     # -- the solo latency of the aging bound ------------------------------------------------
     def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
@@ -278,16 +300,56 @@ class Ordered(Policy):
 
     def _decide_indexed(self, view: SchedulerView, log: WaitingLog) -> Decision:
         """``decide_full(view, truncate=True)`` from the index of the waiting queue kept
-        between steps (``_WaitingIndex``): O(running + log events + listed x log n)."""
-        solo = self.solo_function(view)
+        between steps (``_WaitingIndex``). Where the budget is fixed (``_knee``) and there
+        is no admission limit, one sum over the running requests (their footprints) and
+        their prompts looked for from the end of the running list (where admissions go),
+        as many as the counts say; then the index's O((events + listed) log n)."""
+        cfg = self.config
+        solo = self._solo_fn
         assert solo is not None
-        items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
-            view, solo)
         idx = self._index
         if idx is None:
-            idx = self._index = _WaitingIndex(self.config.aging, solo)
-        idx.sync(view, log, n_running)
-        budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
+            idx = self._index = _WaitingIndex(cfg.aging, solo)
+        reqs = view.requests
+        n_req = len(reqs)
+        n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
+        if not (0 <= n_running <= n_req and (n_running == 0 or reqs[n_running - 1].is_running)
+                and (n_running == n_req or not reqs[n_running].is_running)):
+            n_running = 0  # the log could not be followed: read the queue again
+            for r in reqs:
+                if not r.is_running:
+                    break
+                n_running += 1
+            idx.rebuild(view, log, n_running)
+        items: list[_Item] | None = None
+        if self._knee is not None and cfg.kv_ratio <= 0:
+            running = reqs[:n_running]
+            k, now = cfg.aging, view.now
+            left = view.num_pending_prefills - (n_req - n_running)  # running prompts
+            items = []
+            running_left = 0
+            if left > 0:
+                for r in reversed(running):
+                    c, p = r.num_computed_tokens, r.prompt_tokens
+                    if c < p:
+                        items.append(_item(0, r, True, solo, k, now))
+                        running_left += p - c
+                        left -= 1
+                        if not left:
+                            break
+            if left:  # the counts disagree with the requests: read them one by one
+                items = None
+            else:
+                held = 0
+                for r in running:
+                    held += r.prompt_tokens + r.max_output_tokens
+                room = ((self.kv_capacity if self.kv_capacity is not None else 0)
+                        - held - SLACK * n_running)
+                budget, slots = self._knee, 1 << 30
+        if items is None:
+            items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
+                view, solo)
+            budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
         kv = self.kv_capacity is not None
         if n_running:
             if running_left >= budget:
@@ -308,16 +370,8 @@ class Ordered(Policy):
         steps (module doc); None when aging is off or nothing is measured yet."""
         if self.config.aging <= 0:
             return None
-        if self.costs is not None:
-            cache, est = self._solo, self.solo_estimate
-
-            def cached(prompt: int, outputs: int) -> float:
-                s = cache.get((prompt, outputs))
-                if s is None:
-                    s = cache[(prompt, outputs)] = est(prompt, outputs)
-                return s
-
-            return cached
+        if self._solo_fn is not None:
+            return self._solo_fn
         per_tok = last_prefill_token_time(view.recent_steps)
         if per_tok is None:
             return None
@@ -445,26 +499,27 @@ class _WaitingIndex:
         self.popped: list[tuple[list[tuple[tuple[int, float, float, str], int, _Item]],
                                 tuple[tuple[int, float, float, str], int, _Item]]] = []
 
-    def sync(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
-        """Bring the index to ``view``'s waiting queue (its requests past the first
-        ``n_running``)."""
+    def follow(self, view: SchedulerView, log: WaitingLog) -> bool:
+        """Apply the log's events since the last step; False (nothing applied) when the
+        log cannot be followed: the caller then checks the count and ``rebuild``s."""
         now = view.now
         if log is not self.log or self.pos < log.base or now < self.now:
-            self.rebuild(view, log, n_running)
-            return
+            return False
         self.now = now
+        end = log.end
+        if self.pos == end:
+            return True
         live = self.live
         for entered, r in log.events[self.pos - log.base:]:
             if entered:
                 self.add(r, now)
             else:
                 live.pop(r.request_id, None)
-        self.pos = log.end
-        if len(live) != len(view.requests) - n_running:  # not the queue the log says
-            self.rebuild(view, log, n_running)
-        elif len(self.fresh) + len(self.late) + len(self.due) + len(self.small) > 8 * len(
+        self.pos = end
+        if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) > 8 * len(
                 live) + 256:
             self.compact()
+        return True
 
     def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
         self.log, self.pos, self.now = log, log.end, view.now
