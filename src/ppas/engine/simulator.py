@@ -539,7 +539,8 @@ class EngineSim:
         decode_ctx = others = 0  # the decodes' tally (StepTally.add_decodes); other chunks
         taken_back = False  # a priority victim's chunk left ``sched``: tally it again
         i = 0
-        while i < len(running) and budget > 0:
+        n_run = len(running)  # (changes only where a request is preempted, below)
+        while i < n_run and budget > 0:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
@@ -588,6 +589,7 @@ class EngineSim:
                 victim.num_preemptions += 1
                 waiting.appendleft(victim)
                 preempted.append(victim)
+                n_run = len(running)
                 if victim is r:
                     break
             if not r.is_running:

@@ -92,6 +92,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
@@ -323,13 +324,13 @@ class Ordered(Policy):
             idx.rebuild(view, log, n_running)
         items: list[_Item] | None = None
         if self._knee is not None and cfg.kv_ratio <= 0:
-            running = reqs[:n_running]
             k, now = cfg.aging, view.now
             left = view.num_pending_prefills - (n_req - n_running)  # running prompts
             items = []
             running_left = 0
             if left > 0:
-                for r in reversed(running):
+                for j in range(n_running - 1, -1, -1):
+                    r = reqs[j]
                     c, p = r.num_computed_tokens, r.prompt_tokens
                     if c < p:
                         items.append(_item(0, r, True, solo, k, now))
@@ -337,15 +338,17 @@ class Ordered(Policy):
                         left -= 1
                         if not left:
                             break
+            budget, slots = self._knee, 1 << 30
             if left:  # the counts disagree with the requests: read them one by one
                 items = None
+            elif n_running and running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
             else:
                 held = 0
-                for r in running:
+                for r in reqs[:n_running]:
                     held += r.prompt_tokens + r.max_output_tokens
                 room = ((self.kv_capacity if self.kv_capacity is not None else 0)
                         - held - SLACK * n_running)
-                budget, slots = self._knee, 1 << 30
         if items is None:
             items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
                 view, solo)
@@ -359,8 +362,8 @@ class Ordered(Policy):
         idx.promote(view.now)
         items.sort()
         try:
-            return Decision(*_walk(heapq.merge(items, idx.in_order()), items, n_running,
-                                   budget, slots, room, kv, running_left))
+            return Decision(*_walk(_merged(items, idx.in_order()) if items else idx.in_order(),
+                                   items, n_running, budget, slots, room, kv, running_left))
         finally:
             idx.restore()
 
@@ -419,6 +422,17 @@ def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], floa
     else:
         key = (1, float(rem), arrival, rid)  # shortest remaining first
     return key, rid, running, rem, prompt + r.max_output_tokens + SLACK
+
+
+def _merged(first: list[_Item], rest: Iterator[_Item]) -> Iterator[_Item]:
+    """The sorted ``first`` merged into the sorted ``rest`` (read one ahead)."""
+    i, n = 0, len(first)
+    for it in rest:
+        while i < n and first[i] < it:
+            yield first[i]
+            i += 1
+        yield it
+    yield from first[i:]
 
 
 def _walk(items: Iterator[_Item], running_items: list[_Item], n_running: int, budget: int,
@@ -492,12 +506,12 @@ class _WaitingIndex:
         self.now = -math.inf
         self.gen = 0
         self.live: dict[str, _Entry] = {}
-        self.late: list[tuple[tuple[int, float, float, str], int, _Item]] = []
-        self.fresh: list[tuple[tuple[int, float, float, str], int, _Item]] = []
+        # (the sort key's varying part, flat: the same order within a heap, cheaper)
+        self.late: list[tuple[float, str, int, _Item]] = []  # (arrival, id, gen, item)
+        self.fresh: list[tuple[float, float, str, int, _Item]] = []  # (rem, arrival, ...)
         self.due: list[tuple[float, int, str]] = []
         self.small: list[tuple[int, int, str]] = []
-        self.popped: list[tuple[list[tuple[tuple[int, float, float, str], int, _Item]],
-                                tuple[tuple[int, float, float, str], int, _Item]]] = []
+        self.popped: list[tuple[bool, tuple[Any, ...]]] = []
 
     def follow(self, view: SchedulerView, log: WaitingLog) -> bool:
         """Apply the log's events since the last step; False (nothing applied) when the
@@ -532,8 +546,10 @@ class _WaitingIndex:
     def compact(self) -> None:
         """The heaps again from the live entries only."""
         live = self.live
-        self.late[:] = [(e.late[0], e.gen, e.late) for e in live.values() if e.overdue]
-        self.fresh[:] = [(e.fresh[0], e.gen, e.fresh) for e in live.values() if not e.overdue]
+        self.late[:] = [(e.arrival, rid, e.gen, e.late) for rid, e in live.items()
+                        if e.overdue]
+        self.fresh[:] = [(e.fresh[0][1], e.arrival, rid, e.gen, e.fresh)
+                         for rid, e in live.items() if not e.overdue]
         self.due[:] = [(e.arrival + e.threshold, e.gen, rid) for rid, e in live.items()
                        if not e.overdue]
         self.small[:] = [(e.fresh[4] - SLACK, e.gen, rid) for rid, e in live.items()]
@@ -556,9 +572,9 @@ class _WaitingIndex:
         overdue = now - arrival >= threshold
         self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue)
         if overdue:
-            heapq.heappush(self.late, (late[0], gen, late))
+            heapq.heappush(self.late, (arrival, rid, gen, late))
         else:
-            heapq.heappush(self.fresh, (fresh[0], gen, fresh))
+            heapq.heappush(self.fresh, (fresh[0][1], arrival, rid, gen, fresh))
             heapq.heappush(self.due, (arrival + threshold, gen, rid))
         heapq.heappush(self.small, (prompt + out, gen, rid))
 
@@ -576,7 +592,7 @@ class _WaitingIndex:
                 continue
             if now - e.arrival >= e.threshold:
                 e.overdue = True
-                heapq.heappush(self.late, (e.late[0], e.gen, e.late))
+                heapq.heappush(self.late, (e.arrival, item[2], e.gen, e.late))
             else:
                 retry.append(item)
         for item in retry:
@@ -596,17 +612,27 @@ class _WaitingIndex:
     def in_order(self) -> Iterator[_Item]:
         """The waiting items in the policy's order (overdue, then fresh), taken off the
         heaps as they are read; ``restore`` puts them back."""
-        live, popped = self.live, self.popped
-        for heap, late in ((self.late, True), (self.fresh, False)):
-            while heap:
-                entry = heapq.heappop(heap)
-                e = live.get(entry[2][1])
-                if e is None or e.gen != entry[1] or e.overdue is not late:
-                    continue
-                popped.append((heap, entry))
-                yield entry[2]
+        live, popped, pop = self.live, self.popped, heapq.heappop
+        late = self.late
+        while late:
+            a = pop(late)
+            e = live.get(a[1])
+            if e is not None and e.gen == a[2]:  # (overdue stays overdue)
+                popped.append((True, a))
+                yield a[3]
+        fresh = self.fresh
+        while fresh:
+            f = pop(fresh)
+            e = live.get(f[2])
+            if e is not None and e.gen == f[3] and not e.overdue:
+                popped.append((False, f))
+                yield f[4]
 
     def restore(self) -> None:
-        for heap, entry in self.popped:
-            heapq.heappush(heap, entry)
+        push, late, fresh = heapq.heappush, self.late, self.fresh
+        for is_late, entry in self.popped:
+            if is_late:
+                push(late, entry)  # type: ignore[arg-type]
+            else:
+                push(fresh, entry)  # type: ignore[arg-type]
         self.popped.clear()
