@@ -139,9 +139,11 @@ class SchedulerView:
     all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
     prompt (P-PAS §3; ``ppas.engine.step_rules.counts``). Engines compute both while building the
     view so that policies that need only counts cost O(1).
-    ``waiting_log``: the waiting queue's ``WaitingLog``, where the engine keeps one and a
-    waiting request's fields do not change while it waits (the simulator under FCFS without
-    prefix caching); None otherwise (the vLLM plugin, tests).
+    ``waiting_log``: the waiting queue's ``WaitingLog`` where the engine keeps one, a
+    waiting request's fields do not change while it waits (no prefix cache to look up) and
+    the queue is FCFS, so that ``prefill_order``'s listed requests go first and admission
+    stops at the first it cannot admit (the simulator under ``--scheduling-policy fcfs``
+    without prefix caching); None otherwise (the vLLM plugin, hand-made views).
     """
 
     now: float

@@ -509,8 +509,7 @@ class EngineSim:
         return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
-                             # a waiting request's fields change while it waits only
-                             # under priority (resorted) or prefix caching (its hit)
+                             # (SchedulerView.waiting_log: FCFS, no prefix cache)
                              waiting_log=log if self._log_views else None)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
