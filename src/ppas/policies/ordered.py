@@ -65,13 +65,18 @@ running prompts leave budget, the limit and the KV cache leave room for the smal
 waiting footprint), one pass over the waiting queue and one sort of the pending prompts,
 O(n log n). A step that cannot admit returns no order: the engine keeps the waiting queue
 as last sorted (new arrivals at its end) and admits nothing from it, so the bound is
-unaffected. With a log: the same pass over the running requests, then O((e + l + p) log
-n) for the waiting queue, where ``e`` is the log's events since the last step (arrivals,
+unaffected. With a log: the same pass over the running requests (where the budget is
+fixed whatever rides, as with the defaults on an H100 and an 8B model, only a sum of their
+footprints, skipped when the running prompts take the budget, and a look for the running
+prompts from the end of the list, where admissions go), then O((e + l + p) log n) for the
+waiting queue, where ``e`` is the log's events since the last step (arrivals,
 preemptions, admissions), ``l`` the requests listed and ``p`` those turning overdue
 (each once), none of it proportional to the queue. The index (``_WaitingIndex``) holds
 one entry per waiting request, made from the request's fields when it enters the queue
 (they do not change while it waits there), and reads the queue again whole, O(n), only
-when the log cannot be followed.
+when the log cannot be followed (another engine's view, the clock going back, a count
+that disagrees, or a log the engine trimmed, which it does after at least 2n + 4096
+events: O(1) per event amortised).
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
