@@ -4,7 +4,7 @@
         --mooncake ../shared/data/traces/mooncake-synthetic.jsonl
         [--configs mbt:2048,mbt:8192,ppas,predictive,ordered] [--overload 3]
         [--mooncake-window START:DUR] [--hour-configs mbt:2048,mbt:8192,ppas,ordered]
-        [--before DIR] [--run-limit CPU_S] [--json OUT]
+        [--tile-s 3600] [--before DIR] [--run-limit CPU_S] [--json OUT]
 
 Replays, on one simulated engine (``--hardware``/``--model``, default H100 / Qwen3-8B, the
 model's context as max_model_len, as ``ppas simulate`` does), the first hour of the Azure
@@ -14,8 +14,8 @@ default: three times the rate), under each policy, one after another in this pro
 Mooncake spans 17 minutes (a third of that at x3), so its per-hour figure is an
 extrapolation; the row ``mooncake xN 1h tiled`` measures a real hour instead: the
 overloaded trace repeated back to back (copy k shifted by k spans) and cut at 3600 s of
-arrivals, under ``--hour-configs`` (``predictive`` is left out by default: its every step
-projects the whole queue, which grows all hour; "" to skip the row).
+arrivals (``--tile-s``), under ``--hour-configs`` (``predictive`` is left out by default:
+its every step projects the whole queue, which grows all hour; "" to skip the row).
 
 Per run it prints the trace span (seconds of arrivals as replayed), the requests, the wall
 and CPU seconds of ``simulate`` alone (the trace is read once, outside the timing), the
@@ -60,17 +60,17 @@ TARGET_S_PER_HOUR = 10.0
 HOUR_S = 3600.0
 
 
-def tiled_hour(trace: Trace) -> Trace:
+def tiled_hour(trace: Trace, length_s: float = HOUR_S) -> Trace:
     """``trace`` repeated back to back (copy k arrives k spans later) and cut at one hour
-    of arrivals."""
+    (``length_s``) of arrivals."""
     span = trace.duration_s
-    copies = max(1, math.ceil(HOUR_S / span))
+    copies = max(1, math.ceil(length_s / span))
     reqs = tuple(replace(r, arrival_s=r.arrival_s + k * span)
                  for k in range(copies) for r in trace.requests
-                 if r.arrival_s + k * span < HOUR_S)
-    return Trace(reqs, min(HOUR_S, copies * span),
+                 if r.arrival_s + k * span < length_s)
+    return Trace(reqs, min(length_s, copies * span),
                  f"{trace.description}; repeated {copies} times back to back, cut at "
-                 f"{HOUR_S:g} s")
+                 f"{length_s:g} s")
 
 
 def window(text: str) -> tuple[float, float]:
@@ -106,7 +106,9 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Trace, list[str]]]:
             fast = TraceTransform(time_scale=1 / args.overload).apply(base)
             out.append((f"{name} x{args.overload:g}", fast, configs))
         if path == args.mooncake and hour:
-            out.append((f"{name} x{args.overload:g} 1h tiled", tiled_hour(fast), hour))
+            label = "1h" if args.tile_s == HOUR_S else f"{args.tile_s:g}s"
+            out.append((f"{name} x{args.overload:g} {label} tiled",
+                        tiled_hour(fast, args.tile_s), hour))
     return out
 
 
@@ -170,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="replay only these seconds of the Mooncake trace")
     ap.add_argument("--hour-configs", default="mbt:2048,mbt:8192,ppas,ordered",
                     help="configs for the tiled hour of overloaded Mooncake (\"\": none)")
+    ap.add_argument("--tile-s", type=float, default=HOUR_S, metavar="SECONDS",
+                    help="cut the tiled trace at this many seconds of arrivals (default 3600)")
     ap.add_argument("--before", metavar="DIR",
                     help="also run on the ppas sources in DIR/src, side by side")
     ap.add_argument("--run-limit", type=float, default=900.0, metavar="CPU_S",
@@ -181,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         fail("trace_speed.py", f"--overload must be in (0, 100], got {args.overload:g}")
     if args.before and not (Path(args.before) / "src" / "ppas").is_dir():
         fail("trace_speed.py", f"--before {args.before!r}: no src/ppas in it")
+    if not 0 < args.tile_s <= 86400:
+        fail("trace_speed.py", f"--tile-s must be in (0, 86400], got {args.tile_s:g}")
     if not 0 < args.run_limit <= 86400:
         fail("trace_speed.py", f"--run-limit must be in (0, 86400], got {args.run_limit:g}")
     start(args, argv)
