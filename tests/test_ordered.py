@@ -4,6 +4,7 @@ views and in the simulator), its budget and admission limit, and its model-free 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import example, given, settings
@@ -11,8 +12,15 @@ from hypothesis import strategies as st
 from policy_views import dec, view
 
 from ppas.core.decision import Decision
-from ppas.core.view import RequestSnapshot, SchedulerView, StepRecord, is_pending_prefill
+from ppas.core.view import (
+    RequestSnapshot,
+    SchedulerView,
+    StepRecord,
+    WaitingLog,
+    is_pending_prefill,
+)
 from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.result import SimResult
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import solo_latency
 from ppas.policies import Policy, make_policy
@@ -332,3 +340,93 @@ def test_saturation_choice_is_monotone_in_the_backlog(
     assert _argmin(frontier, outputs_left, lo, n) <= _argmin(frontier, outputs_left, hi, n)
     assert _argmin(frontier, outputs_left + 1000, lo, n) <= _argmin(frontier, outputs_left,
                                                                     lo, n)
+
+
+# -- the indexed path (a waiting log) against the straightforward one ------------------------
+def logged(v: SchedulerView) -> SchedulerView:
+    """``v`` with a waiting log in which every waiting request entered once."""
+    log = WaitingLog()
+    log.events.extend((True, r) for r in v.requests if not r.is_running)
+    return replace(v, waiting_log=log)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(views(), min_size=1, max_size=3), st.sampled_from([0.5, 3.0, 30.0]),
+       st.sampled_from([0.0, 0.05]))
+def test_indexed_path_is_the_full_one_cut_on_random_views(
+        vs: list[SchedulerView], k: float, kv_ratio: float) -> None:
+    """The same Decision as ``decide_full(truncate=True)``, whose order is the full
+    order's requests up to the first the engine cannot admit, and every running prompt."""
+    p = ordered(f"ordered:aging={k:g},kv_ratio={kv_ratio:g}")
+    for v in vs:  # one policy, several views: a new log each time is read whole
+        d = p.decide(logged(v))
+        assert d == p.decide_full(v, truncate=True)
+        full = p.decide_full(v)
+        assert d.prefill_budget == full.prefill_budget
+        assert (d.prefill_order is None) == (full.prefill_order is None)
+        if d.prefill_order is not None and full.prefill_order is not None:
+            rank = {rid: i for i, rid in enumerate(full.prefill_order)}
+            assert [rank[i] for i in d.prefill_order] == sorted(rank[i] for i in d.prefill_order)
+            assert {r.request_id for r in v.requests
+                    if r.is_running and is_pending_prefill(r)} <= set(d.prefill_order)
+
+
+class Pinned(Policy):
+    """Wraps an ordered policy: every decision checked against the straightforward path
+    on the same view (``full``: decide by it, the policy as it was before its index)."""
+
+    def __init__(self, inner: Ordered, full: bool = False) -> None:
+        super().__init__(inner.config, inner.spec)
+        self.inner, self.full = inner, full
+        self.indexed = 0
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.inner.max_num_batched_tokens
+
+    def decide(self, view: SchedulerView) -> Decision:
+        if self.full:
+            return self.inner.decide_full(view)
+        d = self.inner.decide(view)
+        if view.waiting_log is not None and view.num_pending_prefills:
+            self.indexed += 1
+            assert d == self.inner.decide_full(view, truncate=True)
+        return d
+
+
+def outcome(res: SimResult) -> tuple[object, ...]:
+    return (res.num_steps, res.num_preemptions, res.gaps.one,
+            [(r.first_scheduled_time, r.first_token_time, r.last_token_time, r.finish_time,
+              r.num_preemptions, r.failed) for r in res.requests])
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs, st.sampled_from([0.01, 0.25, 4.0]), st.sampled_from([None, 400, 1500]),
+       st.sampled_from([0.0, 0.05]), st.sampled_from([4, 256]))
+@example(BURST, 0.01, 400, 0.0, 256)
+def test_indexed_path_in_the_simulator_changes_nothing(
+        trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
+        kv_ratio: float, max_num_seqs: int) -> None:
+    """At every step of a run (arrivals, admissions, preemptions under a tight KV cache,
+    requests turning overdue) the indexed decision is the straightforward one cut, and
+    the run (every request's times, the steps, the preemptions, the gaps) is the run of
+    the straightforward decisions with their whole order."""
+    reqs = [RequestSpec(a * 3, p, o) for a, p, o in sorted(trace)]
+    spec = f"ordered:aging={k:g},kv_ratio={kv_ratio:g}"
+    engine = EngineConfig(num_kv_blocks=kv_blocks, max_num_seqs=max_num_seqs)
+    pinned = Pinned(ordered(spec))
+    res = simulate(reqs, pinned, CM, engine)
+    assert pinned.indexed > 0 or all(r.failed for r in res.requests)
+    assert outcome(res) == outcome(simulate(reqs, Pinned(ordered(spec), full=True), CM, engine))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 512), st.integers(0, 10**8),
+       st.sampled_from(["ordered", "ordered:c_max=16384", "ordered:efficiency=0.5"]))
+def test_fixed_knee_is_the_budget_whatever_rides(n: int, ctx: int, spec: str) -> None:
+    """Where the indexed path takes the budget as fixed (``_knee``), ``chunk`` returns it
+    for any decodes riding."""
+    p = ordered(spec)
+    if p._knee is not None:
+        assert p.chunk(n, ctx) == p._knee
+    assert ordered()._knee == 4096  # the default on an H100 with an 8B model: c_max

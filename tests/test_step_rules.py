@@ -12,6 +12,7 @@ from policy_views import dec, pre, view, wait
 
 from ppas.core.view import RequestSnapshot, is_prefill_chunk, view_counts
 from ppas.cost.base import StepShape
+from ppas.engine.simulator import WaitingQueue
 from ppas.engine.step_rules import (
     RECENT_STEPS,
     PrefillCap,
@@ -132,6 +133,22 @@ def test_ordering(running: list[Req], waiting: list[Req], order: list[str], list
     w = deque(waiting)
     order_waiting(w, d)
     assert list(w) == sorted(waiting, key=key)
+
+
+@given(waiting=queues, order=st.lists(st.sampled_from([str(i) for i in range(15)]),
+                                      max_size=20))
+def test_simulator_queue_moves_an_order_to_the_front(waiting: list[Req],
+                                                     order: list[str]) -> None:
+    """The simulator's waiting queue applies an order (ids repeated or unknown included)
+    by moving the listed requests to its front: the same queue as the stable sort."""
+    d = Decision(100, tuple(order) or None)
+    w: deque[Req] = deque(waiting)
+    order_waiting(w, d)
+    q = WaitingQueue(waiting)  # type: ignore[arg-type]  # request_id is all it reads
+    order_waiting(q, d)
+    assert list(q) == list(w)
+    assert [q[i] for i in range(len(q))] == list(w)
+    assert [ok for ok, _ in q.log.events] == [True] * len(waiting)  # reordering logs nothing
 
 
 @dataclass

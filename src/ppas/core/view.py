@@ -99,6 +99,37 @@ class StepRecord:
         return self.num_prefill_tokens > 0 and self.num_decode_reqs > 0
 
 
+class WaitingLog:
+    """An engine's record of who entered and left its waiting queue, in order: the
+    ``(True, request)`` of an arrival or a preemption, the ``(False, request)`` of an
+    admission. ``events[i]`` is event number ``base + i``; the engine drops old events
+    (``trim``, raising ``base``), so a reader that last read up to an event number below
+    ``base`` must read the queue itself again. A policy that keeps an index of the waiting
+    queue between steps (``ppas.policies.ordered``) applies the events since it last looked
+    instead of reading the whole queue: what it knows still comes from the view."""
+
+    __slots__ = ("events", "base")
+
+    #: Events kept beyond twice the queue's length before ``trim`` drops them all.
+    SPARE = 4096
+
+    def __init__(self) -> None:
+        self.events: list[tuple[bool, RequestView]] = []
+        self.base = 0
+
+    @property
+    def end(self) -> int:
+        """The number of the next event (one past the last)."""
+        return self.base + len(self.events)
+
+    def trim(self, queue_len: int) -> None:
+        """Drop every event once more than ``2 * queue_len + SPARE`` are kept (a reader
+        then reads the queue again: O(1) amortised per event)."""
+        if len(self.events) > 2 * queue_len + self.SPARE:
+            self.base += len(self.events)
+            self.events.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerView:
     """Scheduler state at the start of one step.
@@ -108,6 +139,11 @@ class SchedulerView:
     all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
     prompt (P-PAS §3; ``ppas.engine.step_rules.counts``). Engines compute both while building the
     view so that policies that need only counts cost O(1).
+    ``waiting_log``: the waiting queue's ``WaitingLog`` where the engine keeps one, a
+    waiting request's fields do not change while it waits (no prefix cache to look up) and
+    the queue is FCFS, so that ``prefill_order``'s listed requests go first and admission
+    stops at the first it cannot admit (the simulator under ``--scheduling-policy fcfs``
+    without prefix caching); None otherwise (the vLLM plugin, hand-made views).
     """
 
     now: float
@@ -117,6 +153,7 @@ class SchedulerView:
     max_num_batched_tokens: int
     max_num_seqs: int
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
+    waiting_log: WaitingLog | None = None
 
 
 # -- what counts as prefill (P-PAS §3: N_p / N_d) ------------------------------------------

@@ -53,14 +53,15 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
-from ppas.core.view import SchedulerView, StepRecord
+from ppas.core.view import SchedulerView, StepRecord, WaitingLog
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
@@ -110,21 +111,101 @@ class EngineConfig:
                 f"{self.scheduling_policy!r}")
 
 
+class WaitingQueue:
+    """The waiting queue: a deque's operations (``append``, ``appendleft``, ``popleft``,
+    ``[0]``, ``len``, iteration, ``clear``, ``extend``) on an insertion-ordered dict by
+    request id, so that ``move_to_front`` applies a policy's ``prefill_order`` in
+    O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
+    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``)."""
+
+    __slots__ = ("_d", "log")
+
+    def __init__(self, items: Iterable[SimRequest] = ()) -> None:
+        self._d: OrderedDict[str, SimRequest] = OrderedDict()
+        self.log = WaitingLog()
+        self.extend(items)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __bool__(self) -> bool:
+        return bool(self._d)
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        return iter(self._d.values())
+
+    def __getitem__(self, i: int) -> SimRequest:
+        n = len(self._d)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("waiting queue index out of range")
+        if i == 0:
+            return next(iter(self._d.values()))
+        return next(islice(self._d.values(), i, None))
+
+    def append(self, r: SimRequest) -> None:
+        self._d[r.request_id] = r
+        self.log.events.append((True, r))
+
+    def appendleft(self, r: SimRequest) -> None:
+        d = self._d
+        d[r.request_id] = r
+        d.move_to_end(r.request_id, last=False)
+        self.log.events.append((True, r))
+
+    def popleft(self) -> SimRequest:
+        r = self._d.popitem(last=False)[1]
+        self.log.events.append((False, r))
+        return r
+
+    def extend(self, items: Iterable[SimRequest]) -> None:
+        for r in items:
+            self.append(r)
+
+    def clear(self) -> None:
+        self.log.events.extend((False, r) for r in self._d.values())
+        self._d.clear()
+
+    def move_to_front(self, order: Sequence[str]) -> None:
+        """The queue stably sorted by rank in ``order``, unlisted ids last in queue order
+        (``step_rules.order_waiting``): the listed requests moved to the front in that
+        order, O(len(order)). An order that lists an id twice is sorted as
+        ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
+        of ids listed), O(n log n)."""
+        d = self._d
+        rank = {rid: i for i, rid in enumerate(order)}
+        if len(rank) != len(order):
+            last = len(rank)
+            items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
+            d.clear()
+            for r in items:
+                d[r.request_id] = r
+            return
+        move = d.move_to_end
+        for rid in reversed(order):
+            if rid in d:
+                move(rid, last=False)
+
+
 class _Chain(Sequence[SimRequest]):
     """Running then waiting, without copying (policies rarely iterate)."""
 
     __slots__ = ("a", "b")
 
-    def __init__(self, a: list[SimRequest], b: deque[SimRequest]) -> None:
+    def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
         self.a, self.b = a, b
 
     def __len__(self) -> int:
         return len(self.a) + len(self.b)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        if isinstance(i, slice):
-            return list(self)[i]
         n = len(self.a)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step == 1 and stop <= n:
+                return self.a[start:stop]  # within the running requests: no copy of the rest
+            return list(self)[i]
         if i < 0:
             i += len(self)
         return self.a[i] if i < n else self.b[i - n]
@@ -165,7 +246,7 @@ class EngineSim:
         self.now = 0.0
         self.requests: list[SimRequest] = []
         self.running: list[SimRequest] = []
-        self.waiting: deque[SimRequest] = deque()
+        self.waiting = WaitingQueue()
         self.recent: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.steps: list[StepTrace] = []
         self.num_steps = self.num_preemptions = 0
@@ -184,6 +265,7 @@ class EngineSim:
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
+        self._log_views = not self.by_priority and not engine.prefix_caching
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
         self.knobs = policy.engine_knobs
@@ -250,7 +332,7 @@ class EngineSim:
             reqs.append(r)
         new.requests = reqs
         new.running = [fresh[id(r)] for r in self.running]
-        new.waiting = deque(fresh[id(r)] for r in self.waiting)
+        new.waiting = WaitingQueue(fresh[id(r)] for r in self.waiting)
         new.finished = list(self.finished)
         new.recent = deque(self.recent, maxlen=self.recent.maxlen)
         new.pool = copy.copy(self.pool)
@@ -420,10 +502,15 @@ class EngineSim:
         self._apply_run(k)
 
     def _view(self) -> SchedulerView:
-        np_, nd = step_rules.counts(self.running, len(self.waiting))
+        waiting = self.waiting
+        np_, nd = step_rules.counts(self.running, len(waiting))
+        log = waiting.log
+        log.trim(len(waiting))
         return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
-                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent)
+                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
+                             # (SchedulerView.waiting_log: FCFS, no prefix cache)
+                             waiting_log=log if self._log_views else None)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
                   ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],
@@ -448,22 +535,24 @@ class EngineSim:
         add = tally.add
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
-        num_decodes = decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
+        decode_ctx = others = 0  # the decodes' tally (StepTally.add_decodes); other chunks
         taken_back = False  # a priority victim's chunk left ``sched``: tally it again
         i = 0
-        while i < len(running) and budget > 0:
+        n_run = len(running)  # (changes only where a request is preempted, below)
+        while i < n_run and budget > 0:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
             if need == 1 and c >= p and counts_only:
                 # A decode (most of a busy step): one token, never held, limited or capped
                 # (rules 3-4: not mid_chunk, past the prompt); scheduled when its block fits.
+                # (its next block is needed once in block_size steps)
                 extra = -(-(c + 1) // bs) - r.blocks
-                if extra <= pool.num_free:
-                    r.blocks += extra
-                    pool.num_free -= extra
+                if extra == 0 or extra <= pool.num_free:
+                    if extra:
+                        r.blocks += extra
+                        pool.num_free -= extra
                     sched.append((r, 1))
-                    num_decodes += 1
                     decode_ctx += c
                     budget -= 1
                     i += 1
@@ -499,6 +588,7 @@ class EngineSim:
                 victim.num_preemptions += 1
                 waiting.appendleft(victim)
                 preempted.append(victim)
+                n_run = len(running)
                 if victim is r:
                     break
             if not r.is_running:
@@ -507,12 +597,13 @@ class EngineSim:
                 break
             pool.grow(r, n)
             sched.append((r, n))
+            others += 1
             add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= mid
             i += 1
-        tally.add_decodes(num_decodes, decode_ctx)
+        tally.add_decodes(len(sched) - others, decode_ctx)  # (re-tallied if taken back)
         if taken_back:  # rare (priority preemption): the tally of what stayed in ``sched``
             tally = step_rules.StepTally()
             add = tally.add

@@ -73,8 +73,8 @@ numpy at most; no vllm import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence, Sequence
-from typing import Protocol, TypeVar, cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from ppas.core.decision import Decision, EngineKnobs
 from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
@@ -149,14 +149,16 @@ def order_running(running: list[R], decision: Decision, priority: bool = False) 
     """Reorder ``running`` in place for ``decision`` (rule 3 of the module doc); under
     ``priority`` the prefill chunks are ranked within their priority level."""
     if decision.prefill_order:
-        rank = _ranker(decision.prefill_order)
-        key: Callable[[R], int | tuple[int, int]] = rank
-        if priority:
-            key = lambda r: (cast(PrioritizedRequest, r).priority, rank(r))  # noqa: E731
-        slots = [i for i, r in enumerate(running)
-                 if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
-        for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
-            running[i] = r
+        # the prefill chunks' slots (is_prefill_chunk, inlined: a pass over every running
+        # request); one prefill chunk (the usual case) stays where it is
+        slots = [i for i, r in enumerate(running) if r.num_computed_tokens < r.num_prompt_tokens]
+        if len(slots) > 1:
+            rank = _ranker(decision.prefill_order)
+            key: Callable[[R], int | tuple[int, int]] = rank
+            if priority:
+                key = lambda r: (cast(PrioritizedRequest, r).priority, rank(r))  # noqa: E731
+            for i, r in zip(slots, sorted((running[i] for i in slots), key=key), strict=True):
+                running[i] = r
     if decision.decodes_first:
         pre = [r for r in running if is_prefill_chunk(r.num_computed_tokens, r.num_prompt_tokens)]
         if pre:
@@ -165,14 +167,30 @@ def order_running(running: list[R], decision: Decision, priority: bool = False) 
             running.extend(pre)
 
 
-def order_waiting(waiting: MutableSequence[R], decision: Decision,
-                  priority: bool = False) -> None:
+class WaitingQueue(Protocol):
+    """A waiting queue as ``order_waiting`` reorders it: vLLM's (a deque) or the
+    simulator's (``ppas.engine.simulator.WaitingQueue``, which also has ``move_to_front``)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def clear(self) -> None: ...
+    def extend(self, items: Iterable[Any], /) -> None: ...
+
+
+def order_waiting(waiting: WaitingQueue, decision: Decision, priority: bool = False) -> None:
     """Put a waiting queue (a deque, served from its head) in admission order (rule 3).
     FCFS: a stable sort by ``decision.prefill_order``, nothing without one. ``priority``:
     sorted by ``priority_key`` every step, with or without an order (the engine keeps its
-    priority queue as a deque in this order; vLLM's heap would pop the same sequence)."""
+    priority queue as a deque in this order; vLLM's heap would pop the same sequence).
+    A queue with ``move_to_front`` (the simulator's ``WaitingQueue``) is reordered by it
+    under FCFS, to the same order in O(len(prefill_order))."""
     if len(waiting) < 2 or not (priority or decision.prefill_order):
         return
+    if not priority:
+        move = getattr(waiting, "move_to_front", None)
+        if move is not None:
+            move(decision.prefill_order)
+            return
     if priority:
         pkey = priority_key(decision)
         items = sorted(waiting, key=lambda r: pkey(cast(PrioritizedRequest, r)))

@@ -70,28 +70,57 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
 **The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let
 ``d_i = arrival_i + aging * s_i``. At every step at or after ``d_i``, every request
 listed ahead of ``i`` in ``prefill_order`` is overdue and arrived no later than ``i``
-(ties by id). The engine serves the running prompts first, then admits waiting ones as a
-prefix of this order (its waiting loop stops at the first request it cannot admit).
-Hence, once ``i`` is overdue and waiting, no request that arrived after ``i`` is admitted
-before it, and ``i`` waits past ``d_i`` only for requests that arrived before it (no
-starvation, whatever arrives later). This bounds the *order*, not the latency: the
-budget, the admission limit and the KV cache can still hold ``i`` while running requests
-finish. ``s_i`` (``solo_estimate``) is the linearised solo E2E of the whole prompt
-(cached or not): its prefill in ``c_max``-token steps, then one decode step per further
-output at its mean context. With the saturation rule the steps are the budget it gives
-that prompt alone on an idle engine (``idle_chunk``), so the deadline follows the steps
-the engine really runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled in
-16k-token steps, and the estimate stays within 1.1% of the engine's best solo latency
-(``solo_latency``) where ``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
+(ties by id), and when ``i`` is waiting but not listed, so is every waiting request
+listed. The engine serves the running prompts first, then admits waiting ones as a
+prefix of this order (its waiting loop stops at the first request it cannot admit, and
+the budget returned stops it within the listed ones: below). Hence, once ``i`` is
+overdue and waiting, no request that arrived after ``i`` is admitted before it, and ``i``
+waits past ``d_i`` only for requests that arrived before it (no starvation, whatever
+arrives later). This bounds the *order*, not the latency: the budget, the admission
+limit and the KV cache can still hold ``i`` while running requests finish. ``s_i``
+(``solo_estimate``) is the linearised solo E2E of the whole prompt (cached or not): its
+prefill in ``c_max``-token steps, then one decode step per further output at its mean
+context. With the saturation rule the steps are the budget it gives that prompt alone on
+an idle engine (``idle_chunk``), so the deadline follows the steps the engine really
+runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled in 16k-token steps, and
+the estimate stays within 1.1% of the engine's best solo latency (``solo_latency``) where
+``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
 
-Cost per step: one pass over the running requests and the budget, O(running + number
-of candidate chunks), plus the saturation rule's pass over a prefix of the waiting queue
-(it stops once more prompts can only confirm the biggest chunk; the whole queue when it
-is short); when a waiting request can be admitted (the running prompts leave
-budget, the limit and the KV cache leave room for the smallest waiting footprint), one
-pass over the waiting queue and one sort of the pending prompts, O(n log n). A step
-that cannot admit returns no order: the engine keeps the waiting queue as last sorted
-(new arrivals at its end) and admits nothing from it, so the bound is unaffected.
+**What is listed.** Without a ``waiting_log`` in the view (the vLLM plugin, hand-made
+views), or where the saturation rule has room (its budget reads the waiting queue in the
+engine's order, as last ordered whole: the knee below the ceiling, e.g. on an A100):
+every pending prompt, in order (``decide_full``). With one (the simulator under
+FCFS without prefix caching; ``SchedulerView.waiting_log``), only what can matter: the
+order's waiting requests up to and including the first that the walk of rule 3 does not
+admit (or the one that fills the budget), then every running prompt; with nothing
+running, the waiting ones until their uncached tokens reach the budget. The engine never
+admits past them: each waiting request it admits takes at least its remaining uncached
+tokens from the budget, which the walk returns already spent by the listed ones (or the
+engine stops earlier, on its KV blocks, ``max_num_seqs`` or the global budget). The
+unlisted requests keep their queue order behind, and no step admits one, so every
+admission, and the run, is the same as with the whole order (``tests/test_ordered.py``
+runs both, and pins the indexed path to ``decide_full(truncate=True)`` at every step).
+
+**Cost per step.** Without a log: one pass over the running requests and the budget,
+O(running + number of candidate chunks), plus the saturation rule's pass over a prefix of
+the waiting queue where it has room (it stops once more prompts can only confirm the
+biggest chunk; the whole queue when it is short); when a waiting request can be admitted (the
+running prompts leave budget, the limit and the KV cache leave room for the smallest
+waiting footprint), one pass over the waiting queue and one sort of the pending prompts,
+O(n log n). A step that cannot admit returns no order: the engine keeps the waiting queue
+as last sorted (new arrivals at its end) and admits nothing from it, so the bound is
+unaffected. With a log: the same pass over the running requests (where the budget is
+fixed whatever rides, as with the defaults on an H100 and an 8B model, only a sum of their
+footprints, skipped when the running prompts take the budget, and a look for the running
+prompts from the end of the list, where admissions go), then O((e + l + p) log n) for the
+waiting queue, where ``e`` is the log's events since the last step (arrivals,
+preemptions, admissions), ``l`` the requests listed and ``p`` those turning overdue
+(each once), none of it proportional to the queue. The index (``_WaitingIndex``) holds
+one entry per waiting request, made from the request's fields when it enters the queue
+(they do not change while it waits there), and reads the queue again whole, O(n), only
+when the log cannot be followed (another engine's view, the clock going back, a count
+that disagrees, or a log the engine trimmed, which it does after at least 2n + 4096
+events: O(1) per event amortised).
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
@@ -107,13 +136,22 @@ there is nothing to measure and the engine's own order is kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import RequestSnapshot, RequestView, SchedulerView, is_pending_prefill
+from ppas.core.view import (
+    RequestSnapshot,
+    RequestView,
+    SchedulerView,
+    WaitingLog,
+    is_pending_prefill,
+)
 from ppas.cost.base import CostModel, causal_pairs
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -183,6 +221,9 @@ class Ordered(Policy):
         self.sat_costs: StepCosts | None = None
         self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
+        self._index: _WaitingIndex | None = None  # the waiting queue, between steps
+        self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
+        self._knee: int | None = None  # the budget at every step, where it is fixed
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -198,6 +239,29 @@ class Ordered(Policy):
         self.sat_costs = (None if cost_model is None or not self.sat_chunks else
                           StepCosts(cost_model, self.sat_chunks))
         self._solo, self._idle = {}, {}
+        self._index = None
+        cache, est = self._solo, self.solo_estimate
+
+        def cached(prompt: int, outputs: int) -> float:
+            s = cache.get((prompt, outputs))
+            if s is None:
+                s = cache[(prompt, outputs)] = est(prompt, outputs)
+            return s
+
+        self._solo_fn = cached if costs is not None else None
+        # The budget whatever the decodes riding, when the knee (module doc, 2) is c_max
+        # even with none: c's throughput share (c / C) (t_C + ride) / (t_c + ride) only
+        # falls as ride grows when t_c <= t_C, and a share below efficiency by a margin
+        # far above rounding stays below it in ``chunk``'s floats.
+        # The saturation rule picks in [knee, ceiling]: no room when both are c_max.
+        self._knee = None
+        if costs is not None and costs.dec_ride >= 0 and costs.dec_kv >= 0 and (
+                max(self.config.c_max, self.config.c_sat) == self.config.c_max):
+            big, t_big = self.chunks[-1], self.chunk_time[-1]
+            want = self.config.efficiency * (1 - 1e-9)
+            if all(0 < t <= t_big and (c / t) / (big / t_big) <= want
+                   for c, t in zip(self.chunks[:-1], self.chunk_time[:-1], strict=True)):
+                self._knee = big
 
     # -- the solo latency of the aging bound ------------------------------------------------
     def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
@@ -222,43 +286,44 @@ class Ordered(Policy):
 
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
-        cfg = self.config
         if view.num_pending_prefills == 0:
-            return Decision(cfg.c_max)
-        solo = self.solo_function(view)
-        k, now = cfg.aging, view.now
-        kv = self.kv_capacity is not None
-        # Per pending prompt: (sort key, id, running, uncached tokens left, footprint).
-        items: list[tuple[tuple[int, float, float, str], str, bool, int, int]] = []
+            return Decision(self.config.c_max)
+        log = view.waiting_log
+        if log is not None and self.costs is not None and self.config.aging > 0 and (
+                self.sat_costs is None or self._knee is not None):  # saturation: no room
+            return self._decide_indexed(view, log)
+        return self.decide_full(view)
 
-        def add(n: int, r: RequestView, running: bool) -> None:
-            prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
-            rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
-            if solo is None:  # nothing to age by: the engine's own order
-                key = (0, float(n), 0.0, rid)
-            elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens
-                                                       - r.num_output_tokens)):
-                key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
-            else:
-                key = (1, float(rem), arrival, rid)  # shortest remaining first
-            items.append((key, rid, running, rem, prompt + r.max_output_tokens + SLACK))
-
-        # The running requests (the view lists them first): decodes, prompts, KV in use.
-        n_running = n_dec = ctx_dec = ctx_run = running_left = 0
-        room = self.kv_capacity if self.kv_capacity is not None else 0
+    def _running(self, view: SchedulerView, solo: Callable[[int, int], float] | None,
+                 ) -> tuple[list[_Item], int, int, int, int, int, int]:
+        """One pass over the running requests (the view lists them first): their pending
+        prompts as items, and (running, decodes, decodes' context, mean-context numerator,
+        prompt tokens left, KV room left)."""
+        k, now = self.config.aging, view.now
+        items: list[_Item] = []
+        n_running = n_dec = ctx_dec = ctx_run = running_left = held = 0
         for r in view.requests:
             if not r.is_running:
                 break
             n_running += 1
-            room -= r.prompt_tokens + r.max_output_tokens + SLACK
-            if is_pending_prefill(r):
-                add(n_running - 1, r, True)
-                running_left += r.prompt_tokens - r.num_computed_tokens
-                ctx_run += r.prompt_tokens
-            elif r.num_output_tokens < r.max_output_tokens:
+            p, out, c = r.prompt_tokens, r.max_output_tokens, r.num_computed_tokens
+            held += p + out
+            if c < p:  # is_pending_prefill, inlined (r is running)
+                items.append(_item(n_running - 1, r, True, solo, k, now))
+                running_left += p - c
+                ctx_run += p
+            elif r.num_output_tokens < out:
                 n_dec += 1
-                ctx_dec += r.num_computed_tokens
+                ctx_dec += c
         ctx_run += ctx_dec
+        room = ((self.kv_capacity if self.kv_capacity is not None else 0)
+                - held - SLACK * n_running)
+        return items, n_running, n_dec, ctx_dec, ctx_run, running_left, room
+
+    def _budget(self, view: SchedulerView, n_running: int, n_dec: int, ctx_dec: int,
+                ctx_run: int) -> tuple[int, int]:
+        """(the step's budget, admission slots left) (module doc, 2 and 3)."""
+        cfg = self.config
         if self.costs is None:  # model-free fallback: P-PAS, paper parameters
             budget = (min(2048, cfg.c_max) if view.num_pending_prefills >= 2
                       and view.num_running_decodes > 0 else cfg.c_max)
@@ -266,6 +331,22 @@ class Ordered(Policy):
             budget = self.chunk(n_dec, ctx_dec, view)
         slots = (self.limit(ctx_run / n_running) - n_running
                  if n_running and cfg.kv_ratio > 0 and self.costs is not None else 1 << 30)
+        return budget, slots
+
+    def decide_full(self, view: SchedulerView, truncate: bool = False) -> Decision:
+        """The straightforward decision: every pending prompt keyed and sorted, O(n log n).
+        ``decide`` takes it where the view carries no ``waiting_log``; with ``truncate``
+        its order is cut as the indexed path cuts it (``_walk``), which must then give the
+        same Decision (``tests/test_ordered.py``)."""
+        if view.num_pending_prefills == 0:
+            return Decision(self.config.c_max)
+        solo = self.solo_function(view)
+        k, now = self.config.aging, view.now
+        items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
+            view, solo)
+        n_run_items = len(items)
+        budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
+        kv = self.kv_capacity is not None
         if n_running and self.costs is not None:
             if running_left >= budget:
                 return Decision(budget)  # the running prompts take it all: none admitted
@@ -275,8 +356,8 @@ class Ordered(Policy):
                 return Decision(running_left)  # no waiting request fits: none admitted
         if solo is None:
             for n, r in enumerate(islice(view.requests, n_running, None), n_running):
-                add(n, r, False)
-        else:  # add() inlined: the waiting queue is the long loop under overload
+                items.append(_item(n, r, False, solo, k, now))
+        else:  # _item() inlined: the waiting queue is the long loop under overload
             append = items.append
             for r in islice(view.requests, n_running, None):
                 prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
@@ -287,23 +368,85 @@ class Ordered(Policy):
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))
+        running_items = sorted(items[:n_run_items])
         items.sort()
-        ids = tuple(it[1] for it in items)
-        if not n_running or self.costs is None:
-            return Decision(budget, ids)  # an idle engine always admits (liveness)
-        # Admission, walked in this order: the limit, then whole footprints in the KV cache.
-        allowance = running_left
-        for _, _, running, rem, footprint in items:
-            if running:
-                continue
-            if slots <= 0 or (kv and footprint > room):
-                break
-            room -= footprint
-            slots -= 1
-            allowance += rem
-            if allowance >= budget:
-                return Decision(budget, ids)
-        return Decision(allowance, ids)
+        if not truncate:
+            ids = tuple(it[1] for it in items)
+            if not n_running or self.costs is None:
+                return Decision(budget, ids)  # an idle engine always admits (liveness)
+            budget, _ = _walk(iter(items), running_items, n_running, budget, slots, room,
+                              kv, running_left)
+            return Decision(budget, ids)
+        return Decision(*_walk(iter(items), running_items, n_running, budget, slots, room,
+                               kv, running_left))
+
+    def _decide_indexed(self, view: SchedulerView, log: WaitingLog) -> Decision:
+        """``decide_full(view, truncate=True)`` from the index of the waiting queue kept
+        between steps (``_WaitingIndex``). Where the budget is fixed (``_knee``) and there
+        is no admission limit, one sum over the running requests (their footprints) and
+        their prompts looked for from the end of the running list (where admissions go),
+        as many as the counts say; then the index's O((events + listed) log n)."""
+        cfg = self.config
+        solo = self._solo_fn
+        assert solo is not None
+        idx = self._index
+        if idx is None:
+            idx = self._index = _WaitingIndex(cfg.aging, solo)
+        reqs = view.requests
+        n_req = len(reqs)
+        n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
+        if not (0 <= n_running <= n_req and (n_running == 0 or reqs[n_running - 1].is_running)
+                and (n_running == n_req or not reqs[n_running].is_running)):
+            n_running = 0  # the log could not be followed: read the queue again
+            for r in reqs:
+                if not r.is_running:
+                    break
+                n_running += 1
+            idx.rebuild(view, log, n_running)
+        items: list[_Item] | None = None
+        if self._knee is not None and cfg.kv_ratio <= 0:
+            k, now = cfg.aging, view.now
+            left = view.num_pending_prefills - (n_req - n_running)  # running prompts
+            items = []
+            running_left = 0
+            if left > 0:
+                for j in range(n_running - 1, -1, -1):
+                    r = reqs[j]
+                    c, p = r.num_computed_tokens, r.prompt_tokens
+                    if c < p:
+                        items.append(_item(0, r, True, solo, k, now))
+                        running_left += p - c
+                        left -= 1
+                        if not left:
+                            break
+            budget, slots = self._knee, 1 << 30
+            if left:  # the counts disagree with the requests: read them one by one
+                items = None
+            elif n_running and running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
+            else:
+                held = 0
+                for r in reqs[:n_running]:
+                    held += r.prompt_tokens + r.max_output_tokens
+                room = ((self.kv_capacity if self.kv_capacity is not None else 0)
+                        - held - SLACK * n_running)
+        if items is None:
+            items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
+                view, solo)
+            budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
+        kv = self.kv_capacity is not None
+        if n_running:
+            if running_left >= budget:
+                return Decision(budget)  # the running prompts take it all: none admitted
+            if slots <= 0 or (kv and room < idx.min_footprint(room) + SLACK):
+                return Decision(running_left)  # no waiting request fits: none admitted
+        idx.promote(view.now)
+        items.sort()
+        try:
+            return Decision(*_walk(_merged(items, idx.in_order()) if items else idx.in_order(),
+                                   items, n_running, budget, slots, room, kv, running_left))
+        finally:
+            idx.restore()
 
     def solo_function(self, view: SchedulerView) -> Callable[[int, int], float] | None:
         """``s_i`` of the aging bound as a function of (prompt tokens, outputs left): the
@@ -311,16 +454,8 @@ class Ordered(Policy):
         steps (module doc); None when aging is off or nothing is measured yet."""
         if self.config.aging <= 0:
             return None
-        if self.costs is not None:
-            cache, est = self._solo, self.solo_estimate
-
-            def cached(prompt: int, outputs: int) -> float:
-                s = cache.get((prompt, outputs))
-                if s is None:
-                    s = cache[(prompt, outputs)] = est(prompt, outputs)
-                return s
-
-            return cached
+        if self._solo_fn is not None:
+            return self._solo_fn
         per_tok = last_prefill_token_time(view.recent_steps)
         if per_tok is None:
             return None
@@ -462,3 +597,235 @@ def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
         if j < best_j:
             best_c, best_j = c, j
     return best_c
+
+
+#: One pending prompt: (sort key, id, running, uncached tokens left, footprint).
+_Item = tuple[tuple[int, float, float, str], str, bool, int, int]
+
+
+def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], float] | None,
+          k: float, now: float) -> _Item:
+    """``r``'s item (module doc, 1); ``n`` its place in the view (the key without aging)."""
+    prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+    rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+    if solo is None:  # nothing to age by: the engine's own order
+        key = (0, float(n), 0.0, rid)
+    elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens - r.num_output_tokens)):
+        key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
+    else:
+        key = (1, float(rem), arrival, rid)  # shortest remaining first
+    return key, rid, running, rem, prompt + r.max_output_tokens + SLACK
+
+
+def _merged(first: list[_Item], rest: Iterator[_Item]) -> Iterator[_Item]:
+    """The sorted ``first`` merged into the sorted ``rest`` (read one ahead)."""
+    i, n = 0, len(first)
+    for it in rest:
+        while i < n and first[i] < it:
+            yield first[i]
+            i += 1
+        yield it
+    yield from first[i:]
+
+
+def _walk(items: Iterator[_Item], running_items: list[_Item], n_running: int, budget: int,
+          slots: int, room: int, kv: bool, running_left: int) -> tuple[int, tuple[str, ...]]:
+    """Admission walked in the order of ``items`` (module doc, 3): (the budget, the ids
+    listed). Listed: the items up to the first the engine cannot admit (the walk stops
+    there: the budget returned leaves it nothing), then the running prompts not reached.
+    With nothing running: the items until their tokens left reach the budget."""
+    listed: list[str] = []
+    if not n_running:  # an idle engine always admits (liveness), up to the budget
+        allowance = 0
+        for it in items:
+            listed.append(it[1])
+            allowance += it[3]
+            if allowance >= budget:
+                break
+        return budget, tuple(listed)
+    allowance = running_left
+    seen = 0  # running prompts reached
+    out = allowance
+    for _, rid, running, rem, footprint in items:
+        listed.append(rid)
+        if running:
+            seen += 1
+            continue
+        if slots <= 0 or (kv and footprint > room):
+            out = allowance
+            break
+        room -= footprint
+        slots -= 1
+        allowance += rem
+        if allowance >= budget:
+            out = budget
+            break
+    else:
+        out = allowance
+    listed.extend(it[1] for it in running_items[seen:])
+    return out, tuple(listed)
+
+
+class _Entry:
+    """A waiting request in ``_WaitingIndex``: its items fresh and overdue, its aging
+    threshold ``k * s_i``, its smallest footprint (prompt + outputs)."""
+
+    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue")
+
+    def __init__(self, gen: int, arrival: float, threshold: float, fresh: _Item,
+                 late: _Item, overdue: bool) -> None:
+        self.gen, self.arrival, self.threshold = gen, arrival, threshold
+        self.fresh, self.late, self.overdue = fresh, late, overdue
+
+
+class _WaitingIndex:
+    """The waiting queue of one engine, indexed in the policy's order between steps: kept
+    in step with the view by its ``WaitingLog`` (each arrival, preemption and admission
+    once), read again whole only when the log cannot be followed (another engine's view, a
+    trimmed log, the clock going back, a count that disagrees with the view).
+
+    Heaps, with entries dropped lazily (an entry counts while its request's ``gen`` is the
+    live one): overdue items by (arrival, id), fresh ones by (uncached tokens, arrival,
+    id), fresh ones by aging threshold (``promote`` moves them when due), and every
+    waiting request by its smallest footprint. A waiting request's fields do not change
+    while it waits (``SchedulerView.waiting_log``), so its items are made once, on entry;
+    only "overdue" changes, once, with the clock. Memory: O(waiting requests); heaps are
+    rebuilt when stale entries outnumber live ones."""
+
+    def __init__(self, aging: float, solo: Callable[[int, int], float]) -> None:
+        self.k, self.solo = aging, solo
+        self.log: WaitingLog | None = None
+        self.pos = 0
+        self.now = -math.inf
+        self.gen = 0
+        self.live: dict[str, _Entry] = {}
+        # (the sort key's varying part, flat: the same order within a heap, cheaper)
+        self.late: list[tuple[float, str, int, _Item]] = []  # (arrival, id, gen, item)
+        self.fresh: list[tuple[float, float, str, int, _Item]] = []  # (rem, arrival, ...)
+        self.due: list[tuple[float, int, str]] = []
+        self.small: list[tuple[int, int, str]] = []
+        self.popped: list[tuple[bool, tuple[Any, ...]]] = []
+
+    def follow(self, view: SchedulerView, log: WaitingLog) -> bool:
+        """Apply the log's events since the last step; False (nothing applied) when the
+        log cannot be followed: the caller then checks the count and ``rebuild``s."""
+        now = view.now
+        if log is not self.log or self.pos < log.base or now < self.now:
+            return False
+        self.now = now
+        end = log.end
+        if self.pos == end:
+            return True
+        live = self.live
+        for entered, r in log.events[self.pos - log.base:]:
+            if entered:
+                self.add(r, now)
+            else:
+                live.pop(r.request_id, None)
+        self.pos = end
+        if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) > 8 * len(
+                live) + 256:
+            self.compact()
+        return True
+
+    def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
+        self.log, self.pos, self.now = log, log.end, view.now
+        self.live.clear()
+        for h in (self.late, self.fresh, self.due, self.small):
+            h.clear()
+        for r in islice(view.requests, n_running, None):
+            self.add(r, view.now)
+
+    def compact(self) -> None:
+        """The heaps again from the live entries only."""
+        live = self.live
+        self.late[:] = [(e.arrival, rid, e.gen, e.late) for rid, e in live.items()
+                        if e.overdue]
+        self.fresh[:] = [(e.fresh[0][1], e.arrival, rid, e.gen, e.fresh)
+                         for rid, e in live.items() if not e.overdue]
+        self.due[:] = [(e.arrival + e.threshold, e.gen, rid) for rid, e in live.items()
+                       if not e.overdue]
+        self.small[:] = [(e.fresh[4] - SLACK, e.gen, rid) for rid, e in live.items()]
+        heapq.heapify(self.late)
+        heapq.heapify(self.fresh)
+        heapq.heapify(self.due)
+        heapq.heapify(self.small)
+
+    def add(self, r: RequestView, now: float) -> None:
+        """A request entering the waiting queue (``decide_full``'s items, made once)."""
+        prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
+        out = r.max_output_tokens
+        rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+        left = out - r.num_output_tokens
+        threshold = self.k * self.solo(prompt, left if left > 1 else 1)
+        fp = prompt + out + SLACK
+        late: _Item = ((0, arrival, 0.0, rid), rid, False, rem, fp)
+        fresh: _Item = ((1, float(rem), arrival, rid), rid, False, rem, fp)
+        self.gen = gen = self.gen + 1
+        overdue = now - arrival >= threshold
+        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue)
+        if overdue:
+            heapq.heappush(self.late, (arrival, rid, gen, late))
+        else:
+            heapq.heappush(self.fresh, (fresh[0][1], arrival, rid, gen, fresh))
+            heapq.heappush(self.due, (arrival + threshold, gen, rid))
+        heapq.heappush(self.small, (prompt + out, gen, rid))
+
+    def promote(self, now: float) -> None:
+        """Move the requests overdue at ``now`` (``now - arrival >= k * s_i``, tested as
+        ``decide_full`` tests it) to the overdue heap. Candidates come from the heap of
+        ``arrival + k * s_i``, with a margin far above its rounding."""
+        due, live = self.due, self.live
+        lim = now + 1e-6 * (1.0 + abs(now))
+        retry = []
+        while due and due[0][0] <= lim:
+            item = heapq.heappop(due)
+            e = live.get(item[2])
+            if e is None or e.gen != item[1] or e.overdue:
+                continue
+            if now - e.arrival >= e.threshold:
+                e.overdue = True
+                heapq.heappush(self.late, (e.arrival, item[2], e.gen, e.late))
+            else:
+                retry.append(item)
+        for item in retry:
+            heapq.heappush(due, item)
+
+    def min_footprint(self, default: int) -> int:
+        """The smallest prompt + outputs waiting (``default`` if none)."""
+        small, live = self.small, self.live
+        while small:
+            fp, gen, rid = small[0]
+            e = live.get(rid)
+            if e is not None and e.gen == gen:
+                return fp
+            heapq.heappop(small)
+        return default
+
+    def in_order(self) -> Iterator[_Item]:
+        """The waiting items in the policy's order (overdue, then fresh), taken off the
+        heaps as they are read; ``restore`` puts them back."""
+        live, popped, pop = self.live, self.popped, heapq.heappop
+        late = self.late
+        while late:
+            a = pop(late)
+            e = live.get(a[1])
+            if e is not None and e.gen == a[2]:  # (overdue stays overdue)
+                popped.append((True, a))
+                yield a[3]
+        fresh = self.fresh
+        while fresh:
+            f = pop(fresh)
+            e = live.get(f[2])
+            if e is not None and e.gen == f[3] and not e.overdue:
+                popped.append((False, f))
+                yield f[4]
+
+    def restore(self) -> None:
+        push, late, fresh = heapq.heappush, self.late, self.fresh
+        for is_late, entry in self.popped:
+            if is_late:
+                push(late, entry)  # type: ignore[arg-type]
+            else:
+                push(fresh, entry)  # type: ignore[arg-type]
+        self.popped.clear()
