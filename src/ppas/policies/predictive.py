@@ -127,15 +127,17 @@ class Predictive(Policy):
         if last in cands:
             cands = (last, *(a for a in cands if a != last))
         rate = arrival_rate(view)
+        decs.sort()  # once for every candidate (project walks them in end order)
+        ctx = sum([c for _, c in decs])
         best_a, best_j = c_max, float("inf")
         for a in cands:
-            j = project(costs, a, c_max, queue, decs, best_j, rate)
+            j = project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx)
             if j < best_j:
                 best_a, best_j = a, j
         for m in limits:
             if m >= len(decs) + len(queue):
                 break  # never binds: the same projection as the constant budget c_max
-            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m)
+            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx)
             if j < best_j:
                 best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
         return Decision(best_a)
