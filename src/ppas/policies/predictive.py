@@ -60,11 +60,17 @@ class PredictiveConfig:
       projection picks smaller chunks where they project better. Its price is the
       activation reserve of a bigger MBT.
     * ``max_active``: candidate admission limits 1..max_active requests at once (0: none).
+    * ``local``: search near the last decision (``Predictive._candidates``): its budget,
+      its neighbours among the candidates, 0 and ``c_max``, and only the limits above the
+      running decodes;
+      ``false``: every candidate at every step (about 3x the projections, same quality on
+      the traces measured: docs/results/trace-speed.md).
     """
 
     c_min: int = 512
     c_max: int = 32768
     max_active: int = 8
+    local: bool = True
 
     def __post_init__(self) -> None:
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
@@ -122,10 +128,8 @@ class Predictive(Policy):
         queue, decs = pending_work(view)
         # Try last step's budget first: decisions are sticky, so the bound prunes early.
         # (Without decodes every constant budget projects as c_max: one candidate.)
-        cands = self.candidates if decs else (c_max,)
         last = view.recent_steps[-1].prefill_budget if view.recent_steps else -1
-        if last in cands:
-            cands = (last, *(a for a in cands if a != last))
+        cands = self._candidates(last) if decs else (c_max,)
         rate = arrival_rate(view)
         decs.sort()  # once for every candidate (project walks them in end order)
         ctx = sum([c for _, c in decs])
@@ -135,12 +139,37 @@ class Predictive(Policy):
             if j < best_j:
                 best_a, best_j = a, j
         for m in limits:
+            if m <= len(decs) and self.config.local:
+                continue  # admits nothing now (limit_budget 0): see _candidates
             if m >= len(decs) + len(queue):
                 break  # never binds: the same projection as the constant budget c_max
             j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx)
             if j < best_j:
                 best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
         return Decision(best_a)
+
+    def _candidates(self, last: int) -> tuple[int, ...]:
+        """The constant budgets to project while decodes run, last step's first (decisions
+        are sticky, so the pruning bound bites early), the others ascending.
+
+        With ``local`` and a last budget that is a candidate: only it, its neighbours in
+        the candidates (0, then the powers of two: half and twice it; ``c_min`` next to 0),
+        0 and ``c_max`` (a local search along the candidates, which may also jump to
+        either end). The engine asks again at the next step, so a budget further
+        away is reached one factor of two per step, while a decode-only step or the
+        biggest chunk stays one step away. Likewise the admission limits that the running
+        decodes already fill are not projected: they admit nothing now (``limit_budget``
+        is 0, the decision budget 0 already proposes), and once a decode ends they are
+        above the decodes and projected again. Measured against every candidate at every
+        step (``local=false``): docs/results/trace-speed.md. Else every candidate."""
+        cands = self.candidates
+        if last not in cands:
+            return cands
+        if self.config.local:
+            i = cands.index(last)
+            near = {0, cands[max(0, i - 1)], cands[min(len(cands) - 1, i + 1)], cands[-1]}
+            return (last, *(a for a in cands if a != last and a in near))
+        return (last, *(a for a in cands if a != last))
 
 
 def limit_budget(limit: int, c_max: int, queue: list[Prompt], num_decodes: int) -> int:
