@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_views import dec, pre, view, wait
+from policy_views import dec, guarded, pre, view, wait
 
 from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import StepShape
@@ -18,7 +18,7 @@ from ppas.cost.steps import StepCosts
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
-from ppas.policies.projection import arrival_rate, project
+from ppas.policies.projection import arrival_rate, pending_work, project
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -349,3 +349,39 @@ def test_predictive_decision_is_its_projection_capped_by_kv(reqs, capacity) -> N
     d = p._decide(v).prefill_budget
     want = d if d == 0 or v.num_pending_prefills == 0 else kv_admission_cap(v, capacity, d)
     assert p.decide(v).prefill_budget == want
+
+
+def test_local_search_projects_the_last_budget_its_neighbours_and_the_ends() -> None:
+    p = make_policy("predictive")
+    assert isinstance(p, Predictive)
+    assert p._candidates(2048) == (2048, 0, 1024, 4096, 32768)
+    assert p._candidates(0) == (0, 512, 32768)
+    assert p._candidates(32768) == (32768, 0, 16384)
+    assert p._candidates(512) == (512, 0, 1024, 32768)
+    assert p._candidates(7000) == p.candidates  # not a candidate (a limit, a KV cap): all
+    q = make_policy("predictive:local=false")
+    assert isinstance(q, Predictive)
+    assert q._candidates(2048) == (2048, 0, 512, 1024, 4096, 8192, 16384, 32768)
+
+
+def test_local_choice_is_the_argmin_over_its_candidates() -> None:
+    p = make_policy("predictive")
+    assert isinstance(p, Predictive)
+    p.bind_cost_model(CM)
+    p.kv_capacity = None  # the projection's choice alone
+    assert p.costs is not None
+    reqs = [dec(0, out=3), dec(1, out=20), dec(2, out=9), pre(0), wait(1), wait(2)]
+    cm = p.config.c_max
+    for last in (0, 512, 2048, 32768):
+        v = view(reqs, steps=(guarded(last, 0.05, 0.05),))
+        queue, decs = pending_work(v)
+        decs.sort()
+        rate = arrival_rate(v)
+        scores = {a: project(p.costs, a, cm, queue, decs, arrival_rate=rate)
+                  for a in p._candidates(last)}
+        for m in p.limits:  # three decodes run: of limits 1-3 (none admits) only 3
+            if 3 <= m < 3 + len(queue):
+                j = project(p.costs, cm, cm, queue, decs, arrival_rate=rate, limit=m)
+                b = limit_budget(m, cm, queue, len(decs))
+                scores[b] = min(j, scores.get(b, j))
+        assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])

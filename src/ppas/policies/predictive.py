@@ -61,8 +61,8 @@ class PredictiveConfig:
       activation reserve of a bigger MBT.
     * ``max_active``: candidate admission limits 1..max_active requests at once (0: none).
     * ``local``: search near the last decision (``Predictive._candidates``): its budget,
-      its neighbours among the candidates, 0 and ``c_max``, and only the limits above the
-      running decodes;
+      its neighbours among the candidates, 0 and ``c_max``; of the limits the running
+      decodes fill, only the largest;
       ``false``: every candidate at every step (about 3x the projections, same quality on
       the traces measured: docs/results/trace-speed.md).
     """
@@ -138,9 +138,10 @@ class Predictive(Policy):
             j = project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx)
             if j < best_j:
                 best_a, best_j = a, j
+        full = min(len(decs), limits[-1]) if limits and self.config.local else 0
         for m in limits:
-            if m <= len(decs) and self.config.local:
-                continue  # admits nothing now (limit_budget 0): see _candidates
+            if m < full:
+                continue  # waits longer than limit `full`, which also admits nothing now
             if m >= len(decs) + len(queue):
                 break  # never binds: the same projection as the constant budget c_max
             j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx)
@@ -157,11 +158,14 @@ class Predictive(Policy):
         0 and ``c_max`` (a local search along the candidates, which may also jump to
         either end). The engine asks again at the next step, so a budget further
         away is reached one factor of two per step, while a decode-only step or the
-        biggest chunk stays one step away. Likewise the admission limits that the running
-        decodes already fill are not projected: they admit nothing now (``limit_budget``
-        is 0, the decision budget 0 already proposes), and once a decode ends they are
-        above the decodes and projected again. Measured against every candidate at every
-        step (``local=false``): docs/results/trace-speed.md. Else every candidate."""
+        biggest chunk stays one step away. Likewise, of the admission limits that the
+        running decodes already fill (they all admit nothing now: ``limit_budget`` 0)
+        only the largest is projected: it waits for the fewest decodes to end before it
+        admits a prompt, a smaller one waits for more, and once decodes have ended the
+        engine asks again and the limits above them are projected. Measured against every
+        candidate at every step (``local=false``): docs/results/trace-speed.md. Without
+        ``local``, or when the last budget is no candidate (a limit's, a KV cap's): every
+        constant budget."""
         cands = self.candidates
         if last not in cands:
             return cands
