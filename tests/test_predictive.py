@@ -351,37 +351,28 @@ def test_predictive_decision_is_its_projection_capped_by_kv(reqs, capacity) -> N
     assert p.decide(v).prefill_budget == want
 
 
-def test_local_search_projects_the_last_budget_its_neighbours_and_the_ends() -> None:
-    p = make_policy("predictive")
-    assert isinstance(p, Predictive)
-    assert p._candidates(2048) == (2048, 0, 1024, 4096, 32768)
-    assert p._candidates(0) == (0, 512, 32768)
-    assert p._candidates(32768) == (32768, 0, 16384)
-    assert p._candidates(512) == (512, 0, 1024, 32768)
-    assert p._candidates(7000) == p.candidates  # not a candidate (a limit, a KV cap): all
-    q = make_policy("predictive:local=false")
-    assert isinstance(q, Predictive)
-    assert q._candidates(2048) == (2048, 0, 512, 1024, 4096, 8192, 16384, 32768)
 
-
-def test_local_choice_is_the_argmin_over_its_candidates() -> None:
-    p = make_policy("predictive")
-    assert isinstance(p, Predictive)
-    p.bind_cost_model(CM)
-    p.kv_capacity = None  # the projection's choice alone
-    assert p.costs is not None
-    reqs = [dec(0, out=3), dec(1, out=20), dec(2, out=9), pre(0), wait(1), wait(2)]
-    cm = p.config.c_max
-    for last in (0, 512, 2048, 32768):
-        v = view(reqs, steps=(guarded(last, 0.05, 0.05),))
-        queue, decs = pending_work(v)
-        decs.sort()
-        rate = arrival_rate(v)
-        scores = {a: project(p.costs, a, cm, queue, decs, arrival_rate=rate)
-                  for a in p._candidates(last)}
-        for m in p.limits:  # three decodes run: of limits 1-3 (none admits) only 3
-            if 3 <= m < 3 + len(queue):
+def test_of_the_limits_the_decodes_fill_only_the_largest_is_projected() -> None:
+    for spec, lo in (("predictive", 3), ("predictive:prune_limits=false", 1)):
+        p = make_policy(spec)
+        assert isinstance(p, Predictive)
+        p.bind_cost_model(CM)
+        p.kv_capacity = None  # the projection's choice alone
+        assert p.costs is not None
+        reqs = [dec(0, out=3), dec(1, out=20), dec(2, out=9), pre(0), wait(1), wait(2)]
+        cm = p.config.c_max
+        for last in (-1, 0, 2048):
+            steps = () if last < 0 else (guarded(last, 0.05, 0.05),)
+            v = view(reqs, steps=steps)
+            queue, decs = pending_work(v)
+            decs.sort()
+            rate = arrival_rate(v)
+            order = p.candidates if last < 0 else (
+                last, *(a for a in p.candidates if a != last))
+            scores = {a: project(p.costs, a, cm, queue, decs, arrival_rate=rate)
+                      for a in order}
+            for m in range(lo, 3 + len(queue)):  # three decodes: limits 1-3 admit nothing
                 j = project(p.costs, cm, cm, queue, decs, arrival_rate=rate, limit=m)
                 b = limit_budget(m, cm, queue, len(decs))
                 scores[b] = min(j, scores.get(b, j))
-        assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
+            assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])

@@ -60,17 +60,16 @@ class PredictiveConfig:
       projection picks smaller chunks where they project better. Its price is the
       activation reserve of a bigger MBT.
     * ``max_active``: candidate admission limits 1..max_active requests at once (0: none).
-    * ``local``: search near the last decision (``Predictive._candidates``): its budget,
-      its neighbours among the candidates, 0 and ``c_max``; of the limits the running
-      decodes fill, only the largest;
-      ``false``: every candidate at every step (about 3x the projections, same quality on
-      the traces measured: docs/results/trace-speed.md).
+    * ``prune_limits``: of the limits that the running decodes already fill, project only
+      the largest (``false``: all of them, as before; about half the projections under
+      load, and within 1% in mean E2E on the traces and the paper grid measured in
+      docs/results/trace-speed.md).
     """
 
     c_min: int = 512
     c_max: int = 32768
     max_active: int = 8
-    local: bool = True
+    prune_limits: bool = True
 
     def __post_init__(self) -> None:
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
@@ -128,8 +127,10 @@ class Predictive(Policy):
         queue, decs = pending_work(view)
         # Try last step's budget first: decisions are sticky, so the bound prunes early.
         # (Without decodes every constant budget projects as c_max: one candidate.)
+        cands = self.candidates if decs else (c_max,)
         last = view.recent_steps[-1].prefill_budget if view.recent_steps else -1
-        cands = self._candidates(last) if decs else (c_max,)
+        if last in cands:
+            cands = (last, *(a for a in cands if a != last))
         rate = arrival_rate(view)
         decs.sort()  # once for every candidate (project walks them in end order)
         ctx = sum([c for _, c in decs])
@@ -138,42 +139,20 @@ class Predictive(Policy):
             j = project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx)
             if j < best_j:
                 best_a, best_j = a, j
-        full = min(len(decs), limits[-1]) if limits and self.config.local else 0
+        # Of the limits the running decodes fill (each admits nothing now: limit_budget
+        # 0), only the largest, ``full``: it waits for the fewest decodes to end before
+        # it admits a prompt. Once decodes end the engine asks again, and the limits
+        # above them are projected then (``PredictiveConfig.prune_limits``).
+        full = min(len(decs), limits[-1]) if limits and self.config.prune_limits else 0
         for m in limits:
             if m < full:
-                continue  # waits longer than limit `full`, which also admits nothing now
+                continue
             if m >= len(decs) + len(queue):
                 break  # never binds: the same projection as the constant budget c_max
             j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx)
             if j < best_j:
                 best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
         return Decision(best_a)
-
-    def _candidates(self, last: int) -> tuple[int, ...]:
-        """The constant budgets to project while decodes run, last step's first (decisions
-        are sticky, so the pruning bound bites early), the others ascending.
-
-        With ``local`` and a last budget that is a candidate: only it, its neighbours in
-        the candidates (0, then the powers of two: half and twice it; ``c_min`` next to 0),
-        0 and ``c_max`` (a local search along the candidates, which may also jump to
-        either end). The engine asks again at the next step, so a budget further
-        away is reached one factor of two per step, while a decode-only step or the
-        biggest chunk stays one step away. Likewise, of the admission limits that the
-        running decodes already fill (they all admit nothing now: ``limit_budget`` 0)
-        only the largest is projected: it waits for the fewest decodes to end before it
-        admits a prompt, a smaller one waits for more, and once decodes have ended the
-        engine asks again and the limits above them are projected. Measured against every
-        candidate at every step (``local=false``): docs/results/trace-speed.md. Without
-        ``local``, or when the last budget is no candidate (a limit's, a KV cap's): every
-        constant budget."""
-        cands = self.candidates
-        if last not in cands:
-            return cands
-        if self.config.local:
-            i = cands.index(last)
-            near = {0, cands[max(0, i - 1)], cands[min(len(cands) - 1, i + 1)], cands[-1]}
-            return (last, *(a for a in cands if a != last and a in near))
-        return (last, *(a for a in cands if a != last))
 
 
 def limit_budget(limit: int, c_max: int, queue: list[Prompt], num_decodes: int) -> int:
