@@ -11,6 +11,8 @@ and takes the one with the smallest predicted sum of completion times:
   ``c_max`` (vLLM's ``max_num_active_seqs`` as a policy: a prompt starts only when a slot
   is free, a finished prompt keeps its slot while it decodes). A limit is applied through
   the budget alone (``limit_budget``), so the plugin needs nothing more than a budget.
+  Of the limits the running decodes already fill, only the largest is projected
+  (``prune_limits``: they all propose a decode-only step now).
 
 A bigger ``a`` finishes the queue's prompts with fewer, more efficient steps (waiting
 requests gain) but stretches each of the decodes' remaining steps (decoding requests
