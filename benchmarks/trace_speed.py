@@ -17,11 +17,9 @@ overloaded trace repeated back to back (copy k shifted by k spans) and cut at 36
 arrivals (``--tile-s``), under ``--hour-configs`` (``predictive`` is left out by default:
 its every step projects the whole queue, which grows all hour; "" to skip the row).
 
-A change to one policy is measured before and after side by side: the same command twice
-at once, one of them under ``PYTHONPATH`` set to an archived ``src/`` (``git archive main
-src | tar -x -C /tmp/before``), e.g. ``--configs predictive --hour-configs=`` for
-``predictive`` on the Azure hour and the whole Mooncake file, as published and at x3
-(docs/results/trace-speed.md).
+``predictive`` on the Azure hour and the whole Mooncake file, as published and at x3:
+``--configs predictive --hour-configs=`` (with ``--before DIR`` for a change of it;
+docs/results/trace-speed.md).
 
 Per run it prints the trace span (seconds of arrivals as replayed), the requests, the wall
 and CPU seconds of ``simulate`` alone (the trace is read once, outside the timing), the
