@@ -17,6 +17,10 @@ overloaded trace repeated back to back (copy k shifted by k spans) and cut at 36
 arrivals (``--tile-s``), under ``--hour-configs`` (``predictive`` is left out by default:
 its every step projects the whole queue, which grows all hour; "" to skip the row).
 
+``predictive`` on the Azure hour and the whole Mooncake file, as published and at x3:
+``--configs predictive --hour-configs=`` (with ``--before DIR`` for a change of it;
+docs/results/trace-speed.md).
+
 Per run it prints the trace span (seconds of arrivals as replayed), the requests, the wall
 and CPU seconds of ``simulate`` alone (the trace is read once, outside the timing), the
 simulated trace-seconds per wall second, the wall seconds per hour of replayed trace beside

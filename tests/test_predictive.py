@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_views import dec, pre, view, wait
+from policy_views import dec, guarded, pre, view, wait
 
 from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import StepShape
@@ -18,7 +18,7 @@ from ppas.cost.steps import StepCosts
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
-from ppas.policies.projection import arrival_rate, project
+from ppas.policies.projection import arrival_rate, pending_work, project
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -349,3 +349,30 @@ def test_predictive_decision_is_its_projection_capped_by_kv(reqs, capacity) -> N
     d = p._decide(v).prefill_budget
     want = d if d == 0 or v.num_pending_prefills == 0 else kv_admission_cap(v, capacity, d)
     assert p.decide(v).prefill_budget == want
+
+
+
+def test_of_the_limits_the_decodes_fill_only_the_largest_is_projected() -> None:
+    for spec, lo in (("predictive", 3), ("predictive:prune_limits=false", 1)):
+        p = make_policy(spec)
+        assert isinstance(p, Predictive)
+        p.bind_cost_model(CM)
+        p.kv_capacity = None  # the projection's choice alone
+        assert p.costs is not None
+        reqs = [dec(0, out=3), dec(1, out=20), dec(2, out=9), pre(0), wait(1), wait(2)]
+        cm = p.config.c_max
+        for last in (-1, 0, 2048):
+            steps = () if last < 0 else (guarded(last, 0.05, 0.05),)
+            v = view(reqs, steps=steps)
+            queue, decs = pending_work(v)
+            decs.sort()
+            rate = arrival_rate(v)
+            order = p.candidates if last < 0 else (
+                last, *(a for a in p.candidates if a != last))
+            scores = {a: project(p.costs, a, cm, queue, decs, arrival_rate=rate)
+                      for a in order}
+            for m in range(lo, 3 + len(queue)):  # three decodes: limits 1-3 admit nothing
+                j = project(p.costs, cm, cm, queue, decs, arrival_rate=rate, limit=m)
+                b = limit_budget(m, cm, queue, len(decs))
+                scores[b] = min(j, scores.get(b, j))
+            assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])

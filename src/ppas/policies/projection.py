@@ -26,7 +26,7 @@ cost microseconds, and a policy sits below the engine.
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.steps import StepCosts
@@ -87,7 +87,7 @@ def arrivals_wait(arrival_rate: float, busy_s: float) -> float:
 
 def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[Decode],
             stop_above: float = float("inf"), arrival_rate: float = 0.0,
-            limit: int = NO_LIMIT) -> float:
+            limit: int = NO_LIMIT, ctx_total: int | None = None) -> float:
     """Sum of predicted completion times (seconds from now) of every request when the
     prefill budget is ``a`` while any decode runs and ``b`` otherwise, and at most
     ``limit`` requests run at once. Returns ``inf`` as soon as a lower bound of the sum
@@ -103,27 +103,43 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     slot (vLLM's ``schedule()`` shares the budget in order): that step is priced as one
     step of all its tokens (``StepCosts.step_time``: the fixed per-step cost paid once).
     ``run_time`` and ``step_time`` are inlined (the same arithmetic, in the same order:
-    ``decide`` calls this about 16 times a step)."""
+    ``decide`` calls this about 16 times a step). ``ctx_total``: the decodes' summed
+    context when the caller has it (``Predictive`` shares it across candidates)."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
-    pts = {c: point(c) for c in (a, b) if c > 0}  # (A, beta) of the two budgets
+    pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
+    pa_b, pb_b = point(b) if b > 0 else (0.0, 0.0)
     nq = len(queue)
-    decodes = list(decs)  # a heap of (end step, context)
-    heapify(decodes)
-    n_dec, ctx_sum = len(decodes), sum(ctx for _, ctx in decs)
+    # The decodes running now end in a known order: a sorted list walked once (cheap
+    # when ``decs`` comes sorted, as ``Predictive`` passes it); the decodes the projected
+    # prompts start go to a heap of (end step, context). Decodes ending at the same step
+    # finish in the same iteration, so the order between the two changes nothing.
+    ini = sorted(decs)
+    ni, ii = len(ini), 0
+    spawned: list[Decode] = []
+    n_dec = ni
+    ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
     head, pos = 0, queue[0][0] if queue else 0  # prompts before head are done
     step, t, total = 0, 0.0, 0.0  # steps so far, their time, sum of completion times
-    while head < nq or decodes:
-        budget = a if decodes else b
+    while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
+        if n_dec:
+            budget, pa, pb = a, pa_a, pb_a
+            e = ini[ii][0] if ii < ni else NEVER  # the next decode end
+            if spawned and spawned[0][0] < e:
+                e = spawned[0][0]
+            k = e - step
+        else:
+            budget, pa, pb = b, pa_b, pb_b
         k_head = (-(-(queue[head][1] - pos) // budget)
                   if head < nq and budget > 0 and slots > 0 else NEVER)
-        k = decodes[0][0] - step if decodes else k_head
+        if not n_dec:
+            k = k_head
         first = head  # the prompts completed by this iteration: first..head-1
         if k_head == NEVER:  # no prompt runs: k decode-only steps
             dur = k * (base + n_dec * alone + kv * ctx_sum)
         elif k < k_head:  # a decode ends first: k whole chunks of the head, decodes riding
-            pa, pb = pts[budget]  # run_time(budget, pos, k)
+            # run_time(budget, pos, k)
             run = (k * pa + pb * budget * (k * pos + budget * k * (k - 1) / 2)
                    if k > 0 else 0.0)
             dur = run + k * (n_dec * ride + kv * ctx_sum)
@@ -131,7 +147,6 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
         else:  # the head completes in its k-th step, which may start the next prompts
             k = k_head
             j = k - 1  # whole chunks before that step: run_time(budget, pos, j)
-            pa, pb = pts[budget]
             pre = (j * pa + pb * budget * (j * pos + budget * j * (j - 1) / 2)
                    if j > 0 else 0.0)
             pos += j * budget
@@ -148,13 +163,19 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
                 if pos >= end:
                     head += 1
                     pos = queue[head][0] if head < nq else 0
-            pa, pb = point(n_tok)  # step_time(n_tok, pairs)
+            if n_tok != budget:  # step_time(n_tok, pairs) (point is memoised: same floats)
+                pa, pb = point(n_tok)
             pre += pa + pb * (pairs - n_tok * (0 + (n_tok + 1) / 2))
             dur = pre + k * (n_dec * ride + kv * ctx_sum)
         step += k
         t += dur
-        while decodes and decodes[0][0] <= step:  # decodes ending by now finish
-            _, ctx = heappop(decodes)
+        while ii < ni and ini[ii][0] <= step:  # decodes ending by now finish
+            ctx_sum -= ini[ii][1]
+            ii += 1
+            n_dec -= 1
+            total += t
+        while spawned and spawned[0][0] <= step:
+            _, ctx = heappop(spawned)
             n_dec -= 1
             ctx_sum -= ctx
             total += t
@@ -163,7 +184,7 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
             if o <= 1:
                 total += t
             else:
-                heappush(decodes, (step + o - 1, end))
+                heappush(spawned, (step + o - 1, end))
                 n_dec += 1
                 ctx_sum += end
         # Every request still in the system finishes at >= t: a lower bound on the sum.
