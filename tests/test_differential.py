@@ -172,8 +172,7 @@ def sim_run(case: str | Callable[[], Policy], reqs: list[RequestSpec], blocks: i
                    EngineConfig(max_num_seqs=seqs, block_size=BLOCK_SIZE, num_kv_blocks=blocks,
                                 prefix_caching=queue.prefix_caching,
                                 scheduling_policy=queue.scheduling_policy,
-                                priority_skips_self_preempted=(
-                                    line.priority_self_preemption == "continue")),
+                                priority_skips_self_preempted=line.skips_self_preempted),
                    record_steps=True)
     assert all(r.finish_time is not None for r in res.requests)
     return res.steps

@@ -118,8 +118,7 @@ def engine_config(args: argparse.Namespace, prefix_caching: bool = False) -> Eng
     return EngineConfig(max_num_seqs=args.max_num_seqs, num_kv_blocks=args.num_kv_blocks,
                         prefix_caching=prefix_caching, max_model_len=max_model_len(args),
                         scheduling_policy=args.scheduling_policy,
-                        priority_skips_self_preempted=line.priority_self_preemption
-                        == "continue")
+                        priority_skips_self_preempted=line.skips_self_preempted)
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:

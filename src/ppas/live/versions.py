@@ -67,6 +67,12 @@ class ReleaseLine:
     priority_self_preemption: ZeroAction = "break"
 
     @property
+    def skips_self_preempted(self) -> bool:
+        """Under priority, whether the running loop passes over a request that preempted
+        itself (the simulator's ``EngineConfig.priority_skips_self_preempted``)."""
+        return self.priority_self_preemption == "continue"
+
+    @property
     def stops_admission_via_limit(self) -> bool:
         """Whether the plugin must stop the waiting loop itself once the cap is spent."""
         return self.waiting_zero == "continue"
