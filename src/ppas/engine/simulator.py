@@ -548,24 +548,37 @@ class EngineSim:
         taken_back = False  # a priority victim's chunk left the schedule: tally it again
         i = 0
         n_run = len(running)  # (changes only where a request is preempted, below)
+        scheduled_decode = decodes.append
         while i < n_run and budget > 0:
+            if counts_only:
+                # A streak of decodes (most of a busy step): one token each, never held,
+                # limited or capped (rules 3-4: not mid_chunk, past the prompt), each
+                # scheduled while the budget lasts and its block fits. A running request
+                # holds ceil(num_computed_tokens / block_size) blocks (KvPool.grow before
+                # each step's tokens, block counts only), so a decode takes one more block
+                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
+                # The streak stops at the first request that is not such a decode (the
+                # general path below takes it: a chunk, or a decode to preempt for).
+                before = len(decodes)
+                for r in islice(running, i, i + budget):
+                    c = r.num_computed_tokens
+                    if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
+                        break
+                    if not c % bs:
+                        if pool.num_free < 1:
+                            break
+                        r.blocks += 1
+                        pool.num_free -= 1
+                    scheduled_decode(r)
+                    decode_ctx += c
+                streak = len(decodes) - before
+                i += streak
+                budget -= streak
+                if i >= n_run or budget <= 0:
+                    break
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
-            if need == 1 and c >= p and counts_only:
-                # A decode (most of a busy step): one token, never held, limited or capped
-                # (rules 3-4: not mid_chunk, past the prompt); scheduled when its block fits.
-                # (its next block is needed once in block_size steps)
-                extra = -(-(c + 1) // bs) - r.blocks
-                if extra == 0 or extra <= pool.num_free:
-                    if extra:
-                        r.blocks += extra
-                        pool.num_free -= extra
-                    decodes.append(r)
-                    decode_ctx += c
-                    budget -= 1
-                    i += 1
-                    continue
             mid = step_rules.mid_chunk(c, p, p + r.num_output_tokens)
             if held and mid:
                 i += 1
