@@ -4,8 +4,8 @@
 request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
 ``update_from_output``. Each step, in the order of vLLM's code:
 
-1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d by
-   ``ppas.engine.step_rules.counts``);
+1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d as
+   ``ppas.engine.step_rules.counts`` finds them, kept as requests move: O(1) per step);
 2. **decide**: ``policy.decide(view)``, made safe by ``step_rules.enforced_budget``
    (liveness) and applied to the queues by ``step_rules.order_running/order_waiting``;
 3. **shape the step** (``_schedule``): running requests first, in order. A request needs
@@ -36,6 +36,14 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
 ``simulate()`` drives one engine over a trace (admit arrivals, step while there is work,
 jump the clock to the next arrival when idle); ``ppas.cluster`` drives several
 ``EngineSim``\\ s on one event clock the same way.
+
+**Cost per step.** A busy step is mostly running decodes (tens of them beside a prompt
+chunk): ``_schedule`` takes them as a streak (each a few integer tests, its block taken
+once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
+chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
+the inter-token gaps and the finishing order; the step's records are built without the
+frozen dataclasses' ``__init__`` (``ppas.core.slots``). ``tests/test_engine_reference.py``
+holds this loop to its earlier form (same steps, floats and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
 a decode, each step's schedule is fixed (one token each) and only the cost model is
