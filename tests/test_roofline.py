@@ -138,3 +138,26 @@ def test_short_chunks_over_long_contexts_are_bound_by_reading_the_kv() -> None:
     assert cm.prefill_attention_time(short) == pytest.approx(kv_read * (ctx + 8))
     long = StepShape.of([(4096, ctx)], [])
     assert cm.prefill_attention_time(long) > 2 * kv_read * (ctx + 4096)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       chunks=st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 100_000)), max_size=4),
+       decodes=st.lists(st.integers(1, 100_000), max_size=300))
+def test_step_time_is_device_time_plus_the_fixed_costs(hw: str, model: str,
+                                                       chunks: list[tuple[int, int]],
+                                                       decodes: list[int]) -> None:
+    """``step_time`` (its device time inlined) is, bit for bit, ``device_time`` plus the
+    step's and the requests' fixed costs."""
+    try:
+        cm = RooflineCostModel(hw, model)
+    except PpasError:
+        return  # the model does not fit on this GPU
+    step = StepShape.of(chunks, decodes)
+    n = step.num_tokens
+    if n == 0:
+        assert cm.step_time(step) == 0.0
+        return
+    fixed = cm._fixed + (cm._eager if n > cm._graph_max else 0.0)
+    want = cm.device_time(step) + fixed + cm._per_req * (step.num_prefill_reqs + step.num_decodes)
+    assert cm.step_time(step) == want

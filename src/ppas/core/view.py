@@ -13,6 +13,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ppas.core.slots import builder
+
 
 class RequestView(Protocol):
     """What a policy may read about one request. Engines pass their own objects."""
@@ -99,6 +101,11 @@ class StepRecord:
         return self.num_prefill_tokens > 0 and self.num_decode_reqs > 0
 
 
+#: ``StepRecord(*fields)``, positionally, without the frozen ``__init__`` (engines make one
+#: per step: ``ppas.core.slots``).
+make_step_record = builder(StepRecord)
+
+
 class WaitingLog:
     """An engine's record of who entered and left its waiting queue, in order: the
     ``(True, request)`` of an arrival or a preemption, the ``(False, request)`` of an
@@ -154,6 +161,11 @@ class SchedulerView:
     max_num_seqs: int
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
     waiting_log: WaitingLog | None = None
+
+
+#: ``SchedulerView(*fields)``, positionally, every field given, without the frozen
+#: ``__init__`` (the simulator makes one per step: ``ppas.core.slots``).
+make_view = builder(SchedulerView)
 
 
 # -- what counts as prefill (P-PAS §3: N_p / N_d) ------------------------------------------

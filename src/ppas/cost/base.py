@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from ppas.core.slots import builder
+
 
 def causal_pairs(chunk: int, context: int) -> float:
     """Causal query-key pairs of a prefill chunk of ``chunk`` tokens on ``context`` cached
@@ -60,6 +62,11 @@ class StepShape:
         the decode-only step."""
         return StepShape(chunk, 1 if chunk else 0, causal_pairs(chunk, context),
                          context + chunk if chunk else 0, num_decodes, decode_ctx_tokens)
+
+
+#: ``StepShape(*fields)``, positionally, without the frozen ``__init__`` (engines price
+#: one per step: ``ppas.core.slots``).
+make_shape = builder(StepShape)
 
 
 class CostModel(ABC):

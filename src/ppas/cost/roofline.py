@@ -259,12 +259,26 @@ class RooflineCostModel(CostModel):
             step.num_prefill_reqs + step.num_decodes)
 
     def step_time(self, step: StepShape) -> float:
+        """``device_time(step) + fixed + per-request costs``, with ``device_time`` and its
+        memo look-ups inlined: the same operations in the same order (a decode-only step
+        adds no prefill attention, where ``device_time`` adds its 0.0 to a positive sum:
+        the same float). ``tests/test_roofline.py`` checks it against that sum."""
         n = step.num_prefill_tokens + step.num_decodes
         if n == 0:
             return 0.0
         fixed = self._fixed + (self._eager if n > self._graph_max else 0.0)
-        return (self.device_time(step) + fixed
-                + self._per_req * (step.num_prefill_reqs + step.num_decodes))
+        gemms = self._gemm_memo.get(n)
+        if gemms is None:
+            gemms = self.layer_gemm_time(n)
+        layer = n * self._act_per_tok + gemms
+        if step.num_prefill_reqs:
+            layer += self.prefill_attention_time(step)
+        layer += self._kv_read_per_tok * step.decode_ctx_tokens
+        reqs = step.num_prefill_reqs + step.num_decodes
+        lm = self._lm_memo.get(reqs)
+        if lm is None:
+            lm = self.lm_head_time(reqs)
+        return self._layers * layer + lm + fixed + self._per_req * reqs
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

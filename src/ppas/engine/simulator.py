@@ -4,8 +4,8 @@
 request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
 ``update_from_output``. Each step, in the order of vLLM's code:
 
-1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d by
-   ``ppas.engine.step_rules.counts``);
+1. **build the view** (``_view``): the policy's ``SchedulerView`` (N_p, N_d as
+   ``ppas.engine.step_rules.counts`` finds them, kept as requests move: O(1) per step);
 2. **decide**: ``policy.decide(view)``, made safe by ``step_rules.enforced_budget``
    (liveness) and applied to the queues by ``step_rules.order_running/order_waiting``;
 3. **shape the step** (``_schedule``): running requests first, in order. A request needs
@@ -37,6 +37,14 @@ request arrives, ``step()`` for one ``Scheduler.schedule()`` + model step +
 jump the clock to the next arrival when idle); ``ppas.cluster`` drives several
 ``EngineSim``\\ s on one event clock the same way.
 
+**Cost per step.** A busy step is mostly running decodes (tens of them beside a prompt
+chunk): ``_schedule`` takes them as a streak (each a few integer tests, its block taken
+once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
+chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
+the inter-token gaps and the finishing order; the step's records are built without the
+frozen dataclasses' ``__init__`` (``ppas.core.slots``). ``tests/test_engine_reference.py``
+holds this loop to its earlier form (same steps, floats and gaps on random runs).
+
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
 a decode, each step's schedule is fixed (one token each) and only the cost model is
 needed, so a run of such steps is taken in one go (one cost-model evaluation per step,
@@ -61,7 +69,7 @@ from itertools import islice
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
-from ppas.core.view import SchedulerView, StepRecord, WaitingLog
+from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
@@ -246,6 +254,10 @@ class EngineSim:
         self.now = 0.0
         self.requests: list[SimRequest] = []
         self.running: list[SimRequest] = []
+        #: Running requests past their prompt (N_d, ``step_rules.counts``), kept as they
+        #: are admitted, cross their prompt's end, are preempted and finish; the view's
+        #: N_p is then ``len(running) - _past_prompt + len(waiting)``, O(1) per step.
+        self._past_prompt = 0
         self.waiting = WaitingQueue()
         self.recent: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.steps: list[StepTrace] = []
@@ -355,25 +367,27 @@ class EngineSim:
         step_rules.order_waiting(self.waiting, decision, self.by_priority)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
-        sched, preempted, tally = self._schedule(cap, held)
+        scheduled = self._schedule(cap, held)
+        decodes, sched, _, preempted, _ = scheduled
+        any_scheduled = bool(decodes or sched)
         if cadence is not None:
-            cadence.after_step(held, bool(sched), self._carried, not preempted,
+            cadence.after_step(held, any_scheduled, self._carried, not preempted,
                                len(self.waiting))
-        if not sched and not preempted and self.num_held:
+        if not any_scheduled and not preempted and self.num_held:
             self.stalled = True  # waits for release_kv: held KV leaves no room to admit
             return
-        if not sched and preempted:
+        if not any_scheduled and preempted:
             # Only under priority (vLLM 0.32, or every running chunk capped away): the
             # request that preempted itself ended the loop before anything was scheduled.
             # vLLM runs no model step for an output without tokens (nor does the plugin
             # log one); the next schedule() follows at once.
             self.num_preemptions += len(preempted)
             return
-        if not sched:
+        if not any_scheduled:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
-        self._advance(view, cap, sched, preempted, tally)
+        self._advance(view, cap, scheduled)
 
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
@@ -454,11 +468,10 @@ class EngineSim:
         recent.clear()
         recent.extend(recent0)
         for i in range(first, k):
-            recent.append(StepRecord(
-                launch_time=now, duration_s=dts[i],
-                interval_s=step_rules.step_interval(now, prev), prefill_budget=cap,
-                num_prefill_tokens=0, num_decode_tokens=n, num_prefill_reqs=0,
-                num_decode_reqs=n))
+            # StepRecord(launch_time, duration_s, interval_s, prefill_budget,
+            # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs)
+            recent.append(make_step_record(now, dts[i], step_rules.step_interval(now, prev),
+                                           cap, 0, n, 0, n))
             prev = now
             now += dts[i]
         moved = k - self._run_steps
@@ -503,24 +516,26 @@ class EngineSim:
 
     def _view(self) -> SchedulerView:
         waiting = self.waiting
-        np_, nd = step_rules.counts(self.running, len(waiting))
+        num_waiting = len(waiting)
+        nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
-        log.trim(len(waiting))
-        return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
-                             num_running_decodes=nd, max_num_batched_tokens=self.mbt,
-                             max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
-                             # (SchedulerView.waiting_log: FCFS, no prefix cache)
-                             waiting_log=log if self._log_views else None)
+        log.trim(num_waiting)
+        # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
+        # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log), the log only
+        # under FCFS without a prefix cache (SchedulerView.waiting_log)
+        return make_view(self.now, self._chain, len(self.running) - nd + num_waiting, nd,
+                         self.mbt, self.max_num_seqs, self.recent,
+                         log if self._log_views else None)
 
-    def _schedule(self, prefill_budget: int, held: bool = False,
-                  ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],
-                             step_rules.StepTally]:
-        """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests,
-        the scheduled chunks' tally). ``held``: a step the prefill cadence holds
-        (step_rules rule 4b). Under FCFS a scheduled request is never preempted later in
-        the step (victims come from the end of ``running``, past it); under priority a victim
-        scheduled earlier has its chunk taken back, and the tally is then made again from
-        ``sched`` (whose requests' counters this step has not moved)."""
+    def _schedule(self, prefill_budget: int, held: bool = False) -> _Scheduled:
+        """One vLLM V1 ``schedule()``: the decodes scheduled (one token each) and the
+        other chunks, with each chunk's place among the decodes (``_Scheduled``), the
+        preempted requests and the scheduled chunks' tally. ``held``: a step the prefill
+        cadence holds (step_rules rule 4b). Under FCFS a scheduled request is never
+        preempted later in the step (victims come from the end of ``running``, past it);
+        under priority a victim scheduled earlier has its chunk taken back, and the tally
+        is then made again from the schedule (whose requests' counters this step has not
+        moved)."""
         running, waiting, pool = self.running, self.waiting, self.pool
         cap = step_rules.PrefillCap(prefill_budget)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
@@ -529,34 +544,49 @@ class EngineSim:
         carried = False
         clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
-        sched: list[tuple[SimRequest, int]] = []
+        decodes: list[SimRequest] = []
+        sched: list[tuple[SimRequest, int]] = []  # every other chunk, in vLLM's order
+        places: list[int] = []  # places[k]: the decodes scheduled before sched[k]
         preempted: list[SimRequest] = []
         tally = step_rules.StepTally()
         add = tally.add
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
-        decode_ctx = others = 0  # the decodes' tally (StepTally.add_decodes); other chunks
-        taken_back = False  # a priority victim's chunk left ``sched``: tally it again
+        decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
+        taken_back = False  # a priority victim's chunk left the schedule: tally it again
         i = 0
         n_run = len(running)  # (changes only where a request is preempted, below)
+        scheduled_decode = decodes.append
         while i < n_run and budget > 0:
+            if counts_only:
+                # A streak of decodes (most of a busy step): one token each, never held,
+                # limited or capped (rules 3-4: not mid_chunk, past the prompt), each
+                # scheduled while the budget lasts and its block fits. A running request
+                # holds ceil(num_computed_tokens / block_size) blocks (KvPool.grow before
+                # each step's tokens, block counts only), so a decode takes one more block
+                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
+                # The streak stops at the first request that is not such a decode (the
+                # general path below takes it: a chunk, or a decode to preempt for).
+                before = len(decodes)
+                for r in islice(running, i, i + budget):
+                    c = r.num_computed_tokens
+                    if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
+                        break
+                    if not c % bs:
+                        if pool.num_free < 1:
+                            break
+                        r.blocks += 1
+                        pool.num_free -= 1
+                    scheduled_decode(r)
+                    decode_ctx += c
+                streak = len(decodes) - before
+                i += streak
+                budget -= streak
+                if i >= n_run or budget <= 0:
+                    break
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
-            if need == 1 and c >= p and counts_only:
-                # A decode (most of a busy step): one token, never held, limited or capped
-                # (rules 3-4: not mid_chunk, past the prompt); scheduled when its block fits.
-                # (its next block is needed once in block_size steps)
-                extra = -(-(c + 1) // bs) - r.blocks
-                if extra == 0 or extra <= pool.num_free:
-                    if extra:
-                        r.blocks += extra
-                        pool.num_free -= extra
-                    sched.append((r, 1))
-                    decode_ctx += c
-                    budget -= 1
-                    i += 1
-                    continue
             mid = step_rules.mid_chunk(c, p, p + r.num_output_tokens)
             if held and mid:
                 i += 1
@@ -574,14 +604,14 @@ class EngineSim:
                     del running[v]
                     if v < i:
                         i -= 1
-                    for k, (q, m) in enumerate(sched):
-                        if q is victim:  # its chunk this step is taken back
-                            del sched[k]
-                            budget += m
-                            taken_back = True
-                            break
+                    m = _take_back(victim, decodes, sched, places)
+                    if m:  # its chunk this step is taken back
+                        budget += m
+                        taken_back = True
                 else:
                     victim = running.pop()  # lowest priority: the last running request
+                if victim.num_computed_tokens >= victim.prompt_tokens:
+                    self._past_prompt -= 1
                 pool.release(victim)
                 victim.num_computed_tokens = 0
                 victim.is_running = False
@@ -596,22 +626,22 @@ class EngineSim:
                     continue  # vLLM 0.33: ``i`` already points at the next request
                 break
             pool.grow(r, n)
+            places.append(len(decodes))
             sched.append((r, n))
-            others += 1
             add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= mid
             i += 1
-        tally.add_decodes(len(sched) - others, decode_ctx)  # (re-tallied if taken back)
-        if taken_back:  # rare (priority preemption): the tally of what stayed in ``sched``
+        tally.add_decodes(len(decodes), decode_ctx)  # (re-tallied if taken back)
+        if taken_back:  # rare (priority preemption): the tally of what stayed scheduled
             tally = step_rules.StepTally()
             add = tally.add
-            for q, m in sched:
+            for q, m in _in_order(decodes, sched, places):
                 add(q.num_computed_tokens, q.prompt_tokens, m)
         self._carried = carried
         if preempted:
-            return sched, preempted, tally
+            return decodes, sched, places, preempted, tally
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
@@ -632,18 +662,22 @@ class EngineSim:
             if r.first_scheduled_time is None:
                 r.first_scheduled_time = self.now
             running.append(r)
+            if c >= p:  # (a preempted request's cached outputs can pass its prompt)
+                self._past_prompt += 1
+            places.append(len(decodes))
             sched.append((r, n))
             add(c, p, n)
             budget -= n
             charge(c, p, n)
             carried |= need > 1
         self._carried = carried
-        return sched, preempted, tally
+        return decodes, sched, places, preempted, tally
 
-    def _advance(self, view: SchedulerView, cap: int, sched: list[tuple[SimRequest, int]],
-                 preempted: list[SimRequest], tally: step_rules.StepTally) -> None:
-        """Price the step (``tally``: its chunks), move the clock, sample tokens, finish
-        requests."""
+    def _advance(self, view: SchedulerView, cap: int, scheduled: _Scheduled) -> None:
+        """Price the step (its chunks' tally), move the clock, sample tokens, finish
+        requests, in vLLM's order: the decodes before each other chunk's place, then that
+        chunk (the order of the inter-token gaps and of ``finished``)."""
+        decodes, sched, places, preempted, tally = scheduled
         dt = self.step_time(tally.shape())
         launch = self.now
         interval = step_rules.step_interval(launch, self._last_launch)
@@ -655,11 +689,45 @@ class EngineSim:
 
         any_finished = False
         gap = self.gaps.one.append
-        for r, n in sched:
-            c = r.num_computed_tokens + n
+        finished = self.finished.append
+        hold_kv = self.hold_kv
+        release = self.pool.release
+        num_decodes = len(decodes)
+        num_chunks = len(sched)
+        j = k = 0  # the decodes and the chunks done
+        while True:
+            end = places[k] if k < num_chunks else num_decodes
+            if end > j:
+                # Decodes: one token past the prompt, so each samples one (its computed
+                # tokens reach prompt + outputs: step_rules.samples_token) after an earlier
+                # token (outputs >= 1: first_token_time is set).
+                for r in decodes if j == 0 and end == num_decodes else decodes[j:end]:
+                    r.num_computed_tokens += 1
+                    r.num_output_tokens = o = r.num_output_tokens + 1
+                    gap(now - r.last_token_time)  # type: ignore[operator]
+                    r.last_token_time = now
+                    if o >= r.max_output_tokens:
+                        r.finish_time = now
+                        finished(r)
+                        r.is_running = False
+                        if hold_kv:
+                            self.num_held += 1
+                        else:
+                            release(r)
+                        any_finished = True
+                j = end
+            if k == num_chunks:
+                break
+            r, n = sched[k]
+            k += 1
+            c0 = r.num_computed_tokens
+            c = c0 + n
             r.num_computed_tokens = c
+            p = r.prompt_tokens
+            if c0 < p <= c:
+                self._past_prompt += 1  # the chunk reached the prompt's end
             o = r.num_output_tokens
-            if c >= r.prompt_tokens + o:  # step_rules.samples_token, inlined (hot loop)
+            if c >= p + o:  # step_rules.samples_token, inlined (hot loop)
                 r.num_output_tokens = o = o + 1
                 if r.first_token_time is None:
                     r.first_token_time = now
@@ -668,15 +736,18 @@ class EngineSim:
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
                     r.finish_time = now
-                    self.finished.append(r)
+                    finished(r)
                     r.is_running = False
-                    if self.hold_kv:
+                    if hold_kv:
                         self.num_held += 1
                     else:
-                        self.pool.release(r)
+                        release(r)
                     any_finished = True
-        if any_finished:
-            self.running[:] = [r for r in self.running if r.is_running]
+        if any_finished:  # (a finished request is past its prompt)
+            running = self.running
+            n_before = len(running)
+            running[:] = [r for r in running if r.is_running]
+            self._past_prompt -= n_before - len(running)
         if self.record_steps:
             used = (self.total_blocks - self.pool.free) if self.total_blocks is not None else 0
             self.steps.append(StepTrace(
@@ -687,12 +758,49 @@ class EngineSim:
                 num_decode_reqs=tally.decode_reqs + tally.tail_reqs,
                 pending_prefills=view.num_pending_prefills,
                 running_decodes=view.num_running_decodes, kv_blocks_used=used,
-                scheduled=tuple((r.request_id, n) for r, n in sched),
+                scheduled=tuple((r.request_id, n)
+                                for r, n in _in_order(decodes, sched, places)),
                 preempted=tuple(r.request_id for r in preempted)))
 
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
                          self.total_blocks, self.steps, self.gaps)
+
+
+#: One step's schedule (``EngineSim._schedule``): the decodes (one token each), the other
+#: chunks (request, tokens), each chunk's place (``places[k]`` decodes come before
+#: ``chunks[k]`` in vLLM's order), the preempted requests, the tally of all the chunks.
+_Scheduled = tuple[list[SimRequest], list[tuple[SimRequest, int]], list[int], list[SimRequest],
+                   step_rules.StepTally]
+
+
+def _in_order(decodes: list[SimRequest], chunks: list[tuple[SimRequest, int]],
+              places: list[int]) -> list[tuple[SimRequest, int]]:
+    """A schedule as vLLM orders it: (request, tokens), each decode with 1 token."""
+    out: list[tuple[SimRequest, int]] = []
+    j = 0
+    for chunk, place in zip(chunks, places, strict=True):
+        out.extend((r, 1) for r in decodes[j:place])
+        out.append(chunk)
+        j = place
+    out.extend((r, 1) for r in decodes[j:])
+    return out
+
+
+def _take_back(victim: SimRequest, decodes: list[SimRequest],
+               chunks: list[tuple[SimRequest, int]], places: list[int]) -> int:
+    """Remove ``victim``'s chunk from a schedule being built (a priority preemption of a
+    request scheduled earlier in the step): its tokens, 0 if it had none."""
+    for k, (q, m) in enumerate(chunks):
+        if q is victim:
+            del chunks[k], places[k]
+            return m
+    for k, q in enumerate(decodes):
+        if q is victim:
+            del decodes[k]
+            places[:] = [x - 1 if x > k else x for x in places]  # the decodes before each
+            return 1
+    return 0
 
 
 def _priority_rank(r: SimRequest) -> tuple[int, float]:

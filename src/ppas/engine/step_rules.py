@@ -77,8 +77,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from ppas.core.decision import Decision, EngineKnobs
-from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk
-from ppas.cost.base import StepShape, causal_pairs
+from ppas.core.view import SchedulerView, StepRecord, is_prefill_chunk, make_step_record
+from ppas.cost.base import StepShape, causal_pairs, make_shape
 from ppas.policies.base import Policy
 
 #: StepRecords an engine keeps for policies at least (``recent_steps_kept``).
@@ -335,17 +335,16 @@ class StepTally:
         return self.prefill_tokens - self.prompt_tokens
 
     def shape(self) -> StepShape:
-        return StepShape(self.prefill_tokens, self.prefill_reqs, self.attn_work,
-                         self.prefill_kv, self.decode_reqs, self.decode_ctx)
+        return make_shape(self.prefill_tokens, self.prefill_reqs, self.attn_work,
+                          self.prefill_kv, self.decode_reqs, self.decode_ctx)
 
     def record(self, launch: float, duration: float, interval: float,
                prefill_budget: int) -> StepRecord:
-        return StepRecord(
-            launch_time=launch, duration_s=duration, interval_s=interval,
-            prefill_budget=prefill_budget, num_prefill_tokens=self.prefill_tokens,
-            num_decode_tokens=self.decode_reqs, num_prefill_reqs=self.prefill_reqs,
-            num_decode_reqs=self.decode_reqs,
-        )
+        # StepRecord(launch_time, duration_s, interval_s, prefill_budget,
+        # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs)
+        return make_step_record(launch, duration, interval, prefill_budget,
+                                self.prefill_tokens, self.decode_reqs, self.prefill_reqs,
+                                self.decode_reqs)
 
 
 # -- 6. tokens and clocks --------------------------------------------------------------------
