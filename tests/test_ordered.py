@@ -297,28 +297,80 @@ def busy_views(draw: st.DrawFn) -> SchedulerView:
     return view(reqs, now=now, mbt=16384)
 
 
+def riding(v: SchedulerView) -> tuple[int, int]:
+    """(the decodes running in ``v``, their context)."""
+    dec = [r for r in v.requests if r.is_running and not is_pending_prefill(r)
+           and r.num_output_tokens < r.max_output_tokens]
+    return len(dec), sum(r.num_computed_tokens for r in dec)
+
+
 @settings(max_examples=150, deadline=None)
 @given(busy_views(), st.sampled_from(["ordered", "ordered:c_sat=16384",
-                                      "ordered:c_max=8192,c_sat=16384"]))
+                                      "ordered:c_max=8192,c_sat=16384",
+                                      "ordered:ride_floor=true,kv_backlog=false",
+                                      "ordered:ride_floor=true,c_sat=16384"]))
 def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) -> None:
     p = on_a100(spec)
     q = on_a100(spec + ("," if ":" in spec else ":") + "saturation=false")
-    n_dec = sum(1 for r in v.requests if r.is_running and not is_pending_prefill(r)
-                and r.num_output_tokens < r.max_output_tokens)
-    ctx = sum(r.num_computed_tokens for r in v.requests if r.is_running
-              and not is_pending_prefill(r) and r.num_output_tokens < r.max_output_tokens)
+    n_dec, ctx = riding(v)
     knee = q.chunk(n_dec, ctx)
+    # The floor: the knee, or beside decodes (the idle floor) the decode-free knee.
+    floor = knee if not n_dec or p.config.ride_floor else min(knee, q.chunk(0, 0))
     budget = p.chunk(n_dec, ctx, v)
-    # Never below the knee, never above the global MBT; beside decodes, at most c_max.
-    assert knee <= budget <= p.max_num_batched_tokens
+    # Never below the floor, never above the global MBT; beside decodes, at most c_max.
+    assert floor <= budget <= p.max_num_batched_tokens
     if n_dec:
         assert budget <= p.config.c_max
     # The early exit gives what the whole queue gives.
     costs = p.costs
     assert costs is not None
     ride = n_dec * costs.dec_ride + costs.dec_kv * ctx
-    assert budget == p.saturation_chunk(v, knee, n_dec > 0, ride, early_exit=False)
+    assert budget == p.saturation_chunk(v, floor, n_dec > 0, ride, early_exit=False)
     assert 0 <= p.decide(v).prefill_budget <= p.max_num_batched_tokens
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_views(), st.integers(0, 3_000_000), st.booleans())
+def test_admissible_backlog_ignores_the_prompts_the_kv_cache_cannot_take(
+        v: SchedulerView, capacity: int, ride_floor: bool) -> None:
+    """With ``kv_backlog`` the budget is the one the whole-queue rule gives on the view cut
+    before the first waiting prompt whose footprint does not fit in the KV room left."""
+    from ppas.policies.ordered import SLACK
+    spec = f"ordered:ride_floor={str(ride_floor).lower()}"
+    p, q = on_a100(spec), on_a100(spec + ",kv_backlog=false")
+    p.kv_capacity = q.kv_capacity = capacity
+    running = [r for r in v.requests if r.is_running]
+    room = capacity - sum(r.prompt_tokens + r.max_output_tokens + SLACK for r in running)
+    kept = list(running)
+    for r in v.requests[len(running):]:
+        room -= r.prompt_tokens + r.max_output_tokens + SLACK
+        if room < 0:
+            break
+        kept.append(r)
+    n_dec, ctx = riding(v)
+    cut = replace(v, requests=tuple(kept))
+    assert p.chunk(n_dec, ctx, v) == q.chunk(n_dec, ctx, cut)
+
+
+def test_idle_floor_keeps_long_context_decodes_steps_short() -> None:
+    # On an A100, 48 decodes at 12k context lift the throughput knee to c_max; with a
+    # short queue (or a backlog the KV cache cannot take) the idle floor keeps the
+    # decode-free knee, where the rule before it gave c_max.
+    new, old = on_a100("ordered"), on_a100("ordered:ride_floor=true,kv_backlog=false")
+    idle = new.chunk(0, 0)
+    assert idle < new.config.c_max
+    assert old.chunk(48, 48 * 12000) == old.config.c_max
+    short = view([*decodes(48, 12000, 300), waiting("w0", 6000, 9.0)])
+    assert new.decide(short).prefill_budget == idle
+    assert old.decide(short).prefill_budget == old.config.c_max
+    held = 48 * (12000 + 301 + 16)
+    cap = held + 30000  # room for one 20k-token prompt, not two
+    for p in (new, old):
+        p.kv_capacity = cap
+    backlog = view([*decodes(48, 12000, 300),
+                    *(waiting(f"w{i}", 20000, 5.0 + i / 100, out=300) for i in range(200))])
+    assert new.decide(backlog).prefill_budget == idle
+    assert old.decide(backlog).prefill_budget == old.config.c_max
 
 
 @settings(max_examples=200, deadline=None)

@@ -53,10 +53,34 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    small against ``L``) keeps the knee, a backlog that outruns it (``Q`` growing as the
    square of the queued tokens) moves the argmin to the frontier's top. For fixed ``L``
    and ``N`` the choice is monotone in ``Q`` (``J``'s increase per unit ``Q``,
-   ``t(c) / c``, falls along the frontier); the budget is never below the knee nor above
-   the global MBT (``max(c_max, c_sat)``). Cost: one pass over the running requests and
-   a prefix of the order, stopped as soon as the frontier's top is the argmin and every
-   further prompt can only favour it (queued tokens past ``C*``, ``saturation_chunk``).
+   ``t(c) / c``, falls along the frontier); the budget is never below the floor (below)
+   nor above the global MBT (``max(c_max, c_sat)``). Cost: one pass over the running
+   requests and a prefix of the order, stopped as soon as the frontier's top is the
+   argmin and every further prompt can only favour it (queued tokens past ``C*``,
+   ``saturation_chunk``), or at the first prompt the KV cache cannot take (below).
+   Two rules make ``J`` weigh the riding decodes as the engine will serve them (both on
+   by default; ``ride_floor=true,kv_backlog=false`` is the rule before them):
+
+   * **The idle floor** (``ride_floor=false``). Beside running decodes the candidates
+     start at the *idle knee*, the knee of a decode-free step (``chunk(0, 0)``), not at
+     the knee with the decodes' cost per step counted. That knee grows with the decodes
+     riding (their fixed cost is amortised over a bigger chunk), which is what prefill
+     throughput wants and the opposite of what the decodes want: each of them waits a
+     whole step per token. ``J`` already prices both (``L t(c)`` for the decodes,
+     ``Q t(c) / c`` for the queue), so it, not the throughput knee, decides whether the
+     decodes' steps grow past the idle knee. Invariant: beside decodes,
+     ``min(idle knee, knee) <= budget <= c_max``, and the budget is ``J``'s argmin over
+     that range; without decodes nothing changes. On an H100 with an 8B model the idle
+     knee is ``c_max`` and nothing changes at all.
+   * **The admissible backlog** (``kv_backlog=true``). ``Q`` and ``N`` count the
+     running prompts and the waiting prompts in the engine's order up to the first whose
+     footprint (prompt + outputs) does not fit in the KV room left beside the running
+     requests and the prompts before it (rule 3's walk). A prompt that cannot be
+     admitted now is not served by this step's budget whatever its size; counting it made
+     a KV-bound engine (a long-context backlog, e.g. the Mooncake slice on an A100) take
+     the biggest chunk and double every riding decode's step for prefill it could not
+     start. Invariant: the budget is the same as with the waiting queue cut before that
+     first prompt (``tests/test_ordered.py``).
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
@@ -165,7 +189,7 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0``.
+    c_sat=0,ride_floor=false,kv_backlog=true``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -180,6 +204,12 @@ class OrderedConfig:
       decodes and up to ``c_sat`` without (false: the knee alone).
     * ``c_sat``: the ceiling of a decode-free step under the saturation rule (0: ``c_max``);
       when above ``c_max`` it is the global MBT.
+    * ``ride_floor``: beside running decodes, the saturation rule picks from the knee
+      with their cost per step counted (true: the rule before the idle floor), not from
+      the knee of a decode-free step (false: the idle floor, module doc, 2).
+    * ``kv_backlog``: the saturation rule's backlog counts the waiting prompts only up to
+      the first whose footprint does not fit in the KV room left (true: the admissible
+      backlog, module doc, 2), not the whole waiting queue (false).
     """
 
     aging: float = 25.0
@@ -189,6 +219,8 @@ class OrderedConfig:
     kv_ratio: float = 0.0
     saturation: bool = True
     c_sat: int = 0
+    ride_floor: bool = False
+    kv_backlog: bool = True
 
     def __post_init__(self) -> None:
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
@@ -224,6 +256,7 @@ class Ordered(Policy):
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
         self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
         self._knee: int | None = None  # the budget at every step, where it is fixed
+        self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -236,6 +269,7 @@ class Ordered(Policy):
         self.chunk_time = ([] if costs is None else
                            [costs.step_time(c, causal_pairs(c, 0)) for c in self.chunks])
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
+        self._idle_knee = None if costs is None else self.chunk(0, 0)
         self.sat_costs = (None if cost_model is None or not self.sat_chunks else
                           StepCosts(cost_model, self.sat_chunks))
         self._solo, self._idle = {}, {}
@@ -490,7 +524,11 @@ class Ordered(Policy):
                 break
         if view is None or self.sat_costs is None:
             return knee
-        return self.saturation_chunk(view, knee, num_decodes > 0, ride)
+        # The idle floor (module doc, 2): beside decodes the rule picks from the knee of a
+        # decode-free step up (the knee only grows with the decodes riding).
+        floor = (knee if not num_decodes or self.config.ride_floor or self._idle_knee is None
+                 else min(knee, self._idle_knee))
+        return self.saturation_chunk(view, floor, num_decodes > 0, ride)
 
     def saturation_chunk(self, view: SchedulerView, knee: int, decodes: bool, ride: float,
                          early_exit: bool = True) -> int:
@@ -524,15 +562,25 @@ class Ordered(Policy):
             n += 1
             q += queued
 
+        held = 0
         for r in view.requests:
             if not r.is_running:
                 break
             n_running += 1
+            held += r.prompt_tokens + r.max_output_tokens
             if is_pending_prefill(r):
                 take(r)
             elif r.num_output_tokens < r.max_output_tokens:
                 outputs_left += r.max_output_tokens - r.num_output_tokens
+        # The admissible backlog (module doc, 2): with ``kv_backlog``, the waiting prompts
+        # count up to the first whose footprint does not fit in the KV room left.
+        room = (self.kv_capacity - held - SLACK * n_running
+                if self.config.kv_backlog and self.kv_capacity is not None else None)
         for r in islice(view.requests, n_running, None):
+            if room is not None:
+                room -= r.prompt_tokens + r.max_output_tokens + SLACK
+                if room < 0:
+                    break
             take(r)
             if early_exit and queued >= top:
                 if not frontier:
