@@ -26,7 +26,11 @@ cost microseconds, and a policy sits below the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from heapq import heappop, heappush
+
+import numpy as np
 
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.steps import StepCosts
@@ -104,7 +108,26 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     step of all its tokens (``StepCosts.step_time``: the fixed per-step cost paid once).
     ``run_time`` and ``step_time`` are inlined (the same arithmetic, in the same order:
     ``decide`` calls this about 16 times a step). ``ctx_total``: the decodes' summed
-    context when the caller has it (``Predictive`` shares it across candidates)."""
+    context when the caller has it (``Predictive`` shares it across candidates).
+
+    A constant budget (no ``limit``, ``a > 0``, decodes running) over a long queue goes
+    through ``project_stream``, the same iterations computed as arrays (the same floats);
+    everything else through the loop below."""
+    ini = sorted(decs)
+    ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
+    if a > 0 and ini and limit == NO_LIMIT and len(queue) >= STREAM_MIN_PROMPTS:
+        return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum)
+    return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit)
+
+
+def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decode],
+          ctx_sum: int, stop_above: float, arrival_rate: float, limit: int,
+          step: int = 0, t: float = 0.0, total: float = 0.0, head: int = 0,
+          pos: int | None = None) -> float:
+    """``project``'s event loop from a state: ``step`` steps done in ``t`` seconds, the
+    completion times so far summing to ``total``, prompts before ``head`` done, the head
+    at ``pos`` (default: its computed tokens), the decodes ``ini`` (sorted by end step,
+    their context summing to ``ctx_sum``) running."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
     pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
@@ -114,13 +137,11 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     # when ``decs`` comes sorted, as ``Predictive`` passes it); the decodes the projected
     # prompts start go to a heap of (end step, context). Decodes ending at the same step
     # finish in the same iteration, so the order between the two changes nothing.
-    ini = sorted(decs)
     ni, ii = len(ini), 0
     spawned: list[Decode] = []
     n_dec = ni
-    ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
-    head, pos = 0, queue[0][0] if queue else 0  # prompts before head are done
-    step, t, total = 0, 0.0, 0.0  # steps so far, their time, sum of completion times
+    if pos is None:  # prompts before head are done
+        pos = queue[head][0] if head < nq else 0
     while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
         if n_dec:
@@ -191,3 +212,228 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
         if total + (n_dec + nq - head) * t > stop_above:
             return INF
     return total + arrivals_wait(arrival_rate, t)
+
+
+#: ``project`` takes the array path (``project_stream``) from this many pending prompts:
+#: below, the loop is cheaper than the arrays' fixed cost (both give the same floats).
+STREAM_MIN_PROMPTS = 24
+#: Causal-pair sums are exact integers in a float below this (see ``Stream``).
+EXACT_INT = 1 << 53
+#: ``stream_runs`` keys budget r's steps as ``r * ROW + step`` (steps stay below it).
+ROW = 1 << 40
+
+
+class Stream:
+    """The queue and the running decodes as arrays, for ``project_stream`` (built once per
+    decision: every constant budget reads the same).
+
+    ``cum[h]``: the stream's tokens (the remaining prompt tokens in engine order) up to
+    prompt ``h``'s end, ``before[h]`` up to its start. ``pairs_to[h]``: the causal pairs
+    (``sum (position + 1)`` over the tokens, ``causal_pairs``) of the stream before prompt
+    ``h``, so that any stretch of the stream has its pairs as a difference (``pairs``).
+    The loop sums a step's pairs prompt by prompt in floats; each term and partial sum is
+    an integer below 2**53 (``exact``), so both are exact and equal."""
+
+    def __init__(self, queue: list[Prompt], ini: list[Decode]) -> None:
+        q = np.array(queue, dtype=np.int64)
+        self.start, self.end, self.outs = q[:, 0], q[:, 1], q[:, 2]
+        rem = self.end - self.start
+        self.cum = np.cumsum(rem)
+        self.before = self.cum - rem
+        self.tokens = int(self.cum[-1])
+        pairs = rem * self.start + rem * (rem + 1) // 2
+        self.pairs_to = np.cumsum(pairs) - pairs
+        self.max_end = int(self.end.max())
+        self.spawns = self.outs > 1
+        self.n_ini = len(ini)
+        d = np.array(ini, dtype=np.int64).reshape(len(ini), 2)
+        self.ini_end = d[:, 0]
+        self.ends_ctx = np.concatenate((d[:, 1], self.end[self.spawns]))
+        self.last_step = self.tokens + int(self.outs.max()) + int(self.ini_end.max(initial=0))
+
+    def exact(self, a: int) -> bool:
+        """Whether every step's causal pairs at budget ``a`` stay exact integers."""
+        return (a * (self.max_end + a) < EXACT_INT and self.pairs_to[-1] < EXACT_INT
+                and self.last_step < ROW)
+
+    def pairs(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The causal pairs of the stream's tokens ``lo..hi - 1`` (integers)."""
+        return self._upto(hi) - self._upto(lo)
+
+    def _upto(self, x: np.ndarray) -> np.ndarray:
+        h = np.minimum(np.searchsorted(self.cum, x), len(self.cum) - 1)
+        n = x - self.before[h]
+        return self.pairs_to[h] + n * self.start[h] + n * (n + 1) // 2
+
+
+class StreamRun:
+    """One budget's projection by ``stream_runs``, to be finished against a bound."""
+
+    __slots__ = ("walk", "j", "bound")
+
+    def __init__(self, j: float, bound: float,
+                 walk: Callable[[float], float] | None = None) -> None:
+        self.j = j  # the sum of completion times (when ``walk`` is None)
+        self.bound = bound  # the largest lower bound the loop would have checked
+        self.walk = walk  # the loop from where the decodes ran out, given ``stop_above``
+
+    def finish(self, stop_above: float = INF) -> float:
+        """What ``project(..., stop_above)`` returns: ``inf`` when a lower bound exceeds
+        ``stop_above``, else the sum."""
+        if self.bound > stop_above:
+            return INF
+        if self.walk is not None:
+            return self.walk(stop_above)
+        return self.j
+
+
+def project_stream(costs: StepCosts, a: int, b: int, queue: list[Prompt],
+                   ini: list[Decode], stop_above: float, arrival_rate: float,
+                   ctx_sum: int, stream: Stream | None = None) -> float:
+    """``project`` for a constant budget ``a > 0``, no limit, ``ini`` (sorted, not empty)
+    running, through ``stream_runs`` (the same floats)."""
+    s = Stream(queue, ini) if stream is None else stream
+    run = stream_runs(costs, (a,), b, queue, ini, arrival_rate, ctx_sum, s)[a]
+    return run.finish(stop_above)
+
+
+def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[Prompt],
+                ini: list[Decode], arrival_rate: float, ctx_sum: int,
+                s: Stream) -> dict[int, StreamRun]:
+    """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
+    ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
+    once, with the loop's floats.
+
+    While any decode runs, every step takes ``a`` tokens off the stream of the queue's
+    remaining prompt tokens (whole chunks, then the completing step's spill), so prompt
+    ``h`` completes in step ``ceil(R_h / a)`` (``R_h``: the stream's tokens up to its end)
+    and its decode ends ``o_h - 1`` steps later. The loop's iterations end exactly at the
+    distinct steps of these events and of the running decodes' ends, and each one's
+    duration is the loop's expression of its start state (the decodes and their context
+    there: integer running sums of the events before it). ``t`` is then the running sum of
+    the durations and ``total`` that of ``t`` repeated once per request finishing; numpy's
+    ``cumsum`` adds in order, as the loop does (one row per budget, zero-padded: adding
+    0.0 changes nothing), so every float is the loop's. If the decodes all end while
+    prompts are left (the budget would become ``b``), the loop takes over from that state
+    (no decode running then, so the state is five numbers): ``StreamRun.walk``. Budgets
+    whose causal pairs might not be exact integers (``Stream.exact``) run the loop."""
+    out: dict[int, StreamRun] = {}
+    rows = tuple(a for a in budgets if s.exact(a))
+    for a in budgets:
+        if a not in rows:
+            out[a] = StreamRun(0.0, -INF, partial(_walk, costs, a, b, queue, ini, ctx_sum,
+                                                  arrival_rate=arrival_rate, limit=NO_LIMIT))
+    if not rows:
+        return out
+    ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
+    nr, nq = len(rows), len(queue)
+    pts = [costs.point(a) for a in rows]
+    A = np.array(rows, dtype=np.int64)
+    PA = np.array([p[0] for p in pts])
+    PB = np.array([p[1] for p in pts])
+    PBA = np.array([p[1] * a for p, a in zip(pts, rows, strict=True)])  # the loop's ``pb * budget``
+    start, end, cum, before, tokens = s.start, s.end, s.cum, s.before, s.tokens
+    comp = -(-cum[None, :] // A[:, None])  # the step in which each prompt completes
+    c_last = comp[:, -1]
+    spawns = s.spawns
+    key = (np.arange(nr, dtype=np.int64) * ROW)[:, None]  # row r's steps: r * ROW + step
+    comp_k = comp + key
+    ends_k = np.concatenate((np.broadcast_to(s.ini_end, (nr, s.n_ini)),
+                             (comp + s.outs - 1)[:, spawns]), axis=1) + key
+    ev_k = np.unique(np.concatenate((comp_k, ends_k), axis=1))  # each iteration's last step
+    ne = len(ev_k)
+    row = ev_k // ROW
+    ev = ev_k - row * ROW
+    rs = np.searchsorted(ev_k, key[:, 0])  # each row's first iteration
+    re = np.append(rs[1:], ne)
+    ic = np.searchsorted(ev_k, comp_k.ravel())
+    ie = np.searchsorted(ev_k, ends_k.ravel())
+    n_comp = np.bincount(ic, minlength=ne)
+    n_end = np.bincount(ie, minlength=ne)
+    n_spawn = np.bincount(ic, weights=np.tile(spawns, nr), minlength=ne).astype(np.int64)
+    d_ctx = (np.bincount(ic, weights=np.tile(end * spawns, nr), minlength=ne)
+             - np.bincount(ie, weights=np.tile(s.ends_ctx, nr), minlength=ne)
+             ).astype(np.int64)
+
+    def row_cumsum(x: np.ndarray) -> np.ndarray:  # integers: exact
+        c = np.cumsum(x)
+        return c - np.append(0, c[rs[1:] - 1])[row]
+
+    def shift(x: np.ndarray, first: int) -> np.ndarray:  # the value before each event
+        y = np.empty_like(x)
+        y[1:] = x[:-1]
+        y[rs] = first
+        return y
+
+    n_after = s.n_ini + row_cumsum(n_spawn - n_end)  # decodes running after each event
+    ctx_after = ctx_sum + row_cumsum(d_ctx)
+    head_after = row_cumsum(n_comp)
+    prev = shift(ev, 0)  # each iteration's first step - 1
+    n_dec, ctx, head = shift(n_after, s.n_ini), shift(ctx_after, ctx_sum), shift(head_after, 0)
+    prefill = prev < c_last[row]
+    stall = np.array(re)  # the first iteration with no decode left and prompts left
+    at = np.flatnonzero(prefill & (n_dec == 0))
+    if len(at):
+        r_at, first = np.unique(row[at], return_index=True)
+        stall[r_at] = at[first]
+    valid = np.arange(ne) < stall[row]
+    a, pa, pba = A[row], PA[row], PBA[row]
+    k = ev - prev
+    dur = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    hp = np.minimum(head, nq - 1)
+    pos = start[hp] + a * prev - before[hp]  # the head's position at the iteration's start
+    ride_k = k * (n_dec * ride + kv * ctx)
+    chunks = np.flatnonzero(prefill & (n_comp == 0))  # a decode ends first: k whole chunks
+    kc, pc, ac = k[chunks], pos[chunks], a[chunks]
+    dur[chunks] = (kc * pa[chunks] + pba[chunks] * (kc * pc + ac * kc * (kc - 1) / 2)
+                   + ride_k[chunks])
+    done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
+    j, pj, ad, last = k[done] - 1, pos[done], a[done], ev[done]
+    pa_s, pb_s = pa[done], PB[row[done]]  # (A, beta) of the step: the budget's, but
+    pre = np.where(j > 0, j * pa_s + pba[done] * (j * pj + ad * j * (j - 1) / 2), 0.0)
+    lo = ad * (last - 1)  # the stream's tokens before the last step
+    hi = np.minimum(ad * last, tokens)
+    pairs = s.pairs(lo, hi).astype(np.float64)  # the loop's float sum, exactly
+    n_tok = hi - lo
+    for i in np.flatnonzero(n_tok != ad):  # ... in each row's last step of the queue
+        pa_s[i], pb_s[i] = costs.point(int(n_tok[i]))
+    dur[done] = (pre + (pa_s + pb_s * (pairs - n_tok * (0 + (n_tok + 1) / 2)))
+                 + ride_k[done])
+    t = _row_cumsum_float(dur, row, rs, nr)
+    fin = np.where(valid, n_end + n_comp - n_spawn, 0)  # requests finishing at each end
+    reps_row = np.repeat(row, fin)
+    reps = np.repeat(t, fin)
+    reps_rs = np.searchsorted(reps_row, np.arange(nr))
+    totals = _row_cumsum_float(reps, reps_row, reps_rs, nr, lead=True)
+    n_fin = row_cumsum(fin)
+    total = totals[row, n_fin]  # the sum of completion times after each iteration
+    bound = np.where(valid, total + (n_after + nq - head_after) * t, -INF)
+    bmax = np.maximum.reduceat(bound, rs)
+    for r, a_r in enumerate(rows):
+        i = int(stall[r]) - 1  # the last iteration computed here
+        if stall[r] < re[r]:  # the loop goes on, at budget b, with no decode running
+            h = int(head_after[i])
+            pos_h = int(start[h] + a_r * ev[i] - before[h])
+            out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
+                _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
+                limit=NO_LIMIT, step=int(ev[i]), t=float(t[i]), total=float(total[i]),
+                head=h, pos=pos_h))
+        else:
+            out[a_r] = StreamRun(float(total[i]) + arrivals_wait(arrival_rate, float(t[i])),
+                                 float(bmax[r]))
+    return out
+
+
+def _row_cumsum_float(x: np.ndarray, row: np.ndarray, rs: np.ndarray, nr: int,
+                      lead: bool = False) -> np.ndarray:
+    """Running sums of ``x`` within each row (``row[i]``: element i's row, ``rs[r]``: the
+    first element of row r; rows contiguous), added in order as a loop would: one
+    zero-padded line per row (``cumsum`` along a line adds left to right; adding 0.0
+    changes no value). ``lead``: the 2-D sums with a leading zero column (sums of the
+    first n elements at ``[r, n]``) instead of the flat ones."""
+    col = np.arange(len(x)) - rs[row]
+    width = int(col.max()) + 1 if len(x) else 0
+    m = np.zeros((nr, width + lead))
+    m[row, col + lead] = x
+    c = np.cumsum(m, axis=1)
+    return c if lead else c[row, col]
