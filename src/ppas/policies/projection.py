@@ -302,21 +302,24 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
                 s: Stream) -> dict[int, StreamRun]:
     """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
     ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
-    once, with the loop's floats.
+    once (one row each), with the loop's floats.
 
     While any decode runs, every step takes ``a`` tokens off the stream of the queue's
     remaining prompt tokens (whole chunks, then the completing step's spill), so prompt
     ``h`` completes in step ``ceil(R_h / a)`` (``R_h``: the stream's tokens up to its end)
     and its decode ends ``o_h - 1`` steps later. The loop's iterations end exactly at the
-    distinct steps of these events and of the running decodes' ends, and each one's
-    duration is the loop's expression of its start state (the decodes and their context
-    there: integer running sums of the events before it). ``t`` is then the running sum of
-    the durations and ``total`` that of ``t`` repeated once per request finishing; numpy's
-    ``cumsum`` adds in order, as the loop does (one row per budget, zero-padded: adding
-    0.0 changes nothing), so every float is the loop's. If the decodes all end while
-    prompts are left (the budget would become ``b``), the loop takes over from that state
-    (no decode running then, so the state is five numbers): ``StreamRun.walk``. Budgets
-    whose causal pairs might not be exact integers (``Stream.exact``) run the loop."""
+    distinct steps of these events and of the running decodes' ends: a row holds every
+    event's step, sorted, each step's events counted at its first copy (a repeated step
+    is an iteration of no steps: its duration is exactly 0.0, nothing finishes in it, so
+    it changes no float). Each iteration's duration is the loop's expression of its start
+    state (the decodes and their context there: integer running sums of the events before
+    it); ``t`` is the running sum of the durations and ``total`` that of ``t`` repeated
+    once per request finishing, and numpy's ``cumsum`` along a row adds in order, as the
+    loop does (adding 0.0 changes nothing), so every float is the loop's. If the decodes
+    all end while prompts are left (the budget would become ``b``), the loop takes over
+    from that state (no decode running then, so the state is five numbers):
+    ``StreamRun.walk``. Budgets whose causal pairs might not be exact integers
+    (``Stream.exact``) run the loop."""
     out: dict[int, StreamRun] = {}
     rows = tuple(a for a in budgets if s.exact(a))
     for a in budgets:
@@ -328,112 +331,102 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     nr, nq = len(rows), len(queue)
     pts = [costs.point(a) for a in rows]
-    A = np.array(rows, dtype=np.int64)
-    PA = np.array([p[0] for p in pts])
-    PB = np.array([p[1] for p in pts])
-    PBA = np.array([p[1] * a for p, a in zip(pts, rows, strict=True)])  # the loop's ``pb * budget``
+    A = np.array(rows, dtype=np.int64)[:, None]  # one row per budget
+    PA = np.array([p[0] for p in pts])[:, None]
+    PB = np.array([p[1] for p in pts])[:, None]
+    PBA = np.array([p[1] * a for p, a in zip(pts, rows, strict=True)])[:, None]  # pb * budget
     start, end, cum, before, tokens = s.start, s.end, s.cum, s.before, s.tokens
-    comp = -(-cum[None, :] // A[:, None])  # the step in which each prompt completes
-    c_last = comp[:, -1]
+    comp = -(-cum[None, :] // A)  # the step in which each prompt completes
     spawns = s.spawns
-    key = (np.arange(nr, dtype=np.int64) * ROW)[:, None]  # row r's steps: r * ROW + step
-    comp_k = comp + key
-    ends_k = np.concatenate((np.broadcast_to(s.ini_end, (nr, s.n_ini)),
-                             (comp + s.outs - 1)[:, spawns]), axis=1) + key
-    ev_k = np.unique(np.concatenate((comp_k, ends_k), axis=1))  # each iteration's last step
-    ne = len(ev_k)
-    row = ev_k // ROW
-    ev = ev_k - row * ROW
-    rs = np.searchsorted(ev_k, key[:, 0])  # each row's first iteration
-    re = np.append(rs[1:], ne)
-    ic = np.searchsorted(ev_k, comp_k.ravel())
-    ie = np.searchsorted(ev_k, ends_k.ravel())
-    n_comp = np.bincount(ic, minlength=ne)
-    n_end = np.bincount(ie, minlength=ne)
-    n_spawn = np.bincount(ic, weights=np.tile(spawns, nr), minlength=ne).astype(np.int64)
-    d_ctx = (np.bincount(ic, weights=np.tile(end * spawns, nr), minlength=ne)
-             - np.bincount(ie, weights=np.tile(s.ends_ctx, nr), minlength=ne)
-             ).astype(np.int64)
-
-    def row_cumsum(x: np.ndarray) -> np.ndarray:  # integers: exact
-        c = np.cumsum(x)
-        return c - np.append(0, c[rs[1:] - 1])[row]
-
-    def shift(x: np.ndarray, first: int) -> np.ndarray:  # the value before each event
-        y = np.empty_like(x)
-        y[1:] = x[:-1]
-        y[rs] = first
-        return y
-
-    n_after = s.n_ini + row_cumsum(n_spawn - n_end)  # decodes running after each event
-    ctx_after = ctx_sum + row_cumsum(d_ctx)
-    head_after = row_cumsum(n_comp)
-    prev = shift(ev, 0)  # each iteration's first step - 1
-    n_dec, ctx, head = shift(n_after, s.n_ini), shift(ctx_after, ctx_sum), shift(head_after, 0)
-    prefill = prev < c_last[row]
-    stall = np.array(re)  # the first iteration with no decode left and prompts left
-    at = np.flatnonzero(prefill & (n_dec == 0))
-    if len(at):
-        r_at, first = np.unique(row[at], return_index=True)
-        stall[r_at] = at[first]
-    valid = np.arange(ne) < stall[row]
-    a, pa, pba = A[row], PA[row], PBA[row]
+    raw = np.concatenate((comp, np.broadcast_to(s.ini_end, (nr, s.n_ini)),
+                          (comp + s.outs - 1)[:, spawns]), axis=1)  # every event's step
+    ev = np.sort(raw, axis=1)  # each iteration's last step
+    w = ev.shape[1]
+    key = np.arange(nr, dtype=np.int64)[:, None] * ROW  # row r's steps as r * ROW + step
+    flat = (ev + key).ravel()
+    ic = np.searchsorted(flat, (comp + key).ravel())  # at the step's first copy
+    ie = np.searchsorted(flat, (raw[:, nq:] + key).ravel())
+    n = nr * w
+    n_comp = np.bincount(ic, minlength=n).reshape(nr, w)
+    n_end = np.bincount(ie, minlength=n).reshape(nr, w)
+    n_spawn = np.bincount(ic, weights=np.tile(spawns, nr), minlength=n).reshape(nr, w)
+    d_ctx = (np.bincount(ic, weights=np.tile(end * spawns, nr), minlength=n)
+             - np.bincount(ie, weights=np.tile(s.ends_ctx, nr), minlength=n)).reshape(nr, w)
+    n_spawn, d_ctx = n_spawn.astype(np.int64), d_ctx.astype(np.int64)  # integers, exact
+    n_after = s.n_ini + np.cumsum(n_spawn - n_end, axis=1)  # decodes after each event
+    ctx_after = ctx_sum + np.cumsum(d_ctx, axis=1)
+    head_after = np.cumsum(n_comp, axis=1)
+    prev = _shift(ev, 0)  # each iteration's first step - 1
+    n_dec, ctx, head = _shift(n_after, s.n_ini), _shift(ctx_after, ctx_sum), _shift(head_after, 0)
+    prefill = prev < comp[:, -1:]
+    stalled = prefill & (n_dec == 0)  # no decode left, prompts left
+    stall = np.where(stalled.any(axis=1), stalled.argmax(axis=1), w)
+    valid = np.arange(w)[None, :] < stall[:, None]
     k = ev - prev
-    dur = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
     hp = np.minimum(head, nq - 1)
-    pos = start[hp] + a * prev - before[hp]  # the head's position at the iteration's start
+    pos = start[hp] + A * prev - before[hp]  # the head's position at the iteration's start
     ride_k = k * (n_dec * ride + kv * ctx)
-    chunks = np.flatnonzero(prefill & (n_comp == 0))  # a decode ends first: k whole chunks
-    kc, pc, ac = k[chunks], pos[chunks], a[chunks]
-    dur[chunks] = (kc * pa[chunks] + pba[chunks] * (kc * pc + ac * kc * (kc - 1) / 2)
-                   + ride_k[chunks])
+    dur = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    run = k * PA + PBA * (k * pos + A * k * (k - 1) / 2) + ride_k  # k whole chunks
+    dur = np.where(prefill & (n_comp == 0), run, dur)  # (a decode ends first)
     done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
-    j, pj, ad, last = k[done] - 1, pos[done], a[done], ev[done]
-    pa_s, pb_s = pa[done], PB[row[done]]  # (A, beta) of the step: the budget's, but
-    pre = np.where(j > 0, j * pa_s + pba[done] * (j * pj + ad * j * (j - 1) / 2), 0.0)
-    lo = ad * (last - 1)  # the stream's tokens before the last step
-    hi = np.minimum(ad * last, tokens)
+    rd = done // w
+    kd, pd, ed = k.ravel()[done], pos.ravel()[done], ev.ravel()[done]
+    ad, pa_s, pb_s, pba_s = A[rd, 0], PA[rd, 0], PB[rd, 0], PBA[rd, 0]
+    j = kd - 1  # whole chunks before it
+    pre = np.where(j > 0, j * pa_s + pba_s * (j * pd + ad * j * (j - 1) / 2), 0.0)
+    lo = ad * (ed - 1)  # the stream's tokens before the last step
+    hi = np.minimum(ad * ed, tokens)
     pairs = s.pairs(lo, hi).astype(np.float64)  # the loop's float sum, exactly
     n_tok = hi - lo
-    for i in np.flatnonzero(n_tok != ad):  # ... in each row's last step of the queue
-        pa_s[i], pb_s[i] = costs.point(int(n_tok[i]))
-    dur[done] = (pre + (pa_s + pb_s * (pairs - n_tok * (0 + (n_tok + 1) / 2)))
-                 + ride_k[done])
-    t = _row_cumsum_float(dur, row, rs, nr)
+    # Only each row's last completion (the queue's last step) may take fewer than a.
+    for r, i in enumerate(np.searchsorted(done, ic[nq - 1::nq]).tolist()):
+        if n_tok[i] != rows[r]:
+            pa_s[i], pb_s[i] = costs.point(int(n_tok[i]))
+    flat_dur = dur.reshape(-1)  # a view: dur is a fresh array
+    flat_dur[done] = (pre + (pa_s + pb_s * (pairs - n_tok * (0 + (n_tok + 1) / 2)))
+                      + ride_k.ravel()[done])
+    t = np.cumsum(dur, axis=1)
     fin = np.where(valid, n_end + n_comp - n_spawn, 0)  # requests finishing at each end
-    reps_row = np.repeat(row, fin)
-    reps = np.repeat(t, fin)
-    reps_rs = np.searchsorted(reps_row, np.arange(nr))
-    totals = _row_cumsum_float(reps, reps_row, reps_rs, nr, lead=True)
-    n_fin = row_cumsum(fin)
-    total = totals[row, n_fin]  # the sum of completion times after each iteration
+    total = _finished_sums(t, fin)
     bound = np.where(valid, total + (n_after + nq - head_after) * t, -INF)
-    bmax = np.maximum.reduceat(bound, rs)
+    bmax = bound.max(axis=1)
     for r, a_r in enumerate(rows):
         i = int(stall[r]) - 1  # the last iteration computed here
-        if stall[r] < re[r]:  # the loop goes on, at budget b, with no decode running
-            h = int(head_after[i])
-            pos_h = int(start[h] + a_r * ev[i] - before[h])
+        if stall[r] < w:  # the loop goes on, at budget b, with no decode running
+            h = int(head_after[r, i])
+            pos_h = int(start[h] + a_r * ev[r, i] - before[h])
             out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
                 _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
-                limit=NO_LIMIT, step=int(ev[i]), t=float(t[i]), total=float(total[i]),
-                head=h, pos=pos_h))
+                limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
+                total=float(total[r, i]), head=h, pos=pos_h))
         else:
-            out[a_r] = StreamRun(float(total[i]) + arrivals_wait(arrival_rate, float(t[i])),
+            out[a_r] = StreamRun(float(total[r, i]) + arrivals_wait(arrival_rate,
+                                                                    float(t[r, i])),
                                  float(bmax[r]))
     return out
 
 
-def _row_cumsum_float(x: np.ndarray, row: np.ndarray, rs: np.ndarray, nr: int,
-                      lead: bool = False) -> np.ndarray:
-    """Running sums of ``x`` within each row (``row[i]``: element i's row, ``rs[r]``: the
-    first element of row r; rows contiguous), added in order as a loop would: one
-    zero-padded line per row (``cumsum`` along a line adds left to right; adding 0.0
-    changes no value). ``lead``: the 2-D sums with a leading zero column (sums of the
-    first n elements at ``[r, n]``) instead of the flat ones."""
-    col = np.arange(len(x)) - rs[row]
-    width = int(col.max()) + 1 if len(x) else 0
-    m = np.zeros((nr, width + lead))
-    m[row, col + lead] = x
-    c = np.cumsum(m, axis=1)
-    return c if lead else c[row, col]
+def _shift(x: np.ndarray, first: int) -> np.ndarray:
+    """Each row's values one place later, ``first`` in front: the state before each event."""
+    y = np.empty_like(x)
+    y[:, 1:] = x[:, :-1]
+    y[:, 0] = first
+    return y
+
+
+def _finished_sums(t: np.ndarray, fin: np.ndarray) -> np.ndarray:
+    """Per row, the running sum of ``t[i]`` added ``fin[i]`` times after iteration i, in
+    order, as the loop adds each finishing request's completion time; ``cumsum`` along a
+    row adds left to right, and adding 0.0 changes no value."""
+    nr, w = t.shape
+    if int(fin.max(initial=0)) <= 1:
+        return np.cumsum(np.where(fin > 0, t, 0.0), axis=1)
+    reps = np.repeat(t.ravel(), fin.ravel())  # rows in order, each row's times in order
+    reps_row = np.repeat(np.repeat(np.arange(nr), w), fin.ravel())
+    rs = np.searchsorted(reps_row, np.arange(nr))
+    col = np.arange(len(reps)) - rs[reps_row]
+    m = np.zeros((nr, int(fin.sum(axis=1).max()) + 1))
+    m[reps_row, col + 1] = reps
+    sums = np.cumsum(m, axis=1)  # sums[r, n]: of row r's first n finishes
+    return sums[np.arange(nr)[:, None], np.cumsum(fin, axis=1)]
