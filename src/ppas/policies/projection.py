@@ -18,7 +18,10 @@ models vLLM V1's step loop (``Scheduler.schedule()``) at the level the choice ne
   ``arrival_rate`` read off the view).
 
 It is event-driven, not a step loop: one iteration per prompt completion or decode
-completion (a heap of decode end steps), so O(N log N) per candidate. It is a deliberate
+completion (a heap of decode end steps), so O(N log N) per candidate. Under a long queue
+the constant budgets' iterations are computed as arrays instead, all budgets at once
+(``stream_runs``: the loop's floats, bit for bit; ``Predictive`` switches at
+``STREAM_MIN_PROMPTS``). It is a deliberate
 approximation of the engine's exact rules (``ppas.engine.step_rules``, which the simulator
 and the vLLM adapter share): ``decide`` runs it for every candidate at every step and must
 cost microseconds, and a policy sits below the engine.
