@@ -18,7 +18,14 @@ from ppas.cost.steps import StepCosts
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
-from ppas.policies.projection import arrival_rate, pending_work, project
+from ppas.policies.projection import (
+    Stream,
+    arrival_rate,
+    pending_work,
+    project,
+    project_stream,
+    stream_runs,
+)
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
 
@@ -376,3 +383,77 @@ def test_of_the_limits_the_decodes_fill_only_the_largest_is_projected() -> None:
                 b = limit_budget(m, cm, queue, len(decs))
                 scores[b] = min(j, scores.get(b, j))
             assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=st.lists(prompt_st, min_size=1, max_size=40),
+       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), min_size=1,
+                     max_size=40),
+       budgets=st.lists(st.sampled_from((1, 3, 512, 1000, 2048, 8192, 16384, 32768)),
+                        min_size=1, max_size=8, unique=True),
+       b=st.sampled_from((512, 4096, 32768)), cut=st.floats(0.0, 2.0),
+       rate=st.floats(0.0, 5.0))
+def test_stream_projection_gives_the_loops_floats(queue, decs, budgets, b, cut,
+                                                   rate) -> None:
+    # The constant budgets as arrays, all at once: bit-identical sums, with and without
+    # a pruning bound (so identical decisions), also where the decodes run out.
+    decs = sorted(decs)
+    runs = stream_runs(PROJ_COSTS, tuple(budgets), b, queue, decs, rate,
+                       sum(c for _, c in decs), Stream(queue, decs))
+    for a in budgets:
+        full = reference_project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate)
+        assert runs[a].finish() == full
+        bound = full * cut
+        assert runs[a].finish(bound) == reference_project(PROJ_COSTS, a, b, queue, decs,
+                                                          bound, rate)
+        assert project_stream(PROJ_COSTS, a, b, queue, decs, bound, rate,
+                              sum(c for _, c in decs)) == runs[a].finish(bound)
+
+
+def test_stream_projection_falls_back_to_the_loop_past_exact_integers() -> None:
+    # Causal-pair sums past 2**53 would not be exact in floats: the loop runs instead.
+    queue = [(0, 1 << 40, 2)]
+    s = Stream(queue, [(3, 10)])
+    assert not s.exact(32768)
+    run = stream_runs(PROJ_COSTS, (32768,), 32768, queue, [(3, 10)], 0.0, 10, s)[32768]
+    assert run.finish() == reference_project(PROJ_COSTS, 32768, 32768, queue, [(3, 10)])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_predictive_array_path_makes_the_loops_decision_at_every_step(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random bursty runs, long queues: at every step the decision with the constant
+    # budgets projected as arrays (every queue length) is the one of the loop alone.
+    import ppas.policies.predictive as predictive_mod
+    import ppas.policies.projection as projection_mod
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.workload import RequestSpec
+
+    rng = random.Random(seed)
+    t, specs = 0.0, []
+    for _ in range(160):
+        t += rng.expovariate(6.0)
+        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
+                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    fast = make_policy("predictive")
+    slow = make_policy("predictive")
+    fast.bind_cost_model(CM)
+    slow.bind_cost_model(CM)
+    decided = [0, 0]
+
+    class Both(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            monkeypatch.setattr(predictive_mod, "STREAM_MIN_PROMPTS", 1 << 30)
+            monkeypatch.setattr(projection_mod, "STREAM_MIN_PROMPTS", 1 << 30)
+            want = slow.decide(v)
+            monkeypatch.setattr(predictive_mod, "STREAM_MIN_PROMPTS", 1)
+            monkeypatch.setattr(projection_mod, "STREAM_MIN_PROMPTS", 1)
+            got = fast.decide(v)
+            assert got == want
+            decided[v.num_running_decodes > 0 and v.num_pending_prefills > 0] += 1
+            return got
+
+    both = Both(fast.config)
+    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
+    assert all(r.finish_time is not None for r in res.requests)
+    assert decided[1] > 100  # the array path was taken, many times

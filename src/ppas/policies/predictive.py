@@ -47,7 +47,16 @@ from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy
 from ppas.policies.candidates import candidate_chunks
-from ppas.policies.projection import Prompt, arrival_rate, pending_work, project
+from ppas.policies.projection import (
+    STREAM_MIN_PROMPTS,
+    Prompt,
+    Stream,
+    StreamRun,
+    arrival_rate,
+    pending_work,
+    project,
+    stream_runs,
+)
 from ppas.policies.registry import register
 
 
@@ -136,9 +145,17 @@ class Predictive(Policy):
         rate = arrival_rate(view)
         decs.sort()  # once for every candidate (project walks them in end order)
         ctx = sum([c for _, c in decs])
+        # Under a long queue the constant budgets are projected together as arrays
+        # (``stream_runs``: the loop's floats), then finished in order against the bound.
+        runs: dict[int, StreamRun] = {}
+        if decs and len(queue) >= STREAM_MIN_PROMPTS:
+            runs = stream_runs(costs, tuple(a for a in cands if a > 0), c_max, queue, decs,
+                               rate, ctx, Stream(queue, decs))
         best_a, best_j = c_max, float("inf")
         for a in cands:
-            j = project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx)
+            run = runs.get(a)
+            j = (run.finish(best_j) if run is not None else
+                 project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx))
             if j < best_j:
                 best_a, best_j = a, j
         # Of the limits the running decodes fill (each admits nothing now: limit_budget

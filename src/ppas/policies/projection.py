@@ -18,7 +18,10 @@ models vLLM V1's step loop (``Scheduler.schedule()``) at the level the choice ne
   ``arrival_rate`` read off the view).
 
 It is event-driven, not a step loop: one iteration per prompt completion or decode
-completion (a heap of decode end steps), so O(N log N) per candidate. It is a deliberate
+completion (a heap of decode end steps), so O(N log N) per candidate. Under a long queue
+the constant budgets' iterations are computed as arrays instead, all budgets at once
+(``stream_runs``: the loop's floats, bit for bit; ``Predictive`` switches at
+``STREAM_MIN_PROMPTS``). It is a deliberate
 approximation of the engine's exact rules (``ppas.engine.step_rules``, which the simulator
 and the vLLM adapter share): ``decide`` runs it for every candidate at every step and must
 cost microseconds, and a policy sits below the engine.
@@ -26,7 +29,11 @@ cost microseconds, and a policy sits below the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from heapq import heappop, heappush
+
+import numpy as np
 
 from ppas.core.view import SchedulerView, is_pending_prefill
 from ppas.cost.steps import StepCosts
@@ -104,7 +111,26 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     step of all its tokens (``StepCosts.step_time``: the fixed per-step cost paid once).
     ``run_time`` and ``step_time`` are inlined (the same arithmetic, in the same order:
     ``decide`` calls this about 16 times a step). ``ctx_total``: the decodes' summed
-    context when the caller has it (``Predictive`` shares it across candidates)."""
+    context when the caller has it (``Predictive`` shares it across candidates).
+
+    A constant budget (no ``limit``, ``a > 0``, decodes running) over a long queue goes
+    through ``project_stream``, the same iterations computed as arrays (the same floats);
+    everything else through the loop below."""
+    ini = sorted(decs)
+    ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
+    if a > 0 and ini and limit == NO_LIMIT and len(queue) >= STREAM_MIN_PROMPTS:
+        return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum)
+    return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit)
+
+
+def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decode],
+          ctx_sum: int, stop_above: float, arrival_rate: float, limit: int,
+          step: int = 0, t: float = 0.0, total: float = 0.0, head: int = 0,
+          pos: int | None = None) -> float:
+    """``project``'s event loop from a state: ``step`` steps done in ``t`` seconds, the
+    completion times so far summing to ``total``, prompts before ``head`` done, the head
+    at ``pos`` (default: its computed tokens), the decodes ``ini`` (sorted by end step,
+    their context summing to ``ctx_sum``) running."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
     pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
@@ -114,13 +140,11 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     # when ``decs`` comes sorted, as ``Predictive`` passes it); the decodes the projected
     # prompts start go to a heap of (end step, context). Decodes ending at the same step
     # finish in the same iteration, so the order between the two changes nothing.
-    ini = sorted(decs)
     ni, ii = len(ini), 0
     spawned: list[Decode] = []
     n_dec = ni
-    ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
-    head, pos = 0, queue[0][0] if queue else 0  # prompts before head are done
-    step, t, total = 0, 0.0, 0.0  # steps so far, their time, sum of completion times
+    if pos is None:  # prompts before head are done
+        pos = queue[head][0] if head < nq else 0
     while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
         if n_dec:
@@ -191,3 +215,221 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
         if total + (n_dec + nq - head) * t > stop_above:
             return INF
     return total + arrivals_wait(arrival_rate, t)
+
+
+#: ``project`` takes the array path (``project_stream``) from this many pending prompts:
+#: below, the loop is cheaper than the arrays' fixed cost (both give the same floats).
+STREAM_MIN_PROMPTS = 24
+#: Causal-pair sums are exact integers in a float below this (see ``Stream``).
+EXACT_INT = 1 << 53
+#: ``stream_runs`` keys budget r's steps as ``r * ROW + step`` (steps stay below it).
+ROW = 1 << 40
+
+
+class Stream:
+    """The queue and the running decodes as arrays, for ``project_stream`` (built once per
+    decision: every constant budget reads the same).
+
+    ``cum[h]``: the stream's tokens (the remaining prompt tokens in engine order) up to
+    prompt ``h``'s end, ``before[h]`` up to its start. ``pairs_to[h]``: the causal pairs
+    (``sum (position + 1)`` over the tokens, ``causal_pairs``) of the stream before prompt
+    ``h``, so that any stretch of the stream has its pairs as a difference (``pairs``).
+    The loop sums a step's pairs prompt by prompt in floats; each term and partial sum is
+    an integer below 2**53 (``exact``), so both are exact and equal."""
+
+    def __init__(self, queue: list[Prompt], ini: list[Decode]) -> None:
+        q = np.array(queue, dtype=np.int64)
+        self.start, self.end, self.outs = q[:, 0], q[:, 1], q[:, 2]
+        rem = self.end - self.start
+        self.cum = np.cumsum(rem)
+        self.before = self.cum - rem
+        self.tokens = int(self.cum[-1])
+        pairs = rem * self.start + rem * (rem + 1) // 2
+        self.pairs_to = np.cumsum(pairs) - pairs
+        self.max_end = int(self.end.max())
+        self.spawns = self.outs > 1
+        self.n_ini = len(ini)
+        d = np.array(ini, dtype=np.int64).reshape(len(ini), 2)
+        self.ini_end = d[:, 0]
+        self.ends_ctx = np.concatenate((d[:, 1], self.end[self.spawns]))
+        self.last_step = self.tokens + int(self.outs.max()) + int(self.ini_end.max(initial=0))
+
+    def exact(self, a: int) -> bool:
+        """Whether every step's causal pairs at budget ``a`` stay exact integers."""
+        return (a * (self.max_end + a) < EXACT_INT and self.pairs_to[-1] < EXACT_INT
+                and self.last_step < ROW)
+
+    def pairs(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The causal pairs of the stream's tokens ``lo..hi - 1`` (integers)."""
+        return self._upto(hi) - self._upto(lo)
+
+    def _upto(self, x: np.ndarray) -> np.ndarray:
+        h = np.minimum(np.searchsorted(self.cum, x), len(self.cum) - 1)
+        n = x - self.before[h]
+        return self.pairs_to[h] + n * self.start[h] + n * (n + 1) // 2
+
+
+class StreamRun:
+    """One budget's projection by ``stream_runs``, to be finished against a bound."""
+
+    __slots__ = ("walk", "j", "bound")
+
+    def __init__(self, j: float, bound: float,
+                 walk: Callable[[float], float] | None = None) -> None:
+        self.j = j  # the sum of completion times (when ``walk`` is None)
+        self.bound = bound  # the largest lower bound the loop would have checked
+        self.walk = walk  # the loop from where the decodes ran out, given ``stop_above``
+
+    def finish(self, stop_above: float = INF) -> float:
+        """What ``project(..., stop_above)`` returns: ``inf`` when a lower bound exceeds
+        ``stop_above``, else the sum."""
+        if self.bound > stop_above:
+            return INF
+        if self.walk is not None:
+            return self.walk(stop_above)
+        return self.j
+
+
+def project_stream(costs: StepCosts, a: int, b: int, queue: list[Prompt],
+                   ini: list[Decode], stop_above: float, arrival_rate: float,
+                   ctx_sum: int, stream: Stream | None = None) -> float:
+    """``project`` for a constant budget ``a > 0``, no limit, ``ini`` (sorted, not empty)
+    running, through ``stream_runs`` (the same floats)."""
+    s = Stream(queue, ini) if stream is None else stream
+    run = stream_runs(costs, (a,), b, queue, ini, arrival_rate, ctx_sum, s)[a]
+    return run.finish(stop_above)
+
+
+def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[Prompt],
+                ini: list[Decode], arrival_rate: float, ctx_sum: int,
+                s: Stream) -> dict[int, StreamRun]:
+    """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
+    ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
+    once (one row each), with the loop's floats.
+
+    While any decode runs, every step takes ``a`` tokens off the stream of the queue's
+    remaining prompt tokens (whole chunks, then the completing step's spill), so prompt
+    ``h`` completes in step ``ceil(R_h / a)`` (``R_h``: the stream's tokens up to its end)
+    and its decode ends ``o_h - 1`` steps later. The loop's iterations end exactly at the
+    distinct steps of these events and of the running decodes' ends: a row holds every
+    event's step, sorted, each step's events counted at its first copy (a repeated step
+    is an iteration of no steps: its duration is exactly 0.0, nothing finishes in it, so
+    it changes no float). Each iteration's duration is the loop's expression of its start
+    state (the decodes and their context there: integer running sums of the events before
+    it); ``t`` is the running sum of the durations and ``total`` that of ``t`` repeated
+    once per request finishing, and numpy's ``cumsum`` along a row adds in order, as the
+    loop does (adding 0.0 changes nothing), so every float is the loop's. If the decodes
+    all end while prompts are left (the budget would become ``b``), the loop takes over
+    from that state (no decode running then, so the state is five numbers):
+    ``StreamRun.walk``. Budgets whose causal pairs might not be exact integers
+    (``Stream.exact``) run the loop."""
+    out: dict[int, StreamRun] = {}
+    rows = tuple(a for a in budgets if s.exact(a))
+    for a in budgets:
+        if a not in rows:
+            out[a] = StreamRun(0.0, -INF, partial(_walk, costs, a, b, queue, ini, ctx_sum,
+                                                  arrival_rate=arrival_rate, limit=NO_LIMIT))
+    if not rows:
+        return out
+    ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
+    nr, nq = len(rows), len(queue)
+    pts = [costs.point(a) for a in rows]
+    A = np.array(rows, dtype=np.int64)[:, None]  # one row per budget
+    PA = np.array([p[0] for p in pts])[:, None]
+    PB = np.array([p[1] for p in pts])[:, None]
+    PBA = np.array([p[1] * a for p, a in zip(pts, rows, strict=True)])[:, None]  # pb * budget
+    start, end, cum, before, tokens = s.start, s.end, s.cum, s.before, s.tokens
+    comp = -(-cum[None, :] // A)  # the step in which each prompt completes
+    spawns = s.spawns
+    raw = np.concatenate((comp, np.broadcast_to(s.ini_end, (nr, s.n_ini)),
+                          (comp + s.outs - 1)[:, spawns]), axis=1)  # every event's step
+    ev = np.sort(raw, axis=1)  # each iteration's last step
+    w = ev.shape[1]
+    key = np.arange(nr, dtype=np.int64)[:, None] * ROW  # row r's steps as r * ROW + step
+    flat = (ev + key).ravel()
+    ic = np.searchsorted(flat, (comp + key).ravel())  # at the step's first copy
+    ie = np.searchsorted(flat, (raw[:, nq:] + key).ravel())
+    n = nr * w
+    n_comp = np.bincount(ic, minlength=n).reshape(nr, w)
+    n_end = np.bincount(ie, minlength=n).reshape(nr, w)
+    n_spawn = np.bincount(ic, weights=np.tile(spawns, nr), minlength=n).reshape(nr, w)
+    d_ctx = (np.bincount(ic, weights=np.tile(end * spawns, nr), minlength=n)
+             - np.bincount(ie, weights=np.tile(s.ends_ctx, nr), minlength=n)).reshape(nr, w)
+    n_spawn, d_ctx = n_spawn.astype(np.int64), d_ctx.astype(np.int64)  # integers, exact
+    n_after = s.n_ini + np.cumsum(n_spawn - n_end, axis=1)  # decodes after each event
+    ctx_after = ctx_sum + np.cumsum(d_ctx, axis=1)
+    head_after = np.cumsum(n_comp, axis=1)
+    prev = _shift(ev, 0)  # each iteration's first step - 1
+    n_dec, ctx, head = _shift(n_after, s.n_ini), _shift(ctx_after, ctx_sum), _shift(head_after, 0)
+    prefill = prev < comp[:, -1:]
+    stalled = prefill & (n_dec == 0)  # no decode left, prompts left
+    stall = np.where(stalled.any(axis=1), stalled.argmax(axis=1), w)
+    valid = np.arange(w)[None, :] < stall[:, None]
+    k = ev - prev
+    hp = np.minimum(head, nq - 1)
+    pos = start[hp] + A * prev - before[hp]  # the head's position at the iteration's start
+    ride_k = k * (n_dec * ride + kv * ctx)
+    dur = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    run = k * PA + PBA * (k * pos + A * k * (k - 1) / 2) + ride_k  # k whole chunks
+    dur = np.where(prefill & (n_comp == 0), run, dur)  # (a decode ends first)
+    done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
+    rd = done // w
+    kd, pd, ed = k.ravel()[done], pos.ravel()[done], ev.ravel()[done]
+    ad, pa_s, pb_s, pba_s = A[rd, 0], PA[rd, 0], PB[rd, 0], PBA[rd, 0]
+    j = kd - 1  # whole chunks before it
+    pre = np.where(j > 0, j * pa_s + pba_s * (j * pd + ad * j * (j - 1) / 2), 0.0)
+    lo = ad * (ed - 1)  # the stream's tokens before the last step
+    hi = np.minimum(ad * ed, tokens)
+    pairs = s.pairs(lo, hi).astype(np.float64)  # the loop's float sum, exactly
+    n_tok = hi - lo
+    # Only each row's last completion (the queue's last step) may take fewer than a.
+    for r, i in enumerate(np.searchsorted(done, ic[nq - 1::nq]).tolist()):
+        if n_tok[i] != rows[r]:
+            pa_s[i], pb_s[i] = costs.point(int(n_tok[i]))
+    flat_dur = dur.reshape(-1)  # a view: dur is a fresh array
+    flat_dur[done] = (pre + (pa_s + pb_s * (pairs - n_tok * (0 + (n_tok + 1) / 2)))
+                      + ride_k.ravel()[done])
+    t = np.cumsum(dur, axis=1)
+    fin = np.where(valid, n_end + n_comp - n_spawn, 0)  # requests finishing at each end
+    total = _finished_sums(t, fin)
+    bound = np.where(valid, total + (n_after + nq - head_after) * t, -INF)
+    bmax = bound.max(axis=1)
+    for r, a_r in enumerate(rows):
+        i = int(stall[r]) - 1  # the last iteration computed here
+        if stall[r] < w:  # the loop goes on, at budget b, with no decode running
+            h = int(head_after[r, i])
+            pos_h = int(start[h] + a_r * ev[r, i] - before[h])
+            out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
+                _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
+                limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
+                total=float(total[r, i]), head=h, pos=pos_h))
+        else:
+            out[a_r] = StreamRun(float(total[r, i]) + arrivals_wait(arrival_rate,
+                                                                    float(t[r, i])),
+                                 float(bmax[r]))
+    return out
+
+
+def _shift(x: np.ndarray, first: int) -> np.ndarray:
+    """Each row's values one place later, ``first`` in front: the state before each event."""
+    y = np.empty_like(x)
+    y[:, 1:] = x[:, :-1]
+    y[:, 0] = first
+    return y
+
+
+def _finished_sums(t: np.ndarray, fin: np.ndarray) -> np.ndarray:
+    """Per row, the running sum of ``t[i]`` added ``fin[i]`` times after iteration i, in
+    order, as the loop adds each finishing request's completion time; ``cumsum`` along a
+    row adds left to right, and adding 0.0 changes no value."""
+    nr, w = t.shape
+    if int(fin.max(initial=0)) <= 1:
+        return np.cumsum(np.where(fin > 0, t, 0.0), axis=1)
+    reps = np.repeat(t.ravel(), fin.ravel())  # rows in order, each row's times in order
+    reps_row = np.repeat(np.repeat(np.arange(nr), w), fin.ravel())
+    rs = np.searchsorted(reps_row, np.arange(nr))
+    col = np.arange(len(reps)) - rs[reps_row]
+    m = np.zeros((nr, int(fin.sum(axis=1).max()) + 1))
+    m[reps_row, col + 1] = reps
+    sums = np.cumsum(m, axis=1)  # sums[r, n]: of row r's first n finishes
+    return sums[np.arange(nr)[:, None], np.cumsum(fin, axis=1)]
