@@ -42,7 +42,10 @@ chunk): ``_schedule`` takes them as a streak (each a few integer tests, its bloc
 once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
 chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
 the inter-token gaps and the finishing order; the step's records are built without the
-frozen dataclasses' ``__init__`` (``ppas.core.slots``). ``tests/test_engine_reference.py``
+frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
+pool's block counts are done in place for a chunk that fits and for every admission
+(``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
+with an order to apply. ``tests/test_engine_reference.py``
 holds this loop to its earlier form (same steps, floats and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
