@@ -42,7 +42,10 @@ chunk): ``_schedule`` takes them as a streak (each a few integer tests, its bloc
 once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
 chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
 the inter-token gaps and the finishing order; the step's records are built without the
-frozen dataclasses' ``__init__`` (``ppas.core.slots``). ``tests/test_engine_reference.py``
+frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
+pool's block counts are done in place for a chunk that fits and for every admission
+(``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
+with an order to apply. ``tests/test_engine_reference.py``
 holds this loop to its earlier form (same steps, floats and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
@@ -363,8 +366,11 @@ class EngineSim:
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
-        step_rules.order_running(self.running, decision, self.by_priority)
-        step_rules.order_waiting(self.waiting, decision, self.by_priority)
+        # (each a no-op without an order to apply: step_rules rule 3)
+        if decision.prefill_order or decision.decodes_first:
+            step_rules.order_running(self.running, decision, self.by_priority)
+        if decision.prefill_order or self.by_priority:
+            step_rules.order_waiting(self.waiting, decision, self.by_priority)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
         scheduled = self._schedule(cap, held)
@@ -392,7 +398,8 @@ class EngineSim:
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
         next arrival): the same steps as calling ``step()`` that often."""
-        while self.now < limit and (self.running or self.waiting):
+        queued = self.waiting._d  # (the queue's truth, read without its __bool__)
+        while self.now < limit and (self.running or queued):
             self.advance(limit)
 
     def advance(self, limit: float = math.inf) -> None:
@@ -401,7 +408,7 @@ class EngineSim:
         self.stalled = False
         self._run = None
         self._run_steps = -1
-        if (self.waiting or self.record_steps or self.cadence is not None
+        if (self.waiting._d or self.record_steps or self.cadence is not None
                 or not self._decode_run(limit)):
             self.step()
 
@@ -516,7 +523,7 @@ class EngineSim:
 
     def _view(self) -> SchedulerView:
         waiting = self.waiting
-        num_waiting = len(waiting)
+        num_waiting = len(waiting._d)
         nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
         log.trim(num_waiting)
@@ -587,7 +594,7 @@ class EngineSim:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
-            mid = step_rules.mid_chunk(c, p, p + r.num_output_tokens)
+            mid = c < p or need > 1  # step_rules.mid_chunk(c, p, num_tokens), inlined
             if held and mid:
                 i += 1
                 continue
@@ -597,6 +604,19 @@ class EngineSim:
             if n <= 0:
                 i += 1
                 continue
+            if counts_only:  # KvPool.needed/grow inlined: room without preempting anyone
+                extra = -(-(c + n) // bs) - r.blocks
+                if extra <= pool.num_free:
+                    r.blocks += extra
+                    pool.num_free -= extra
+                    places.append(len(decodes))
+                    sched.append((r, n))
+                    add(c, p, n)
+                    budget -= n
+                    charge(c, p, n)
+                    carried |= mid
+                    i += 1
+                    continue
             while pool.needed(r, n) > pool.free:
                 if self.by_priority:  # vLLM: max by (priority, arrival_time), first if tied
                     victim = max(running, key=_priority_rank)
@@ -642,23 +662,37 @@ class EngineSim:
         self._carried = carried
         if preempted:
             return decodes, sched, places, preempted, tally
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
-            r = waiting[0]
+        queued = waiting._d  # (WaitingQueue's dict: its truth and its head, read directly)
+        max_num_seqs = self.max_num_seqs
+        no_hit: list[int] = []
+        while queued and budget > 0 and len(running) < max_num_seqs:
+            r = next(iter(queued.values()))  # waiting[0]
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
-            # cost neither token budget nor prefill cap.
-            hit = pool.lookup(r)
-            c, p = r.num_computed_tokens + len(hit) * pool.bs, r.prompt_tokens
+            # cost neither token budget nor prefill cap (none without a cache: KvPool.lookup).
+            hit = no_hit if counts_only else pool.lookup(r)
+            c, p = r.num_computed_tokens + len(hit) * bs, r.prompt_tokens
             total = p + r.num_output_tokens
             need = total - c
             if held and need > 1:
                 break  # the cadence holds admissions with prompt left to compute
             m = lim if 0 < lim < need else need
             n = clamp(c, p, m if m < budget else budget)
-            if n <= 0 or pool.needed(r, need, hit) > pool.free:
-                break  # capped to nothing, or the whole sequence does not fit (admission)
-            waiting.popleft()
-            r.is_running = True
-            pool.grow(r, n, hit)
+            if n <= 0:
+                break  # capped to nothing
+            if counts_only:  # KvPool.needed/grow inlined (block counts, no hit)
+                if -(-(c + need) // bs) - r.blocks > pool.num_free:
+                    break  # the whole sequence does not fit (admission)
+                waiting.popleft()
+                r.is_running = True
+                extra = -(-(c + n) // bs) - r.blocks
+                r.blocks += extra
+                pool.num_free -= extra
+            else:
+                if pool.needed(r, need, hit) > pool.free:
+                    break  # the whole sequence does not fit (admission)
+                waiting.popleft()
+                r.is_running = True
+                pool.grow(r, n, hit)
             if r.first_scheduled_time is None:
                 r.first_scheduled_time = self.now
             running.append(r)

@@ -306,7 +306,7 @@ class StepTally:
     def add(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> None:
         """A chunk of ``n`` tokens that starts at ``num_computed_tokens`` cached tokens."""
         c = num_computed_tokens
-        if priced_as_prefill(c, num_prompt_tokens, n):
+        if n > 1 or c < num_prompt_tokens:  # priced_as_prefill(c, num_prompt_tokens, n)
             self.prefill_tokens += n
             self.prefill_reqs += 1
             self.attn_work += causal_pairs(n, c)
