@@ -1,172 +1,35 @@
-"""The simulator's engine loop as it was before its per-step work was cut (commit
-494bb11's ``ppas.engine.simulator``, unchanged but for this docstring), kept as the
-reference ``tests/test_engine_reference.py`` holds the engine to: the same steps, floats,
-inter-token gaps and step traces on random runs. Not for use outside the tests."""
+"""The simulator's engine loop as it was before its per-step work was cut: commit
+494bb11's ``ppas.engine.simulator.EngineSim``, unchanged but for this docstring, kept as
+the reference ``tests/test_engine_reference.py`` holds the engine to (the same steps,
+floats, inter-token gaps and step traces on random runs). What the cut left as it was
+(``EngineConfig``, the waiting queue, the priority rank) is imported from the engine, not
+copied. Not for use outside the tests."""
 
 from __future__ import annotations
 
 import copy
 import math
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import islice
+from collections import deque
 
-from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
-from ppas.core.view import SchedulerView, StepRecord, WaitingLog
+from ppas.core.view import SchedulerView, StepRecord
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
 from ppas.engine.result import SimResult, StepTrace
+
+# The parts the cut left as they were are the engine's own (not copied):
+from ppas.engine.simulator import (
+    EngineConfig,
+    WaitingQueue,
+    _Chain,
+    _num_tokens,
+    _priority_rank,
+)
 from ppas.policies.base import Policy
-from ppas.workload import RequestSpec, Trace
-
-#: vLLM's ``--scheduling-policy`` values.
-SCHEDULING_POLICIES = ("fcfs", "priority")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """vLLM engine settings. ``max_num_batched_tokens`` None = the policy's own;
-    ``num_kv_blocks`` None = the cost model's KV capacity (unbounded if it has none);
-    ``max_model_len`` None = no context limit. ``hold_finished_kv``: finished requests keep
-    their KV blocks until ``EngineSim.release_kv`` (a disaggregated prefill instance holds a
-    prompt's KV until its transfer to the decode instance ends, as vLLM's KV connectors do);
-    while the held blocks leave no room for the next admission the engine stalls
-    (``EngineSim.stalled``) instead of stepping."""
-
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    block_size: int = 16
-    num_kv_blocks: int | None = None
-    prefix_caching: bool = False  # vLLM's --enable-prefix-caching (ppas.engine.prefix_cache)
-    max_model_len: int | None = None
-    hold_finished_kv: bool = False
-    #: vLLM's ``--scheduling-policy``: "fcfs" or "priority" (``RequestSpec.priority``,
-    #: ``step_rules`` rule 3).
-    scheduling_policy: str = "fcfs"
-    #: Under priority, a running request that preempted itself is passed over and the
-    #: running loop goes on (vLLM 0.33) instead of ending it (0.32);
-    #: ``ppas.live.versions.ReleaseLine.priority_self_preemption``.
-    priority_skips_self_preempted: bool = False
-
-    def __post_init__(self) -> None:
-        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        require(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
-                "max_num_batched_tokens must be >= 1")
-        require(self.block_size >= 1, "block_size must be >= 1")
-        require(self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks >= 1")
-        require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len >= 1")
-        require(self.scheduling_policy in SCHEDULING_POLICIES,
-                f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, got "
-                f"{self.scheduling_policy!r}")
-
-
-class WaitingQueue:
-    """The waiting queue: a deque's operations (``append``, ``appendleft``, ``popleft``,
-    ``[0]``, ``len``, iteration, ``clear``, ``extend``) on an insertion-ordered dict by
-    request id, so that ``move_to_front`` applies a policy's ``prefill_order`` in
-    O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
-    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``)."""
-
-    __slots__ = ("_d", "log")
-
-    def __init__(self, items: Iterable[SimRequest] = ()) -> None:
-        self._d: OrderedDict[str, SimRequest] = OrderedDict()
-        self.log = WaitingLog()
-        self.extend(items)
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __bool__(self) -> bool:
-        return bool(self._d)
-
-    def __iter__(self) -> Iterator[SimRequest]:
-        return iter(self._d.values())
-
-    def __getitem__(self, i: int) -> SimRequest:
-        n = len(self._d)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("waiting queue index out of range")
-        if i == 0:
-            return next(iter(self._d.values()))
-        return next(islice(self._d.values(), i, None))
-
-    def append(self, r: SimRequest) -> None:
-        self._d[r.request_id] = r
-        self.log.events.append((True, r))
-
-    def appendleft(self, r: SimRequest) -> None:
-        d = self._d
-        d[r.request_id] = r
-        d.move_to_end(r.request_id, last=False)
-        self.log.events.append((True, r))
-
-    def popleft(self) -> SimRequest:
-        r = self._d.popitem(last=False)[1]
-        self.log.events.append((False, r))
-        return r
-
-    def extend(self, items: Iterable[SimRequest]) -> None:
-        for r in items:
-            self.append(r)
-
-    def clear(self) -> None:
-        self.log.events.extend((False, r) for r in self._d.values())
-        self._d.clear()
-
-    def move_to_front(self, order: Sequence[str]) -> None:
-        """The queue stably sorted by rank in ``order``, unlisted ids last in queue order
-        (``step_rules.order_waiting``): the listed requests moved to the front in that
-        order, O(len(order)). An order that lists an id twice is sorted as
-        ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
-        of ids listed), O(n log n)."""
-        d = self._d
-        rank = {rid: i for i, rid in enumerate(order)}
-        if len(rank) != len(order):
-            last = len(rank)
-            items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
-            d.clear()
-            for r in items:
-                d[r.request_id] = r
-            return
-        move = d.move_to_end
-        for rid in reversed(order):
-            if rid in d:
-                move(rid, last=False)
-
-
-class _Chain(Sequence[SimRequest]):
-    """Running then waiting, without copying (policies rarely iterate)."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
-        self.a, self.b = a, b
-
-    def __len__(self) -> int:
-        return len(self.a) + len(self.b)
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        n = len(self.a)
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            if step == 1 and stop <= n:
-                return self.a[start:stop]  # within the running requests: no copy of the rest
-            return list(self)[i]
-        if i < 0:
-            i += len(self)
-        return self.a[i] if i < n else self.b[i - n]
-
-    def __iter__(self) -> Iterator[SimRequest]:
-        yield from self.a
-        yield from self.b
+from ppas.workload import RequestSpec
 
 
 class EngineSim:
@@ -647,36 +510,3 @@ class EngineSim:
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
                          self.total_blocks, self.steps, self.gaps)
-
-
-def _priority_rank(r: SimRequest) -> tuple[int, float]:
-    return r.priority, r.arrival_time
-
-
-def _num_tokens(r: SimRequest) -> int:
-    return r.prompt_tokens + r.num_output_tokens
-
-
-def simulate(
-    trace: Trace | Sequence[RequestSpec],
-    policy: Policy,
-    cost_model: CostModel,
-    engine: EngineConfig | None = None,
-    record_steps: bool = False,
-) -> SimResult:
-    """Replay ``trace`` through one ``EngineSim`` under ``policy``: admit the arrivals up
-    to the engine's clock, step while there is work, else jump to the next arrival."""
-    sim = EngineSim(policy, cost_model, engine, record_steps)
-    specs = sorted(trace.requests if isinstance(trace, Trace) else trace,
-                   key=lambda s: s.arrival_s)
-    i, n = 0, len(specs)
-    while True:
-        while i < n and specs[i].arrival_s <= sim.now:
-            sim.add_request(specs[i])
-            i += 1
-        if sim.has_work():
-            sim.run_until(specs[i].arrival_s if i < n else math.inf)
-        elif i < n:
-            sim.idle_until(specs[i].arrival_s)
-        else:
-            return sim.result()
