@@ -167,6 +167,42 @@ def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float) -> N
     assert keys == sorted(keys)  # the others: shortest remaining uncached prefill first
 
 
+@settings(max_examples=200, deadline=None)
+@given(views(), st.sampled_from([0.5, 3.0, 30.0]))
+def test_overdue_prefix_on_random_views(v: SchedulerView, k: float) -> None:
+    """The overdue prefix (``overdue_prefix=true``): with ``A`` the newest overdue arrival,
+    every pending prompt that arrived no later than ``A`` precedes every later arrival, in
+    (arrival, id) order, and the later ones are shortest remaining prefill first; with
+    nothing overdue, the order of the rule without the option."""
+    p = ordered(f"ordered:aging={k:g},overdue_prefix=true")
+    d = p.decide(v)
+    base = ordered(f"ordered:aging={k:g}").decide(v)
+    assert d.prefill_budget == base.prefill_budget
+    if d.prefill_order is None:
+        assert base.prefill_order is None
+        return
+    pending = [r for r in v.requests if is_pending_prefill(r)]
+    assert sorted(d.prefill_order) == sorted(r.request_id for r in pending)
+    by_id = {r.request_id: r for r in pending}
+    listed = [by_id[i] for i in d.prefill_order]
+    late = [r.arrival_time for r in pending if overdue(p, r, v.now)]
+    if not late:
+        assert d.prefill_order == base.prefill_order
+        return
+    newest = max(late)
+    head = [r for r in listed if r.arrival_time <= newest]
+    assert listed[:len(head)] == head  # the prefix first
+    assert [(r.arrival_time, r.request_id) for r in head] == sorted(
+        (r.arrival_time, r.request_id) for r in head)  # in arrival order
+    for n, r in enumerate(listed):  # hence the aging bound: none later ahead of an overdue one
+        if overdue(p, r, v.now):
+            assert all((q.arrival_time, q.request_id) <= (r.arrival_time, r.request_id)
+                       for q in listed[:n])
+    keys = [r.prompt_tokens - min(r.num_computed_tokens + r.num_cached_tokens,
+                                  r.prompt_tokens - 1) for r in listed[len(head):]]
+    assert keys == sorted(keys)  # the rest: shortest remaining uncached prefill first
+
+
 # -- the bound in the simulator ----------------------------------------------------------------
 class Recorder(Policy):
     """Wraps a policy; keeps every view's (now, waiting ids) and the decision."""
@@ -197,12 +233,15 @@ BURST = [((i * 7919) % 1000 / 1000, 1 + (i * 104729) % 12000, 1 + (i * 31) % 80)
 
 
 @settings(max_examples=40, deadline=None)
-@given(specs, st.sampled_from([0.25, 1.0, 4.0]), st.sampled_from([None, 600, 3000]))
-@example(BURST, 1.0, None)
+@given(specs, st.sampled_from([0.25, 1.0, 4.0]), st.sampled_from([None, 600, 3000]),
+       st.booleans())
+@example(BURST, 1.0, None, False)
+@example(BURST, 1.0, None, True)
 def test_aging_bound_in_the_simulator(
-        trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None) -> None:
+        trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
+        prefix: bool) -> None:
     reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
-    pol = ordered(f"ordered:aging={k:g}")
+    pol = ordered(f"ordered:aging={k:g},overdue_prefix={str(prefix).lower()}")
     rec = Recorder(pol)
     res = simulate(reqs, rec, CM, EngineConfig(num_kv_blocks=kv_blocks), record_steps=True)
     # Every request finishes (none is longer than the KV cache: 600 blocks = 9600 tokens
@@ -404,12 +443,14 @@ def logged(v: SchedulerView) -> SchedulerView:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(views(), min_size=1, max_size=3), st.sampled_from([0.5, 3.0, 30.0]),
-       st.sampled_from([0.0, 0.05]))
+       st.sampled_from([0.0, 0.05]), st.booleans())
 def test_indexed_path_is_the_full_one_cut_on_random_views(
-        vs: list[SchedulerView], k: float, kv_ratio: float) -> None:
+        vs: list[SchedulerView], k: float, kv_ratio: float, prefix: bool) -> None:
     """The same Decision as ``decide_full(truncate=True)``, whose order is the full
-    order's requests up to the first the engine cannot admit, and every running prompt."""
-    p = ordered(f"ordered:aging={k:g},kv_ratio={kv_ratio:g}")
+    order's requests up to the first the engine cannot admit, and every running prompt
+    (with and without the overdue prefix)."""
+    p = ordered(f"ordered:aging={k:g},kv_ratio={kv_ratio:g},"
+                f"overdue_prefix={str(prefix).lower()}")
     for v in vs:  # one policy, several views: a new log each time is read whole
         d = p.decide(logged(v))
         assert d == p.decide_full(v, truncate=True)
@@ -454,17 +495,18 @@ def outcome(res: SimResult) -> tuple[object, ...]:
 
 @settings(max_examples=60, deadline=None)
 @given(specs, st.sampled_from([0.01, 0.25, 4.0]), st.sampled_from([None, 400, 1500]),
-       st.sampled_from([0.0, 0.05]), st.sampled_from([4, 256]))
-@example(BURST, 0.01, 400, 0.0, 256)
+       st.sampled_from([0.0, 0.05]), st.sampled_from([4, 256]), st.booleans())
+@example(BURST, 0.01, 400, 0.0, 256, False)
+@example(BURST, 0.01, 400, 0.0, 256, True)
 def test_indexed_path_in_the_simulator_changes_nothing(
         trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
-        kv_ratio: float, max_num_seqs: int) -> None:
+        kv_ratio: float, max_num_seqs: int, prefix: bool) -> None:
     """At every step of a run (arrivals, admissions, preemptions under a tight KV cache,
     requests turning overdue) the indexed decision is the straightforward one cut, and
     the run (every request's times, the steps, the preemptions, the gaps) is the run of
     the straightforward decisions with their whole order."""
     reqs = [RequestSpec(a * 3, p, o) for a, p, o in sorted(trace)]
-    spec = f"ordered:aging={k:g},kv_ratio={kv_ratio:g}"
+    spec = f"ordered:aging={k:g},kv_ratio={kv_ratio:g},overdue_prefix={str(prefix).lower()}"
     engine = EngineConfig(num_kv_blocks=kv_blocks, max_num_seqs=max_num_seqs)
     pinned = Pinned(ordered(spec))
     res = simulate(reqs, pinned, CM, engine)

@@ -11,6 +11,15 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    **overdue** once it has waited ``aging`` times its solo latency ``s_i``:
    ``now - arrival_i >= aging * s_i``. Overdue requests go ahead of every other one,
    first come first served among themselves.
+   **The overdue prefix** (``overdue_prefix=true``; off by default). Under saturation
+   something is nearly always overdue, and then a fresh request waits behind every
+   overdue one until it is overdue itself, however long ago it arrived. With the option,
+   once any pending prompt is overdue, let ``A`` be the newest overdue arrival: every
+   pending prompt that arrived no later than ``A`` goes first, in arrival order (ties by
+   id), then the rest shortest-first. Invariant: if any request is overdue, every request
+   of arrival ``<= A`` precedes every later arrival, in (arrival, id) order; hence the
+   aging bound below still holds with "arrived no later than ``i``" (the requests ahead
+   of an overdue ``i`` need not be overdue themselves) (``tests/test_ordered.py``).
 2. **Budget** (``chunk``): the smallest candidate chunk ``c`` (powers of two in [c_min,
    c_max]) whose prefill throughput beside the running decodes, ``c / (S(c) + decodes'
    cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
@@ -189,7 +198,7 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -210,6 +219,9 @@ class OrderedConfig:
     * ``kv_backlog``: the saturation rule's backlog counts the waiting prompts only up to
       the first whose footprint does not fit in the KV room left (true: the admissible
       backlog, module doc, 2), not the whole waiting queue (false).
+    * ``overdue_prefix``: once any request is overdue, every request that arrived no
+      later than the newest overdue one goes first, in arrival order (module doc, 1);
+      false: only the overdue ones do.
     """
 
     aging: float = 25.0
@@ -221,6 +233,7 @@ class OrderedConfig:
     c_sat: int = 0
     ride_floor: bool = False
     kv_backlog: bool = True
+    overdue_prefix: bool = False
 
     def __post_init__(self) -> None:
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
@@ -402,6 +415,8 @@ class Ordered(Policy):
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))
+        if solo is not None and self.config.overdue_prefix:
+            _overdue_prefix(items)
         running_items = sorted(items[:n_run_items])
         items.sort()
         if not truncate:
@@ -425,7 +440,7 @@ class Ordered(Policy):
         assert solo is not None
         idx = self._index
         if idx is None:
-            idx = self._index = _WaitingIndex(cfg.aging, solo)
+            idx = self._index = _WaitingIndex(cfg.aging, solo, cfg.overdue_prefix)
         reqs = view.requests
         n_req = len(reqs)
         n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
@@ -475,9 +490,11 @@ class Ordered(Policy):
             if slots <= 0 or (kv and room < idx.min_footprint(room) + SLACK):
                 return Decision(running_left)  # no waiting request fits: none admitted
         idx.promote(view.now)
+        newest = _overdue_prefix(items, idx.newest_overdue()) if cfg.overdue_prefix else -math.inf
         items.sort()
         try:
-            return Decision(*_walk(_merged(items, idx.in_order()) if items else idx.in_order(),
+            order = idx.in_order(newest)
+            return Decision(*_walk(_merged(items, order) if items else order,
                                    items, n_running, budget, slots, room, kv, running_left))
         finally:
             idx.restore()
@@ -665,6 +682,23 @@ def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], floa
     return key, rid, running, rem, prompt + r.max_output_tokens + SLACK
 
 
+def _overdue_prefix(items: list[_Item], newest: float = -math.inf) -> float:
+    """The overdue prefix (``overdue_prefix``, module doc, 1), in place: ``A``, the newest
+    arrival among ``newest`` and the overdue ``items``; every item that arrived no later
+    than ``A`` keyed as an overdue one (first, in arrival order). Returns ``A`` (-inf:
+    nothing overdue, nothing changed)."""
+    for it in items:
+        key = it[0]
+        if key[0] == 0 and key[1] > newest:
+            newest = key[1]
+    if newest > -math.inf:
+        for j, it in enumerate(items):
+            key = it[0]
+            if key[0] == 1 and key[2] <= newest:
+                items[j] = ((0, key[2], 0.0, key[3]), it[1], it[2], it[3], it[4])
+    return newest
+
+
 def _merged(first: list[_Item], rest: Iterator[_Item]) -> Iterator[_Item]:
     """The sorted ``first`` merged into the sorted ``rest`` (read one ahead)."""
     i, n = 0, len(first)
@@ -737,11 +771,14 @@ class _WaitingIndex:
     id), fresh ones by aging threshold (``promote`` moves them when due), and every
     waiting request by its smallest footprint. A waiting request's fields do not change
     while it waits (``SchedulerView.waiting_log``), so its items are made once, on entry;
-    only "overdue" changes, once, with the clock. Memory: O(waiting requests); heaps are
-    rebuilt when stale entries outnumber live ones."""
+    only "overdue" changes, once, with the clock. With ``prefix`` (``overdue_prefix``) two
+    more: every waiting request by (arrival, id), and the overdue ones by newest arrival.
+    Memory: O(waiting requests); heaps are rebuilt when stale entries outnumber live
+    ones."""
 
-    def __init__(self, aging: float, solo: Callable[[int, int], float]) -> None:
-        self.k, self.solo = aging, solo
+    def __init__(self, aging: float, solo: Callable[[int, int], float],
+                 prefix: bool = False) -> None:
+        self.k, self.solo, self.prefix = aging, solo, prefix
         self.log: WaitingLog | None = None
         self.pos = 0
         self.now = -math.inf
@@ -752,7 +789,9 @@ class _WaitingIndex:
         self.fresh: list[tuple[float, float, str, int, _Item]] = []  # (rem, arrival, ...)
         self.due: list[tuple[float, int, str]] = []
         self.small: list[tuple[int, int, str]] = []
-        self.popped: list[tuple[bool, tuple[Any, ...]]] = []
+        self.byarr: list[tuple[float, str, int, _Item]] = []  # (arrival, id, gen, item)
+        self.newest: list[tuple[float, str, int]] = []  # (-arrival, id, gen), overdue
+        self.popped: list[tuple[int, tuple[Any, ...]]] = []  # (0 fresh, 1 late, 2 byarr)
 
     def follow(self, view: SchedulerView, log: WaitingLog) -> bool:
         """Apply the log's events since the last step; False (nothing applied) when the
@@ -771,15 +810,15 @@ class _WaitingIndex:
             else:
                 live.pop(r.request_id, None)
         self.pos = end
-        if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) > 8 * len(
-                live) + 256:
+        if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) + len(
+                self.byarr) + len(self.newest) > 8 * len(live) + 256:
             self.compact()
         return True
 
     def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
         self.log, self.pos, self.now = log, log.end, view.now
         self.live.clear()
-        for h in (self.late, self.fresh, self.due, self.small):
+        for h in (self.late, self.fresh, self.due, self.small, self.byarr, self.newest):
             h.clear()
         for r in islice(view.requests, n_running, None):
             self.add(r, view.now)
@@ -794,6 +833,12 @@ class _WaitingIndex:
         self.due[:] = [(e.arrival + e.threshold, e.gen, rid) for rid, e in live.items()
                        if not e.overdue]
         self.small[:] = [(e.fresh[4] - SLACK, e.gen, rid) for rid, e in live.items()]
+        if self.prefix:
+            self.byarr[:] = [(e.arrival, rid, e.gen, e.late) for rid, e in live.items()]
+            self.newest[:] = [(-e.arrival, rid, e.gen) for rid, e in live.items()
+                              if e.overdue]
+            heapq.heapify(self.byarr)
+            heapq.heapify(self.newest)
         heapq.heapify(self.late)
         heapq.heapify(self.fresh)
         heapq.heapify(self.due)
@@ -812,6 +857,10 @@ class _WaitingIndex:
         self.gen = gen = self.gen + 1
         overdue = now - arrival >= threshold
         self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue)
+        if self.prefix:
+            heapq.heappush(self.byarr, (arrival, rid, gen, late))
+            if overdue:
+                heapq.heappush(self.newest, (-arrival, rid, gen))
         if overdue:
             heapq.heappush(self.late, (arrival, rid, gen, late))
         else:
@@ -834,6 +883,8 @@ class _WaitingIndex:
             if now - e.arrival >= e.threshold:
                 e.overdue = True
                 heapq.heappush(self.late, (e.arrival, item[2], e.gen, e.late))
+                if self.prefix:
+                    heapq.heappush(self.newest, (-e.arrival, item[2], e.gen))
             else:
                 retry.append(item)
         for item in retry:
@@ -850,30 +901,55 @@ class _WaitingIndex:
             heapq.heappop(small)
         return default
 
-    def in_order(self) -> Iterator[_Item]:
-        """The waiting items in the policy's order (overdue, then fresh), taken off the
-        heaps as they are read; ``restore`` puts them back."""
+    def newest_overdue(self) -> float:
+        """The newest arrival among the overdue waiting requests (-inf: none; ``prefix``
+        only)."""
+        newest, live = self.newest, self.live
+        while newest:
+            a, rid, gen = newest[0]
+            e = live.get(rid)
+            if e is not None and e.gen == gen:
+                return -a
+            heapq.heappop(newest)
+        return -math.inf
+
+    def in_order(self, newest: float = -math.inf) -> Iterator[_Item]:
+        """The waiting items in the policy's order (overdue, then fresh; with the overdue
+        prefix up to ``newest``, every one that arrived no later, then the later fresh
+        ones), taken off the heaps as they are read; ``restore`` puts them back."""
         live, popped, pop = self.live, self.popped, heapq.heappop
-        late = self.late
-        while late:
-            a = pop(late)
-            e = live.get(a[1])
-            if e is not None and e.gen == a[2]:  # (overdue stays overdue)
-                popped.append((True, a))
-                yield a[3]
+        if newest > -math.inf:
+            byarr = self.byarr
+            while byarr and byarr[0][0] <= newest:
+                b = pop(byarr)
+                e = live.get(b[1])
+                if e is not None and e.gen == b[2]:
+                    popped.append((2, b))
+                    yield b[3]
+        else:
+            late = self.late
+            while late:
+                a = pop(late)
+                e = live.get(a[1])
+                if e is not None and e.gen == a[2]:  # (overdue stays overdue)
+                    popped.append((1, a))
+                    yield a[3]
         fresh = self.fresh
         while fresh:
             f = pop(fresh)
             e = live.get(f[2])
             if e is not None and e.gen == f[3] and not e.overdue:
-                popped.append((False, f))
-                yield f[4]
+                popped.append((0, f))
+                if f[1] > newest:  # (else listed in the prefix: kept, not yielded twice)
+                    yield f[4]
 
     def restore(self) -> None:
-        push, late, fresh = heapq.heappush, self.late, self.fresh
-        for is_late, entry in self.popped:
-            if is_late:
+        push, fresh, late, byarr = heapq.heappush, self.fresh, self.late, self.byarr
+        for kind, entry in self.popped:
+            if kind == 0:
+                push(fresh, entry)  # type: ignore[arg-type]
+            elif kind == 1:
                 push(late, entry)  # type: ignore[arg-type]
             else:
-                push(fresh, entry)  # type: ignore[arg-type]
+                push(byarr, entry)  # type: ignore[arg-type]
         self.popped.clear()
