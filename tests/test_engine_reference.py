@@ -16,7 +16,7 @@ from ppas.cost.base import StepShape, make_shape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine import step_rules
 from ppas.engine.result import SimResult
-from ppas.engine.simulator import EngineConfig, EngineSim
+from ppas.engine.simulator import EngineConfig, EngineSim, replay
 from ppas.policies import make_policy, policy_names
 from ppas.policies.base import Policy
 from ppas.workload import RequestSpec
@@ -41,19 +41,10 @@ def checked(policy: Policy) -> Policy:
 
 
 def drive(sim: EngineSim | ref.EngineSim, specs: list[RequestSpec]) -> list[str]:
-    """``simulate``'s loop on ``sim``; the ids of the finished requests, in order."""
-    specs = sorted(specs, key=lambda s: s.arrival_s)
-    i, n = 0, len(specs)
-    while True:
-        while i < n and specs[i].arrival_s <= sim.now:
-            sim.add_request(specs[i])
-            i += 1
-        if sim.has_work():
-            sim.run_until(specs[i].arrival_s if i < n else float("inf"))
-        elif i < n:
-            sim.idle_until(specs[i].arrival_s)
-        else:
-            return [r.request_id for r in sim.finished]
+    """``simulate``'s loop (``replay``) on ``sim``; the ids of the finished requests, in
+    order."""
+    replay(sim, specs)  # type: ignore[arg-type]  # (the reference engine: the same calls)
+    return [r.request_id for r in sim.finished]
 
 
 def outcome(res: SimResult) -> tuple[object, ...]:

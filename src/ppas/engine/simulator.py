@@ -723,9 +723,7 @@ class EngineSim:
 
         any_finished = False
         gap = self.gaps.one.append
-        finished = self.finished.append
-        hold_kv = self.hold_kv
-        release = self.pool.release
+        finish = self._finish
         num_decodes = len(decodes)
         num_chunks = len(sched)
         j = k = 0  # the decodes and the chunks done
@@ -741,13 +739,7 @@ class EngineSim:
                     gap(now - r.last_token_time)  # type: ignore[operator]
                     r.last_token_time = now
                     if o >= r.max_output_tokens:
-                        r.finish_time = now
-                        finished(r)
-                        r.is_running = False
-                        if hold_kv:
-                            self.num_held += 1
-                        else:
-                            release(r)
+                        finish(r, now)
                         any_finished = True
                 j = end
             if k == num_chunks:
@@ -769,13 +761,7 @@ class EngineSim:
                     gap(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
-                    r.finish_time = now
-                    finished(r)
-                    r.is_running = False
-                    if hold_kv:
-                        self.num_held += 1
-                    else:
-                        release(r)
+                    finish(r, now)
                     any_finished = True
         if any_finished:  # (a finished request is past its prompt)
             running = self.running
@@ -795,6 +781,18 @@ class EngineSim:
                 scheduled=tuple((r.request_id, n)
                                 for r, n in _in_order(decodes, sched, places)),
                 preempted=tuple(r.request_id for r in preempted)))
+
+    def _finish(self, r: SimRequest, now: float) -> None:
+        """``r`` sampled its last token at ``now``: it leaves the engine (``_advance``
+        drops it from ``running``) and frees its KV, or holds it (``hold_finished_kv``:
+        ``release_kv`` frees it later)."""
+        r.finish_time = now
+        self.finished.append(r)
+        r.is_running = False
+        if self.hold_kv:
+            self.num_held += 1
+        else:
+            self.pool.release(r)
 
     def result(self) -> SimResult:
         return SimResult(self.requests, self.num_steps, self.num_preemptions,
@@ -852,11 +850,15 @@ def simulate(
     engine: EngineConfig | None = None,
     record_steps: bool = False,
 ) -> SimResult:
-    """Replay ``trace`` through one ``EngineSim`` under ``policy``: admit the arrivals up
-    to the engine's clock, step while there is work, else jump to the next arrival."""
-    sim = EngineSim(policy, cost_model, engine, record_steps)
-    specs = sorted(trace.requests if isinstance(trace, Trace) else trace,
-                   key=lambda s: s.arrival_s)
+    """Replay ``trace`` through one ``EngineSim`` under ``policy`` (``replay``)."""
+    specs = trace.requests if isinstance(trace, Trace) else trace
+    return replay(EngineSim(policy, cost_model, engine, record_steps), specs)
+
+
+def replay(sim: EngineSim, specs: Sequence[RequestSpec]) -> SimResult:
+    """Drive ``sim`` over ``specs``: admit the arrivals up to the engine's clock, step
+    while there is work, else jump to the next arrival; its result once all finished."""
+    specs = sorted(specs, key=lambda s: s.arrival_s)
     i, n = 0, len(specs)
     while True:
         while i < n and specs[i].arrival_s <= sim.now:
