@@ -39,6 +39,7 @@ B_cap = 2048, B_max = ``c_max``), which needs none.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
@@ -48,11 +49,14 @@ from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.projection import (
+    NO_TAIL,
     STREAM_MIN_PROMPTS,
     Prompt,
     Stream,
     StreamRun,
+    Tail,
     arrival_rate,
+    horizon_work,
     pending_work,
     project,
     stream_runs,
@@ -81,11 +85,14 @@ class PredictiveConfig:
     c_max: int = 32768
     max_active: int = 8
     prune_limits: bool = True
+    horizon: int = 64
 
     def __post_init__(self) -> None:
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
                 f"got {self.max_active}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
+        require(self.horizon >= 0, f"horizon must be >= 0 (0: the whole queue), "
+                f"got {self.horizon}")
         require(self.c_max >= self.c_min,
                 f"c_max must be >= c_min={self.c_min}, got {self.c_max}")
 
@@ -135,14 +142,18 @@ class Predictive(Policy):
         if view.num_pending_prefills == 0 or (view.num_running_decodes == 0 and not limits):
             # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
             return Decision(c_max)
-        queue, decs = pending_work(view)
+        if self.config.horizon:
+            queue, decs, n_tail, rate = horizon_work(view, self.config.horizon)
+            tail = Tail.behind(queue, len(decs), n_tail)
+        else:  # the whole queue
+            queue, decs = pending_work(view)
+            rate, tail = arrival_rate(view), NO_TAIL
         # Try last step's budget first: decisions are sticky, so the bound prunes early.
         # (Without decodes every constant budget projects as c_max: one candidate.)
         cands = self.candidates if decs else (c_max,)
         last = view.recent_steps[-1].prefill_budget if view.recent_steps else -1
         if last in cands:
             cands = (last, *(a for a in cands if a != last))
-        rate = arrival_rate(view)
         decs.sort()  # once for every candidate (project walks them in end order)
         ctx = sum([c for _, c in decs])
         # Under a long queue the constant budgets are projected together as arrays
@@ -150,12 +161,13 @@ class Predictive(Policy):
         runs: dict[int, StreamRun] = {}
         if decs and len(queue) >= STREAM_MIN_PROMPTS:
             runs = stream_runs(costs, tuple(a for a in cands if a > 0), c_max, queue, decs,
-                               rate, ctx, Stream(queue, decs))
+                               rate, ctx, Stream(queue, decs), tail)
         best_a, best_j = c_max, float("inf")
         for a in cands:
             run = runs.get(a)
             j = (run.finish(best_j) if run is not None else
-                 project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx))
+                 project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx,
+                         tail=tail))
             if j < best_j:
                 best_a, best_j = a, j
         # Of the limits the running decodes fill (each admits nothing now: limit_budget
@@ -168,7 +180,7 @@ class Predictive(Policy):
                 continue
             if m >= len(decs) + len(queue):
                 break  # never binds: the same projection as the constant budget c_max
-            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx)
+            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx, tail)
             if j < best_j:
                 best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
         return Decision(best_a)
@@ -192,21 +204,26 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     tokens of block rounding each) still fits beside every running request's whole
     footprint. vLLM admits a request when its first chunk fits and later preempts the
     last running one (recompute) when the cache runs out; admitting only what can finish
-    avoids that thrash under overload."""
+    avoids that thrash under overload.
+
+    The view lists running requests first, then waiting ones, so this reads the running
+    ones and the waiting ones up to the first that does not fit or that fills the budget:
+    O(running + admitted), not O(queue)."""
     room = capacity
     allowance = 0
-    if not any(r.is_running for r in view.requests):
-        return budget  # an idle engine always admits its head (liveness)
+    n_run = 0
     for r in view.requests:
-        if r.is_running:
-            room -= r.prompt_tokens + r.max_output_tokens + slack
-            if is_pending_prefill(r):
-                allowance += r.prompt_tokens - r.num_computed_tokens
+        if not r.is_running:
+            break
+        n_run += 1
+        room -= r.prompt_tokens + r.max_output_tokens + slack
+        if is_pending_prefill(r):
+            allowance += r.prompt_tokens - r.num_computed_tokens
+    if n_run == 0:
+        return budget  # an idle engine always admits its head (liveness)
     if allowance >= budget:
         return budget
-    for r in view.requests:
-        if r.is_running:
-            continue
+    for r in islice(view.requests, n_run, None):
         need = r.prompt_tokens + r.max_output_tokens + slack
         if need > room:
             break
