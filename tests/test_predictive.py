@@ -262,6 +262,7 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
     fill_n = -(-tail.fill_tokens // a) if a > 0 and tail.fill_tokens > 0 else 0
     fill = costs.step_time(a, a * tail.fill_pairs) if fill_n else 0.0
     fill_end = fill_n if nq == 0 else -1
+    lag = 0.0
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     while head < nq or decodes:
         budget = a if decodes else b
@@ -274,8 +275,10 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
             # is done (then the budget is a: decodes run)
             f = (min(max(fill_end - step, 0), k) if budget > 0 and slots > 0 and head >= nq
                  else 0)
+            bare = k * (base + n_dec * alone + kv * ctx_sum)
             dur = (f * (fill + n_dec * ride + kv * ctx_sum)
-                   + (k - f) * (base + n_dec * alone + kv * ctx_sum))
+                   + (k - f) * (base + n_dec * alone + kv * ctx_sum)) if f else bare
+            lag += dur - bare if f else 0.0
         elif k < k_head:
             dur = costs.run_time(budget, pos, k) + k * (n_dec * ride + kv * ctx_sum)
             pos += k * budget
@@ -317,7 +320,7 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
         tail_low = tail.coef * (t if head < nq else t_pf)
         if (total + (n_dec + nq - head) * t) * tail.scale + tail_low > stop_above:
             return float("inf")
-    busy = t + tail.busy * t_pf
+    busy = t - lag + tail.busy * t_pf
     return total * tail.scale + tail.coef * t_pf + 0.5 * arrival_rate * busy * busy
 
 
@@ -587,7 +590,7 @@ def test_horizon_work_reads_only_the_head(n_dec, n_pre, n_wait, horizon, seed) -
 
 
 def test_predictive_horizon_is_validated() -> None:
-    assert make_policy("predictive").config.horizon == 256
+    assert make_policy("predictive").config.horizon == 64
     with pytest.raises(Exception, match="horizon"):
         make_policy("predictive:horizon=-1")
 

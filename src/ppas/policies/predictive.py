@@ -23,20 +23,20 @@ and the limits compete (a limit keeps a prompt's last chunk from spilling into t
 prompt, which would delay the first one's first token); with ``max_active = 0`` it takes
 ``c_max`` without projecting.
 
-A bounded horizon (``horizon``, default 256 prompts): only the running requests and the
+A bounded horizon (``horizon``, 64 prompts by default): only the running requests and the
 first ``horizon`` pending prompts in engine order are projected exactly; the pending
 prompts past them (``n_tail``, a count the view keeps: ``num_pending_prefills``) enter in
 closed form (``ppas.policies.projection.Tail``): the horizon's budget stays busy with the
 tail's prefill once its own prompts are done (its decodes ride it, as behind a long
-queue), and the tail is copies of the horizon queued behind it, each completing as the
-horizon does one horizon-prefill later. So a decision reads O(running + horizon)
-requests and projects O(running + horizon) events per candidate, whatever the queue;
-``horizon = 0`` projects the whole queue (the decisions before the horizon, bit for bit;
-so does any horizon the queue does not exceed). The pruning bound stays a lower bound of
-each candidate's whole objective, tail included. It is a change of decisions where the
-queue is longer than the horizon, measured in docs/results/trace-speed.md: shorter
-horizons (64, 128) moved mean E2E by 1-11% on the Azure hour (the horizon's rate is not
-the tail's), 256 kept it within 0.4% on the quality benchmark's runs checked there.
+queue), the tail is copies of the horizon queued behind it, each completing as the
+horizon does one horizon-prefill later, and the next arrivals wait for the whole queue's
+prefill. A decision then reads O(running + horizon) requests and projects O(running +
+horizon) events per candidate, whatever the queue; the pruning bound stays a lower bound
+of each candidate's whole objective, tail included. ``horizon = 0`` projects the whole
+queue (the decisions before the horizon, bit for bit; so does any horizon the queue does
+not reach). Where the queue is longer it is a change of decisions, measured in
+docs/results/trace-speed.md (mean E2E within 1.5% of the whole queue's on the 16 runs of
+``benchmarks/predictive_quality.py``, P99 TPOT up to 85% higher on A100 / Mooncake).
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
@@ -95,15 +95,15 @@ class PredictiveConfig:
       load, and within 1% in mean E2E on the traces and the paper grid measured in
       docs/results/trace-speed.md).
     * ``horizon``: the pending prompts projected exactly, in engine order; those past it
-      enter as the closed-form tail (module doc). 0: the whole queue (the decisions
-      before the horizon existed).
+      enter as the closed-form tail (module doc), so a decision's cost does not grow with
+      the queue. 0: the whole queue (the decisions before the horizon existed).
     """
 
     c_min: int = 512
     c_max: int = 32768
     max_active: int = 8
     prune_limits: bool = True
-    horizon: int = 256
+    horizon: int = 64
 
     def __post_init__(self) -> None:
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "

@@ -93,24 +93,35 @@ def arrivals_wait(arrival_rate: float, busy_s: float) -> float:
 
 
 class Tail:
-    """The pending prompts past the horizon (``Predictive``'s ``horizon``), as a closed-form
-    term of the projected sum: the tail is taken as ``K = n_tail / H`` copies of the
-    horizon's ``H`` prompts, queued behind it. Copy ``c`` (1..K) starts when the copy before
-    it has had its prefill, ``c * T_pf`` (``T_pf``: the projected time at which the
-    horizon's last prompt completes), and its requests then complete as the horizon's do
-    (their mean completion ``total / N``, the ``N`` projected requests' sum, running
-    decodes included: a tail request is stalled by and stalls decodes as the horizon's
-    are). So the tail adds ``(n_tail / N) * total + (n_tail (n_tail + H) / (2 H)) * T_pf``,
-    and the busy period the next arrivals wait for runs ``K * T_pf`` past the horizon's
-    end. Every input is a count or a figure of the horizon's own projection: O(1).
+    """The pending prompts past the horizon (``Predictive``'s ``horizon``), as closed-form
+    terms of the projected sum. The horizon is projected as before but for one thing: once
+    its last prompt completes (at ``T_pf``) the budget stays busy with the tail's prefill
+    (``fill``: its steps of ``a`` tokens, priced as the loop prices a step, the horizon's
+    decodes riding them) instead of turning to decode-only steps; without that, a big
+    budget would finish the horizon's prompts in a few steps and its decodes in cheap
+    decode-only steps, while behind a long queue they ride the queue's prefill.
 
-    In floats: ``total * scale + coef * T_pf`` and ``t_end + busy * T_pf``; with no tail
-    (``NO_TAIL``: 1, 0, 0) both are ``total`` and ``t_end`` exactly (times 1.0, plus 0.0),
-    so the projection without a horizon gives today's floats.
+    The tail itself is ``K = n_tail / H`` copies of the horizon's ``H`` prompts queued
+    behind it. Copy ``c`` (1..K) starts when the copy before it has had its prefill,
+    ``c * T_pf`` later, and its requests then complete as the horizon's do (the mean of the
+    ``N`` projected requests' times, running decodes included: a tail request is stalled
+    by and stalls decodes as the horizon's are). So the tail adds ``(n_tail / N) * total
+    + (n_tail (n_tail + H) / (2 H)) * T_pf``. The busy period the next arrivals wait for
+    (``arrivals_wait``) is the whole queue's: its prefill, ``(1 + K) T_pf``, then the last
+    decodes' end in decode-only steps, i.e. the horizon's end ``t_end`` less the time the
+    tail's prefill added to it (``lag``: the tail's prefill runs ``K T_pf`` whatever the
+    horizon's decodes do; counting it in ``t_end`` too would charge a big budget's fat
+    steps to every arrival twice), plus ``K T_pf``. Every input is a count or a figure of
+    the horizon's own projection: O(1).
 
-    Lower bound (``stop_above``): the final sum is at least ``scale`` times the loop's
-    bound (``total`` so far plus ``t`` for every request left) plus ``coef * T_pf``, and
-    ``T_pf >= t`` while a horizon prompt is left; once none is, ``T_pf`` is known."""
+    In floats: ``total * scale + coef * T_pf`` and ``t_end - lag + busy * T_pf``; with no
+    tail (``NO_TAIL``: 1, 0, 0, no fill, so ``lag`` stays 0.0) they are ``total`` and
+    ``t_end`` exactly (times 1.0, plus or minus 0.0), so the projection without a horizon
+    gives today's floats.
+
+    Lower bound (``stop_above``): the sum is at least ``scale`` times the loop's bound
+    (``total`` so far plus ``t`` for every request left) plus ``coef * T_pf``, and ``T_pf
+    >= t`` while a horizon prompt is left; once none is, ``T_pf`` is known."""
 
     __slots__ = ("scale", "coef", "busy", "fill_tokens", "fill_pairs")
 
@@ -244,6 +255,7 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
         pos = queue[head][0] if head < nq else 0
     scale, coef = tail.scale, tail.coef
     fill_n, fill = tail.fill(costs, a)
+    lag = 0.0  # the time the tail's prefill has added so far
     fill_end = -1  # the step up to which the tail's prefill keeps the budget busy
     if head >= nq and t_pf < 0.0:
         t_pf, fill_end = t, step + fill_n
@@ -263,13 +275,15 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
             k = k_head
         first = head  # the prompts completed by this iteration: first..head-1
         if k_head == NEVER:  # no prompt runs: k decode-only steps, less the tail's (Tail)
+            dur = k * (base + n_dec * alone + kv * ctx_sum)
             f = fill_end - step if budget > 0 and slots > 0 and head >= nq else 0
-            if f > k:
-                f = k
-            elif f < 0:
-                f = 0
-            dur = (f * (fill + n_dec * ride + kv * ctx_sum)
-                   + (k - f) * (base + n_dec * alone + kv * ctx_sum))
+            if f > 0:
+                if f > k:
+                    f = k
+                bare = dur
+                dur = (f * (fill + n_dec * ride + kv * ctx_sum)
+                       + (k - f) * (base + n_dec * alone + kv * ctx_sum))
+                lag += dur - bare
         elif k < k_head:  # a decode ends first: k whole chunks of the head, decodes riding
             # run_time(budget, pos, k)
             run = (k * pa + pb * budget * (k * pos + budget * k * (k - 1) / 2)
@@ -326,7 +340,7 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
         if ((total + (n_dec + nq - head) * t) * scale + coef * (t if head < nq else t_pf)
                 > stop_above):
             return INF
-    return total * scale + coef * t_pf + arrivals_wait(arrival_rate, t + tail.busy * t_pf)
+    return total * scale + coef * t_pf + arrivals_wait(arrival_rate, t - lag + tail.busy * t_pf)
 
 
 #: ``project`` takes the array path (``project_stream``) from this many pending prompts:
@@ -487,8 +501,11 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     FILL = np.array([f for _, f in fills])[:, None]
     fill_end = comp[:, -1:] + np.array([n for n, _ in fills], dtype=np.int64)[:, None]
     f = np.clip(fill_end - prev, 0, k)
-    dur = (f * (FILL + n_dec * ride + kv * ctx)
-           + (k - f) * (base + n_dec * alone + kv * ctx))  # decode-only (the queue is done)
+    bare = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    filled = (f > 0) & ~prefill  # ... but for the tail's prefill
+    dur = np.where(filled, f * (FILL + n_dec * ride + kv * ctx)
+                   + (k - f) * (base + n_dec * alone + kv * ctx), bare)
+    lag = np.cumsum(np.where(filled, dur - bare, 0.0), axis=1)
     run = k * PA + PBA * (k * pos + A * k * (k - 1) / 2) + ride_k  # k whole chunks
     dur = np.where(prefill & (n_comp == 0), run, dur)  # (a decode ends first)
     done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
@@ -531,7 +548,7 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
                 limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
                 total=float(total[r, i]), head=h, pos=pos_h, tail=tail))
         else:
-            tp, te = float(t_pf[r]), float(t[r, i])
+            tp, te = float(t_pf[r]), float(t[r, i]) - float(lag[r, i])
             out[a_r] = StreamRun(float(total[r, i]) * scale + coef * tp
                                  + arrivals_wait(arrival_rate, te + tail.busy * tp),
                                  float(bmax[r]))
