@@ -590,7 +590,7 @@ def test_horizon_work_reads_only_the_head(n_dec, n_pre, n_wait, horizon, seed) -
 
 
 def test_predictive_horizon_is_validated() -> None:
-    assert make_policy("predictive").config.horizon == 64
+    assert make_policy("predictive").config.horizon == 128
     with pytest.raises(Exception, match="horizon"):
         make_policy("predictive:horizon=-1")
 

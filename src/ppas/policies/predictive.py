@@ -23,7 +23,7 @@ and the limits compete (a limit keeps a prompt's last chunk from spilling into t
 prompt, which would delay the first one's first token); with ``max_active = 0`` it takes
 ``c_max`` without projecting.
 
-A bounded horizon (``horizon``, 64 prompts by default): only the running requests and the
+A bounded horizon (``horizon``, 128 prompts by default): only the running requests and the
 first ``horizon`` pending prompts in engine order are projected exactly; the pending
 prompts past them (``n_tail``, a count the view keeps: ``num_pending_prefills``) enter in
 closed form (``ppas.policies.projection.Tail``): the horizon's budget stays busy with the
@@ -35,8 +35,9 @@ horizon) events per candidate, whatever the queue; the pruning bound stays a low
 of each candidate's whole objective, tail included. ``horizon = 0`` projects the whole
 queue (the decisions before the horizon, bit for bit; so does any horizon the queue does
 not reach). Where the queue is longer it is a change of decisions, measured in
-docs/results/trace-speed.md (mean E2E within 1.5% of the whole queue's on the 16 runs of
-``benchmarks/predictive_quality.py``, P99 TPOT up to 85% higher on A100 / Mooncake).
+docs/results/trace-speed.md (mean E2E within 1.3% of the whole queue's on the 16 runs of
+``benchmarks/predictive_quality.py``, P99 TPOT up to 84% higher on A100 / Mooncake; 64
+prompts: 1.1-1.6x cheaper, more often worse in P99 TPOT).
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
@@ -103,7 +104,7 @@ class PredictiveConfig:
     c_max: int = 32768
     max_active: int = 8
     prune_limits: bool = True
-    horizon: int = 64
+    horizon: int = 128
 
     def __post_init__(self) -> None:
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
