@@ -19,8 +19,11 @@ from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
 from ppas.policies.projection import (
+    NO_TAIL,
     Stream,
+    Tail,
     arrival_rate,
+    horizon_work,
     pending_work,
     project,
     project_stream,
@@ -239,9 +242,11 @@ def test_candidate_chunks_are_powers_of_two_then_c_max() -> None:
 
 def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, int, int]],
                       decs: list[tuple[int, int]], stop_above: float = float("inf"),
-                      arrival_rate: float = 0.0, limit: int = 1 << 30) -> float:
+                      arrival_rate: float = 0.0, limit: int = 1 << 30,
+                      tail: Tail = NO_TAIL) -> float:
     """``project`` as first written, through ``StepCosts.run_time`` / ``step_time`` (the
-    hot loop inlines them; it must give the same floats)."""
+    hot loop inlines them; it must give the same floats), plus the tail past a horizon
+    (``Tail``: its terms at the last prompt's completion time ``t_pf``)."""
     import heapq
 
     from ppas.cost.base import causal_pairs
@@ -253,6 +258,11 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
     nq = len(queue)
     head, pos = 0, queue[0][0] if queue else 0
     step, t, total = 0, 0.0, 0.0
+    t_pf = 0.0 if nq == 0 else -1.0
+    fill_n = -(-tail.fill_tokens // a) if a > 0 and tail.fill_tokens > 0 else 0
+    fill = costs.step_time(a, a * tail.fill_pairs) if fill_n else 0.0
+    fill_end = fill_n if nq == 0 else -1
+    lag = 0.0
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     while head < nq or decodes:
         budget = a if decodes else b
@@ -261,8 +271,14 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
                   if head < nq and budget > 0 and slots > 0 else never)
         k = decodes[0][0] - step if decodes else k_head
         done: list[int] = []
-        if k_head == never:
-            dur = k * (base + n_dec * alone + kv * ctx_sum)
+        if k_head == never:  # decode-only, but for the tail's prefill steps once the queue
+            # is done (then the budget is a: decodes run)
+            f = (min(max(fill_end - step, 0), k) if budget > 0 and slots > 0 and head >= nq
+                 else 0)
+            bare = k * (base + n_dec * alone + kv * ctx_sum)
+            dur = (f * (fill + n_dec * ride + kv * ctx_sum)
+                   + (k - f) * (base + n_dec * alone + kv * ctx_sum)) if f else bare
+            lag += dur - bare if f else 0.0
         elif k < k_head:
             dur = costs.run_time(budget, pos, k) + k * (n_dec * ride + kv * ctx_sum)
             pos += k * budget
@@ -299,9 +315,13 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
                 heapq.heappush(decodes, (step + o - 1, end))
                 n_dec += 1
                 ctx_sum += end
-        if total + (n_dec + nq - head) * t > stop_above:
+        if head == nq and t_pf < 0.0:
+            t_pf, fill_end = t, step + fill_n
+        tail_low = tail.coef * (t if head < nq else t_pf)
+        if (total + (n_dec + nq - head) * t) * tail.scale + tail_low > stop_above:
             return float("inf")
-    return total + 0.5 * arrival_rate * t * t
+    busy = t - lag + tail.busy * t_pf
+    return total * tail.scale + tail.coef * t_pf + 0.5 * arrival_rate * busy * busy
 
 
 PROJ_COSTS = StepCosts(CM, candidate_chunks(512, 32768))
@@ -457,3 +477,154 @@ def test_predictive_array_path_makes_the_loops_decision_at_every_step(
     res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
     assert all(r.finish_time is not None for r in res.requests)
     assert decided[1] > 100  # the array path was taken, many times
+
+
+tail_st = st.builds(lambda n, extra: (n, extra), st.integers(0, 5000), st.integers(0, 40))
+
+
+def _tail(n_tail: int, queue: list, decs: list) -> Tail:
+    return Tail.behind(queue, len(decs), n_tail)
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=st.lists(prompt_st, max_size=12),
+       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
+       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
+       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       cut=st.floats(0.0, 2.0), rate=st.floats(0.0, 5.0), n_tail=st.integers(0, 5000))
+def test_projection_with_a_tail_gives_the_reference_floats_and_a_valid_bound(
+        queue, decs, a, b, limit, cut, rate, n_tail) -> None:
+    # The loop with the tail past a horizon: the reference's floats, and a pruned candidate
+    # (inf) is one whose whole objective exceeds the bound.
+    tail = _tail(n_tail, queue, decs)
+    full = reference_project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit,
+                             tail=tail)
+    got = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit, tail=tail)
+    assert got == full
+    bound = full * cut
+    pruned = project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit, tail=tail)
+    assert pruned == reference_project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit,
+                                       tail)
+    assert pruned == full or (pruned == float("inf") and full > bound)
+    if queue and n_tail:  # a longer tail never projects as less
+        more = _tail(n_tail + 1, queue, decs)
+        assert project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit,
+                       tail=more) >= got
+    no_tail = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit)
+    assert project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit,
+                   tail=_tail(0, queue, decs)) == no_tail  # no tail: today's floats
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=st.lists(prompt_st, min_size=1, max_size=40),
+       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), min_size=1,
+                     max_size=40),
+       budgets=st.lists(st.sampled_from((1, 3, 512, 1000, 2048, 8192, 16384, 32768)),
+                        min_size=1, max_size=8, unique=True),
+       b=st.sampled_from((512, 4096, 32768)), cut=st.floats(0.0, 2.0),
+       rate=st.floats(0.0, 5.0), n_tail=st.integers(0, 5000))
+def test_stream_projection_with_a_tail_gives_the_loops_floats(queue, decs, budgets, b, cut,
+                                                               rate, n_tail) -> None:
+    # The arrays and the loop agree bit for bit with the tail too (the time of each row's
+    # last completion read off the arrays, or the walk's where the decodes run out).
+    decs = sorted(decs)
+    tail = _tail(n_tail, queue, decs)
+    ctx = sum(c for _, c in decs)
+    runs = stream_runs(PROJ_COSTS, tuple(budgets), b, queue, decs, rate, ctx,
+                       Stream(queue, decs), tail)
+    for a in budgets:
+        full = reference_project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
+        assert runs[a].finish() == full
+        bound = full * cut
+        assert runs[a].finish(bound) == reference_project(PROJ_COSTS, a, b, queue, decs,
+                                                          bound, rate, tail=tail)
+        assert project(PROJ_COSTS, a, b, queue, decs, bound, rate, tail=tail) == runs[
+            a].finish(bound)
+
+
+class _Head(list):  # type: ignore[type-arg]
+    """A view's requests that fail the test when read past the first ``allowed``."""
+
+    def __init__(self, items: list, allowed: int) -> None:
+        super().__init__(items)
+        self.allowed = allowed
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i, r in enumerate(list.__iter__(self)):
+            assert i < self.allowed, f"read request {i}, past the head of {self.allowed}"
+            yield r
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_dec=st.integers(0, 6), n_pre=st.integers(0, 2), n_wait=st.integers(0, 60),
+       horizon=st.integers(1, 20), seed=st.integers(0, 10**6))
+def test_horizon_work_reads_only_the_head(n_dec, n_pre, n_wait, horizon, seed) -> None:
+    # Running requests first, then waiting ones FCFS (the view's order): the first
+    # ``horizon`` prompts of pending_work, every decode, the rest counted, the arrival
+    # rate of the whole view; and no request read past the running ones and the horizon.
+    rng = random.Random(seed)
+    reqs = ([dec(i, out=rng.randint(1, 31)) for i in range(n_dec)]
+            + [pre(i, done=rng.randint(0, 20000)) for i in range(n_pre)]
+            + [wait(i, prompt=rng.randint(1, 30000), arrival=6.0 + i / 100)
+               for i in range(n_wait)])
+    full = view(reqs)
+    queue, decs = pending_work(full)
+    v = SchedulerView(full.now, _Head(reqs, n_dec + max(horizon, n_pre) + 1),
+                      full.num_pending_prefills, full.num_running_decodes,
+                      full.max_num_batched_tokens, full.max_num_seqs)
+    got_q, got_d, n_tail, rate = horizon_work(v, horizon)
+    assert got_d == decs
+    assert got_q == queue[:max(horizon, n_pre)]
+    assert n_tail == len(queue) - len(got_q)
+    assert rate == arrival_rate(full)
+    # kv_admission_cap reads the running ones and the waiting ones it admits (until the
+    # budget is full: at most budget / smallest prompt of them) and one more, no more.
+    cap = 3 * 25000
+    admitted = 32768 // min((r.prompt_tokens for r in reqs if not r.is_running), default=1)
+    w = SchedulerView(full.now, _Head(reqs, n_dec + n_pre + admitted + 2),
+                      full.num_pending_prefills,
+                      full.num_running_decodes, full.max_num_batched_tokens,
+                      full.max_num_seqs)
+    if n_dec + n_pre:
+        assert kv_admission_cap(w, cap, 32768) == kv_admission_cap(full, cap, 32768)
+
+
+def test_predictive_horizon_is_validated() -> None:
+    assert make_policy("predictive").config.horizon == 128
+    with pytest.raises(Exception, match="horizon"):
+        make_policy("predictive:horizon=-1")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
+        seed: int) -> None:
+    # horizon=0 projects the whole queue (the decisions before the horizon existed); a
+    # horizon no queue reaches has no tail and must decide the same at every step, and a
+    # short one must differ somewhere on these long queues (the test can fail both ways).
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.workload import RequestSpec
+
+    rng = random.Random(seed)
+    t, specs = 0.0, []
+    for _ in range(160):
+        t += rng.expovariate(6.0)
+        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
+                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    pols = [make_policy(f"predictive:horizon={h}") for h in (0, 10**6, 4)]
+    for q in pols:
+        q.bind_cost_model(CM)
+    whole, wide, short = pols
+    differ, long_queue = [0], [0]
+
+    class Both(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            want = whole.decide(v)
+            assert wide.decide(v) == want
+            differ[0] += short.decide(v) != want
+            long_queue[0] += v.num_pending_prefills > 4
+            return want
+
+    both = Both(whole.config)
+    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
+    assert all(r.finish_time is not None for r in res.requests)
+    assert long_queue[0] > 100 and differ[0] > 0

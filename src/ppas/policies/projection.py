@@ -92,9 +92,113 @@ def arrivals_wait(arrival_rate: float, busy_s: float) -> float:
     return 0.5 * arrival_rate * busy_s * busy_s
 
 
+class Tail:
+    """The pending prompts past the horizon (``Predictive``'s ``horizon``), as closed-form
+    terms of the projected sum. The horizon is projected as before but for one thing: once
+    its last prompt completes (at ``T_pf``) the budget stays busy with the tail's prefill
+    (``fill``: its steps of ``a`` tokens, priced as the loop prices a step, the horizon's
+    decodes riding them) instead of turning to decode-only steps; without that, a big
+    budget would finish the horizon's prompts in a few steps and its decodes in cheap
+    decode-only steps, while behind a long queue they ride the queue's prefill.
+
+    The tail itself is ``K = n_tail / H`` copies of the horizon's ``H`` prompts queued
+    behind it. Copy ``c`` (1..K) starts when the copy before it has had its prefill,
+    ``c * T_pf`` later, and its requests then complete as the horizon's do (the mean of the
+    ``N`` projected requests' times, running decodes included: a tail request is stalled
+    by and stalls decodes as the horizon's are). So the tail adds ``(n_tail / N) * total
+    + (n_tail (n_tail + H) / (2 H)) * T_pf``. The busy period the next arrivals wait for
+    (``arrivals_wait``) is the whole queue's: its prefill, ``(1 + K) T_pf``, then the last
+    decodes' end in decode-only steps, i.e. the horizon's end ``t_end`` less the time the
+    tail's prefill added to it (``lag``: the tail's prefill runs ``K T_pf`` whatever the
+    horizon's decodes do; counting it in ``t_end`` too would charge a big budget's fat
+    steps to every arrival twice), plus ``K T_pf``. Every input is a count or a figure of
+    the horizon's own projection: O(1).
+
+    In floats: ``total * scale + coef * T_pf`` and ``t_end - lag + busy * T_pf``; with no
+    tail (``NO_TAIL``: 1, 0, 0, no fill, so ``lag`` stays 0.0) they are ``total`` and
+    ``t_end`` exactly (times 1.0, plus or minus 0.0), so the projection without a horizon
+    gives today's floats.
+
+    Lower bound (``stop_above``): the sum is at least ``scale`` times the loop's bound
+    (``total`` so far plus ``t`` for every request left) plus ``coef * T_pf``, and ``T_pf
+    >= t`` while a horizon prompt is left; once none is, ``T_pf`` is known."""
+
+    __slots__ = ("scale", "coef", "busy", "fill_tokens", "fill_pairs")
+
+    def __init__(self, n_tail: int = 0, n_prompts: int = 0, n_requests: int = 0,
+                 fill_tokens: int = 0, fill_pairs: float = 0.0) -> None:
+        self.fill_tokens, self.fill_pairs = fill_tokens, fill_pairs
+        if n_tail <= 0 or n_prompts <= 0:
+            self.scale, self.coef, self.busy = 1.0, 0.0, 0.0
+            self.fill_tokens = 0
+            return
+        self.scale = 1.0 + n_tail / n_requests  # n_requests >= n_prompts > 0
+        self.coef = n_tail * (n_tail + n_prompts) / (2 * n_prompts)
+        self.busy = n_tail / n_prompts
+
+    @classmethod
+    def behind(cls, queue: list[Prompt], n_decodes: int, n_tail: int) -> Tail:
+        """The tail of ``n_tail`` prompts behind ``queue`` (the horizon) beside
+        ``n_decodes`` running decodes; its prompts, fresh, taken as the horizon's on
+        average (``fill``). O(horizon)."""
+        if n_tail <= 0 or not queue:
+            return NO_TAIL
+        ends = [end for _, end, _ in queue]
+        tokens = sum(ends)
+        pairs = sum([e * (e + 1) // 2 for e in ends])
+        return cls(n_tail, len(queue), len(queue) + n_decodes, n_tail * tokens // len(queue),
+                   pairs / tokens)
+
+    def fill(self, costs: StepCosts, a: int) -> tuple[int, float]:
+        """The tail's prefill while the horizon's decodes run on (``project``): at budget
+        ``a``, ``ceil(fill_tokens / a)`` steps of ``a`` tokens whose pairs per token are
+        the tail's (``fill_pairs``: ``(L + 1) / 2`` token-weighted over prompts of ``L``
+        tokens, whatever the chunking), each priced as the loop prices a step of ``a``
+        tokens, ``A(a) + beta(a) (pairs - a (a + 1) / 2)``, the horizon's decodes riding
+        them. (0, 0.0) without a tail."""
+        if self.fill_tokens <= 0 or a <= 0:
+            return 0, 0.0
+        pa, pb = costs.point(a)
+        return -(-self.fill_tokens // a), pa + pb * (a * self.fill_pairs - a * (a + 1) / 2)
+
+
+NO_TAIL = Tail()
+
+
+def horizon_work(view: SchedulerView, horizon: int
+                 ) -> tuple[list[Prompt], list[Decode], int, float]:
+    """``pending_work`` and ``arrival_rate`` on the head of the view: every running
+    request, then waiting ones (FCFS) until ``horizon`` pending prompts are read (and at
+    least the first waiting one); returns the prompts, the decodes, ``n_tail`` (the
+    pending prompts not read: ``num_pending_prefills`` less those read) and the arrival
+    rate with the oldest request taken among those read. The view lists running requests
+    first, then waiting ones FCFS (a preempted request goes back to the front: it is older
+    than those behind it), so the oldest request is among them. O(running + horizon): the
+    simulator's ``view.requests`` is lazy, and ``len`` of it is O(1)."""
+    prompts: list[Prompt] = []
+    decodes: list[Decode] = []
+    oldest = INF
+    for r in view.requests:
+        if r.arrival_time < oldest:
+            oldest = r.arrival_time
+        if not r.is_running and len(prompts) >= horizon:
+            break  # the waiting ones past the horizon: counted, not read
+        left = r.max_output_tokens - r.num_output_tokens
+        if is_pending_prefill(r):
+            prompts.append((min(r.num_computed_tokens + r.num_cached_tokens,
+                                r.prompt_tokens - 1), r.prompt_tokens, max(1, left)))
+        elif left > 0:
+            decodes.append((left, r.num_computed_tokens))
+    n = len(view.requests)
+    span = view.now - oldest
+    rate = (n - 2) / span if n >= 3 and span > 0 else 0.0
+    return prompts, decodes, max(0, view.num_pending_prefills - len(prompts)), rate
+
+
 def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[Decode],
             stop_above: float = float("inf"), arrival_rate: float = 0.0,
-            limit: int = NO_LIMIT, ctx_total: int | None = None) -> float:
+            limit: int = NO_LIMIT, ctx_total: int | None = None,
+            tail: Tail = NO_TAIL) -> float:
     """Sum of predicted completion times (seconds from now) of every request when the
     prefill budget is ``a`` while any decode runs and ``b`` otherwise, and at most
     ``limit`` requests run at once. Returns ``inf`` as soon as a lower bound of the sum
@@ -115,22 +219,26 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
 
     A constant budget (no ``limit``, ``a > 0``, decodes running) over a long queue goes
     through ``project_stream``, the same iterations computed as arrays (the same floats);
-    everything else through the loop below."""
+    everything else through the loop below. ``tail``: the pending prompts past ``queue``
+    (``Tail``), added in closed form."""
     ini = sorted(decs)
     ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
     if a > 0 and ini and limit == NO_LIMIT and len(queue) >= STREAM_MIN_PROMPTS:
-        return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum)
-    return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit)
+        return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum,
+                              tail=tail)
+    return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit,
+                 tail=tail)
 
 
 def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decode],
           ctx_sum: int, stop_above: float, arrival_rate: float, limit: int,
           step: int = 0, t: float = 0.0, total: float = 0.0, head: int = 0,
-          pos: int | None = None) -> float:
+          pos: int | None = None, tail: Tail = NO_TAIL, t_pf: float = -1.0) -> float:
     """``project``'s event loop from a state: ``step`` steps done in ``t`` seconds, the
     completion times so far summing to ``total``, prompts before ``head`` done, the head
     at ``pos`` (default: its computed tokens), the decodes ``ini`` (sorted by end step,
-    their context summing to ``ctx_sum``) running."""
+    their context summing to ``ctx_sum``) running; ``t_pf``: when the last prompt
+    completed (when ``head`` is already past the queue)."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
     pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
@@ -145,6 +253,12 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     n_dec = ni
     if pos is None:  # prompts before head are done
         pos = queue[head][0] if head < nq else 0
+    scale, coef = tail.scale, tail.coef
+    fill_n, fill = tail.fill(costs, a)
+    lag = 0.0  # the time the tail's prefill has added so far
+    fill_end = -1  # the step up to which the tail's prefill keeps the budget busy
+    if head >= nq and t_pf < 0.0:
+        t_pf, fill_end = t, step + fill_n
     while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
         if n_dec:
@@ -160,8 +274,16 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
         if not n_dec:
             k = k_head
         first = head  # the prompts completed by this iteration: first..head-1
-        if k_head == NEVER:  # no prompt runs: k decode-only steps
+        if k_head == NEVER:  # no prompt runs: k decode-only steps, less the tail's (Tail)
             dur = k * (base + n_dec * alone + kv * ctx_sum)
+            f = fill_end - step if budget > 0 and slots > 0 and head >= nq else 0
+            if f > 0:
+                if f > k:
+                    f = k
+                bare = dur
+                dur = (f * (fill + n_dec * ride + kv * ctx_sum)
+                       + (k - f) * (base + n_dec * alone + kv * ctx_sum))
+                lag += dur - bare
         elif k < k_head:  # a decode ends first: k whole chunks of the head, decodes riding
             # run_time(budget, pos, k)
             run = (k * pa + pb * budget * (k * pos + budget * k * (k - 1) / 2)
@@ -211,10 +333,14 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
                 heappush(spawned, (step + o - 1, end))
                 n_dec += 1
                 ctx_sum += end
-        # Every request still in the system finishes at >= t: a lower bound on the sum.
-        if total + (n_dec + nq - head) * t > stop_above:
+        if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's last
+            t_pf, fill_end = t, step + fill_n  # step: the tail's prefill goes on from it
+        # Every request still in the system finishes at >= t: a lower bound on the sum
+        # (and on the tail's: ``Tail``).
+        if ((total + (n_dec + nq - head) * t) * scale + coef * (t if head < nq else t_pf)
+                > stop_above):
             return INF
-    return total + arrivals_wait(arrival_rate, t)
+    return total * scale + coef * t_pf + arrivals_wait(arrival_rate, t - lag + tail.busy * t_pf)
 
 
 #: ``project`` takes the array path (``project_stream``) from this many pending prompts:
@@ -292,17 +418,17 @@ class StreamRun:
 
 def project_stream(costs: StepCosts, a: int, b: int, queue: list[Prompt],
                    ini: list[Decode], stop_above: float, arrival_rate: float,
-                   ctx_sum: int, stream: Stream | None = None) -> float:
+                   ctx_sum: int, stream: Stream | None = None, tail: Tail = NO_TAIL) -> float:
     """``project`` for a constant budget ``a > 0``, no limit, ``ini`` (sorted, not empty)
     running, through ``stream_runs`` (the same floats)."""
     s = Stream(queue, ini) if stream is None else stream
-    run = stream_runs(costs, (a,), b, queue, ini, arrival_rate, ctx_sum, s)[a]
+    run = stream_runs(costs, (a,), b, queue, ini, arrival_rate, ctx_sum, s, tail)[a]
     return run.finish(stop_above)
 
 
 def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[Prompt],
                 ini: list[Decode], arrival_rate: float, ctx_sum: int,
-                s: Stream) -> dict[int, StreamRun]:
+                s: Stream, tail: Tail = NO_TAIL) -> dict[int, StreamRun]:
     """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
     ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
     once (one row each), with the loop's floats.
@@ -322,13 +448,15 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     all end while prompts are left (the budget would become ``b``), the loop takes over
     from that state (no decode running then, so the state is five numbers):
     ``StreamRun.walk``. Budgets whose causal pairs might not be exact integers
-    (``Stream.exact``) run the loop."""
+    (``Stream.exact``) run the loop. ``tail``: as the loop's (``Tail``), in the same
+    expressions (the time of each row's last completion read off ``t``)."""
     out: dict[int, StreamRun] = {}
     rows = tuple(a for a in budgets if s.exact(a))
     for a in budgets:
         if a not in rows:
             out[a] = StreamRun(0.0, -INF, partial(_walk, costs, a, b, queue, ini, ctx_sum,
-                                                  arrival_rate=arrival_rate, limit=NO_LIMIT))
+                                                  arrival_rate=arrival_rate, limit=NO_LIMIT,
+                                                  tail=tail))
     if not rows:
         return out
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
@@ -369,7 +497,15 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     hp = np.minimum(head, nq - 1)
     pos = start[hp] + A * prev - before[hp]  # the head's position at the iteration's start
     ride_k = k * (n_dec * ride + kv * ctx)
-    dur = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    fills = [tail.fill(costs, a) for a in rows]  # the tail's prefill steps after the queue's
+    FILL = np.array([f for _, f in fills])[:, None]
+    fill_end = comp[:, -1:] + np.array([n for n, _ in fills], dtype=np.int64)[:, None]
+    f = np.clip(fill_end - prev, 0, k)
+    bare = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
+    filled = (f > 0) & ~prefill  # ... but for the tail's prefill
+    dur = np.where(filled, f * (FILL + n_dec * ride + kv * ctx)
+                   + (k - f) * (base + n_dec * alone + kv * ctx), bare)
+    lag = np.cumsum(np.where(filled, dur - bare, 0.0), axis=1)
     run = k * PA + PBA * (k * pos + A * k * (k - 1) / 2) + ride_k  # k whole chunks
     dur = np.where(prefill & (n_comp == 0), run, dur)  # (a decode ends first)
     done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
@@ -392,7 +528,15 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     t = np.cumsum(dur, axis=1)
     fin = np.where(valid, n_end + n_comp - n_spawn, 0)  # requests finishing at each end
     total = _finished_sums(t, fin)
-    bound = np.where(valid, total + (n_after + nq - head_after) * t, -INF)
+    # Each row's last completion is its queue's last step (the iteration at ic's copy);
+    # where the decodes run out first it comes in the walk (t_pf 0.0 here, never read:
+    # every column before the stall has prompts left).
+    last = ic[nq - 1::nq] - np.arange(nr) * w
+    t_pf = np.where(last < stall, t[np.arange(nr), np.minimum(last, w - 1)], 0.0)
+    scale, coef = tail.scale, tail.coef
+    left = head_after < nq
+    bound = np.where(valid, (total + (n_after + nq - head_after) * t) * scale
+                     + coef * np.where(left, t, t_pf[:, None]), -INF)
     bmax = bound.max(axis=1)
     for r, a_r in enumerate(rows):
         i = int(stall[r]) - 1  # the last iteration computed here
@@ -402,10 +546,11 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
             out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
                 _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
                 limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
-                total=float(total[r, i]), head=h, pos=pos_h))
+                total=float(total[r, i]), head=h, pos=pos_h, tail=tail))
         else:
-            out[a_r] = StreamRun(float(total[r, i]) + arrivals_wait(arrival_rate,
-                                                                    float(t[r, i])),
+            tp, te = float(t_pf[r]), float(t[r, i]) - float(lag[r, i])
+            out[a_r] = StreamRun(float(total[r, i]) * scale + coef * tp
+                                 + arrivals_wait(arrival_rate, te + tail.busy * tp),
                                  float(bmax[r]))
     return out
 
