@@ -67,7 +67,8 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
+from operator import attrgetter
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -286,6 +287,19 @@ class EngineSim:
         self.knobs = policy.engine_knobs
         self.cadence = step_rules.prefill_cadence(self.knobs)
         self._carried = False  # the last _schedule carried prefill (the cadence's test)
+        #: The decode group: the requests of the last step's first streak of decodes
+        #: (``_schedule``) that did not finish. Invariant, kept by ``_advance`` and
+        #: cleared by everything else that moves a running request's tokens or the running
+        #: list (preemption, decode runs, ``fork``): every member is a decode (one token
+        #: past its prompt: it was one and got exactly its one token since) and the
+        #: members are, in order, the first ``len(_group)`` running requests (``_schedule``
+        #: checks this by identity, so a reordering of ``running`` only costs the group).
+        self._group: list[SimRequest] = []
+        #: The time every member of ``_group`` sampled its last token (that step's end).
+        self._group_time = 0.0
+        #: The members of the group the current step's schedule took at once (they lead
+        #: its decodes; 0: none).
+        self._fast = 0
 
     @property
     def free_blocks(self) -> int:
@@ -355,6 +369,7 @@ class EngineSim:
         new.cadence = copy.copy(self.cadence)
         new._chain = _Chain(new.running, new.waiting)
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
+        new._group = []  # (the fork's requests are copies)
         new.policy = policy
         return new
 
@@ -464,6 +479,7 @@ class EngineSim:
         inter-token gaps: each request's first (from its last token before the run), then
         the durations of the run's later steps, each counted once per request."""
         assert self._run is not None
+        self._group = []  # (it moves the running requests' tokens)
         start, dts, cap, n, last_launch, recent0, ltt0 = self._run
         recent = self.recent
         keep = recent.maxlen if recent.maxlen is not None else k
@@ -563,6 +579,25 @@ class EngineSim:
         taken_back = False  # a priority victim's chunk left the schedule: tally it again
         i = 0
         n_run = len(running)  # (changes only where a request is preempted, below)
+        group = self._group
+        self._group = []  # (until _advance: a step that returns early leaves no group)
+        self._fast = 0
+        k = len(group)
+        if counts_only and k and k <= budget and running[:k] == group:
+            # The decode group (``_group``): the streak below would take its k members
+            # (each a decode, within the budget), each taking a block exactly when its
+            # computed tokens fill their last one, unless the free blocks run out first;
+            # when they do not, the members are scheduled at once, in C-level passes.
+            grow = [r for r in group if not r.num_computed_tokens % bs]
+            if len(grow) <= pool.num_free:
+                for r in grow:
+                    r.blocks += 1
+                pool.num_free -= len(grow)
+                decodes = group[:]
+                decode_ctx = sum(map(_computed, group))
+                self._fast = k
+                i = k
+                budget -= k
         scheduled_decode = decodes.append
         while i < n_run and budget > 0:
             if counts_only:
@@ -727,6 +762,19 @@ class EngineSim:
         num_decodes = len(decodes)
         num_chunks = len(sched)
         j = k = 0  # the decodes and the chunks done
+        fast = self._fast
+        if fast:
+            # The decode group's members lead the decodes (``_schedule``) and each sampled
+            # its last token at ``_group_time``: their gaps are one value, in their order.
+            self.gaps.one.extend(repeat(now - self._group_time, fast))
+            for r in decodes if fast == num_decodes else decodes[:fast]:
+                r.num_computed_tokens += 1
+                r.num_output_tokens = o = r.num_output_tokens + 1
+                r.last_token_time = now
+                if o >= r.max_output_tokens:
+                    finish(r, now)
+                    any_finished = True
+            j = fast
         while True:
             end = places[k] if k < num_chunks else num_decodes
             if end > j:
@@ -763,11 +811,19 @@ class EngineSim:
                 if o >= r.max_output_tokens:
                     finish(r, now)
                     any_finished = True
+        # The next step's decode group (``_group``): this step's first streak of decodes,
+        # running[:places[0]] (the streak starts at running[0]), less those that finished;
+        # none after a preemption (the running list moved) or under priority.
+        group = (decodes if not num_chunks else decodes[:places[0]]) if (
+            not preempted and not self.by_priority) else []
         if any_finished:  # (a finished request is past its prompt)
             running = self.running
             n_before = len(running)
             running[:] = [r for r in running if r.is_running]
             self._past_prompt -= n_before - len(running)
+            group = [r for r in group if r.is_running]
+        self._group = group
+        self._group_time = now
         if self.record_steps:
             used = (self.total_blocks - self.pool.free) if self.total_blocks is not None else 0
             self.steps.append(StepTrace(
@@ -833,6 +889,9 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
             places[:] = [x - 1 if x > k else x for x in places]  # the decodes before each
             return 1
     return 0
+
+
+_computed = attrgetter("num_computed_tokens")
 
 
 def _priority_rank(r: SimRequest) -> tuple[int, float]:
