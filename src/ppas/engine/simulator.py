@@ -68,7 +68,6 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
-from operator import attrgetter
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -295,6 +294,14 @@ class EngineSim:
         #: members are, in order, the first ``len(_group)`` running requests (``_schedule``
         #: checks this by identity, so a reordering of ``running`` only costs the group).
         self._group: list[SimRequest] = []
+        #: The steps advanced (``_advance``), and the group's members by residue: a member
+        #: with c computed tokens is in ``_buckets[(c - _gstep) % block_size]`` (both grow
+        #: by one a step while it is a member), so those whose computed tokens fill their
+        #: last block (c % block_size == 0), which take a block this step, are
+        #: ``_buckets[-_gstep % block_size]``; ``_group_ctx``: the members' c, summed.
+        self._gstep = 0
+        self._buckets: list[list[SimRequest]] = []
+        self._group_ctx = 0
         #: The time every member of ``_group`` sampled its last token (that step's end).
         self._group_time = 0.0
         #: The members of the group the current step's schedule took at once (they lead
@@ -381,8 +388,10 @@ class EngineSim:
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
-        # (each a no-op without an order to apply: step_rules rule 3)
-        if decision.prefill_order or decision.decodes_first:
+        # (each a no-op without an order to apply: step_rules rule 3; an order permutes the
+        # running prefill chunks, len(running) - _past_prompt of them, only when several)
+        if decision.decodes_first or (decision.prefill_order
+                                      and len(self.running) - self._past_prompt > 1):
             step_rules.order_running(self.running, decision, self.by_priority)
         if decision.prefill_order or self.by_priority:
             step_rules.order_waiting(self.waiting, decision, self.by_priority)
@@ -588,13 +597,13 @@ class EngineSim:
             # (each a decode, within the budget), each taking a block exactly when its
             # computed tokens fill their last one, unless the free blocks run out first;
             # when they do not, the members are scheduled at once, in C-level passes.
-            grow = [r for r in group if not r.num_computed_tokens % bs]
+            grow = self._buckets[-self._gstep % bs]  # (those with c % bs == 0: _buckets)
             if len(grow) <= pool.num_free:
                 for r in grow:
                     r.blocks += 1
                 pool.num_free -= len(grow)
                 decodes = group[:]
-                decode_ctx = sum(map(_computed, group))
+                decode_ctx = self._group_ctx
                 self._fast = k
                 i = k
                 budget -= k
@@ -756,7 +765,8 @@ class EngineSim:
         self.num_preemptions += len(preempted)
         self.recent.append(tally.record(launch, dt, interval, cap))
 
-        any_finished = False
+        done: list[SimRequest] = []  # the requests finished, in order
+        finished = done.append
         gap = self.gaps.one.append
         finish = self._finish
         num_decodes = len(decodes)
@@ -773,8 +783,9 @@ class EngineSim:
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
                     finish(r, now)
-                    any_finished = True
+                    finished(r)
             j = fast
+        fast_done = len(done)  # (the group's members that finished lead ``done``)
         while True:
             end = places[k] if k < num_chunks else num_decodes
             if end > j:
@@ -788,7 +799,7 @@ class EngineSim:
                     r.last_token_time = now
                     if o >= r.max_output_tokens:
                         finish(r, now)
-                        any_finished = True
+                        finished(r)
                 j = end
             if k == num_chunks:
                 break
@@ -810,18 +821,49 @@ class EngineSim:
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
                     finish(r, now)
-                    any_finished = True
+                    finished(r)
         # The next step's decode group (``_group``): this step's first streak of decodes,
         # running[:places[0]] (the streak starts at running[0]), less those that finished;
         # none after a preemption (the running list moved) or under priority.
+        # Its members by residue (``_buckets``) and their computed tokens (``_group_ctx``)
+        # follow it: kept from the last step's when this one took the group at once (its
+        # finished members out, the rest of the streak in), else made again.
+        g = self._gstep = self._gstep + 1
         group = (decodes if not num_chunks else decodes[:places[0]]) if (
             not preempted and not self.by_priority) else []
-        if any_finished:  # (a finished request is past its prompt)
+        bs = self.block_size
+        if fast and group:
+            buckets = self._buckets
+            ctx = self._group_ctx + fast
+            for r in done[:fast_done]:
+                c = r.num_computed_tokens
+                buckets[(c - g) % bs].remove(r)
+                ctx -= c
+            for r in islice(group, fast, None):
+                if r.is_running:
+                    c = r.num_computed_tokens
+                    buckets[(c - g) % bs].append(r)
+                    ctx += c
+            self._group_ctx = ctx
+        if done:  # (each scheduled, so running once; past its prompt)
             running = self.running
-            n_before = len(running)
-            running[:] = [r for r in running if r.is_running]
-            self._past_prompt -= n_before - len(running)
-            group = [r for r in group if r.is_running]
+            for r in done:
+                running.remove(r)  # (by identity, in C: the rest keep their order)
+            self._past_prompt -= len(done)
+            if group is decodes:
+                group = group[:]
+            for r in done:
+                if r in group:
+                    group.remove(r)
+        if group and not fast:
+            buckets = [[] for _ in range(bs)]
+            ctx = 0
+            for r in group:
+                c = r.num_computed_tokens
+                buckets[(c - g) % bs].append(r)
+                ctx += c
+            self._buckets = buckets
+            self._group_ctx = ctx
         self._group = group
         self._group_time = now
         if self.record_steps:
@@ -891,7 +933,6 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
     return 0
 
 
-_computed = attrgetter("num_computed_tokens")
 
 
 def _priority_rank(r: SimRequest) -> tuple[int, float]:

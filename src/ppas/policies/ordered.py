@@ -654,7 +654,10 @@ class Ordered(Policy):
         if c is None:
             costs = self.costs
             assert costs is not None
-            knee = self.chunk(0, 0)
+            knee = self.chunk(0, 0) if self._idle_knee is None else self._idle_knee
+            if knee >= self.sat_chunks[-1]:
+                c = self._idle[prompt_tokens] = knee  # (no candidate above the knee)
+                return c
             p = RequestSnapshot("solo", 0.0, max(1, prompt_tokens))
             v = SchedulerView(0.0, (p,), 1, 0, self.max_num_batched_tokens, 1)
             c = self._idle[prompt_tokens] = self.saturation_chunk(v, knee, False, 0.0)
