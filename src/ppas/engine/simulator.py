@@ -202,24 +202,29 @@ class WaitingQueue:
 class _Chain(Sequence[SimRequest]):
     """Running then waiting, without copying (policies rarely iterate)."""
 
-    __slots__ = ("a", "b")
+    __slots__ = ("a", "b", "d")
 
     def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
         self.a, self.b = a, b
+        self.d = b._d  # (the queue's dict, never replaced: its length read in C)
 
     def __len__(self) -> int:
-        return len(self.a) + len(self.b)
+        return len(self.a) + len(self.d)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
         n = len(self.a)
         if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
+            start, stop, step = i.indices(n + len(self.d))
             if step == 1 and stop <= n:
                 return self.a[start:stop]  # within the running requests: no copy of the rest
             return list(self)[i]
         if i < 0:
-            i += len(self)
-        return self.a[i] if i < n else self.b[i - n]
+            i += n + len(self.d)
+        if i < n:
+            return self.a[i]
+        if i == n and self.d:  # the queue's head
+            return next(iter(self.d.values()))
+        return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
         yield from self.a
