@@ -305,7 +305,7 @@ class EngineSim:
         #: last block (c % block_size == 0), which take a block this step, are
         #: ``_buckets[-_gstep % block_size]``; ``_group_ctx``: the members' c, summed.
         self._gstep = 0
-        self._buckets: list[list[SimRequest]] = []
+        self._buckets: list[list[SimRequest]] | None = None
         self._group_ctx = 0
         #: The time every member of ``_group`` sampled its last token (that step's end).
         self._group_time = 0.0
@@ -381,7 +381,7 @@ class EngineSim:
         new.cadence = copy.copy(self.cadence)
         new._chain = _Chain(new.running, new.waiting)
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
-        new._group = []  # (the fork's requests are copies)
+        new._group, new._buckets = [], None  # (the fork's requests are copies)
         new.policy = policy
         return new
 
@@ -602,7 +602,17 @@ class EngineSim:
             # (each a decode, within the budget), each taking a block exactly when its
             # computed tokens fill their last one, unless the free blocks run out first;
             # when they do not, the members are scheduled at once, in C-level passes.
-            grow = self._buckets[-self._gstep % bs]  # (those with c % bs == 0: _buckets)
+            g = self._gstep
+            buckets = self._buckets
+            if buckets is None:  # the group's first step: its residues and its context
+                buckets = self._buckets = [[] for _ in range(bs)]
+                ctx = 0
+                for r in group:
+                    c = r.num_computed_tokens
+                    buckets[(c - g) % bs].append(r)
+                    ctx += c
+                self._group_ctx = ctx
+            grow = buckets[-g % bs]  # (those with c % bs == 0: _buckets)
             if len(grow) <= pool.num_free:
                 for r in grow:
                     r.blocks += 1
@@ -839,6 +849,7 @@ class EngineSim:
         bs = self.block_size
         if fast and group:
             buckets = self._buckets
+            assert buckets is not None  # (made by _schedule, which took the group)
             ctx = self._group_ctx + fast
             for r in done[:fast_done]:
                 c = r.num_computed_tokens
@@ -860,15 +871,8 @@ class EngineSim:
             for r in done:
                 if r in group:
                     group.remove(r)
-        if group and not fast:
-            buckets = [[] for _ in range(bs)]
-            ctx = 0
-            for r in group:
-                c = r.num_computed_tokens
-                buckets[(c - g) % bs].append(r)
-                ctx += c
-            self._buckets = buckets
-            self._group_ctx = ctx
+        if not fast:
+            self._buckets = None  # (made when first used: _schedule)
         self._group = group
         self._group_time = now
         if self.record_steps:
