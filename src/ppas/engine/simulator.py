@@ -45,7 +45,11 @@ the inter-token gaps and the finishing order; the step's records are built witho
 frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
 pool's block counts are done in place for a chunk that fits and for every admission
 (``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
-with an order to apply. ``tests/test_engine_reference.py``
+with an order to apply. The same decodes run step after step, so the last step's first
+streak, less those that finished (the *decode group*, ``_group``), is taken at once while
+it still leads ``running``: the blocks its members take this step come from a bucket by
+residue (``_buckets``), its context from a running sum, its gaps are one value (each
+member's last token came at the same step's end). ``tests/test_engine_reference.py``
 holds this loop to its earlier form (same steps, floats and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
