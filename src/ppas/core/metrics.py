@@ -13,6 +13,7 @@ names are written (``ppas.live.results``).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -56,12 +57,14 @@ class Gaps:
     """Inter-token latencies (ITL, seconds): single gaps (``one``), and (value, count)
     pairs, so that a simulated decode run of k steps over n requests adds k values counted
     n times each, not k * n floats. ``quantiles`` are those of the expanded sample, as
-    numpy's linear interpolation."""
+    numpy's linear interpolation. ``one`` holds C doubles (``array('d')``: the same
+    values, a third of a list's memory, and nothing the cyclic garbage collector scans,
+    where a list of millions of floats was scanned whole at every full collection)."""
 
     __slots__ = ("one", "values", "counts")
 
     def __init__(self, values: Iterable[float] = ()) -> None:
-        self.one: list[float] = list(values)  # each counted once (engines append to it)
+        self.one: array[float] = array("d", values)  # each counted once (engines append)
         self.values: list[float] = []
         self.counts: list[int] = []
 
@@ -92,7 +95,8 @@ class Gaps:
         self.counts.extend(other.counts)
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        v = np.array(self.one + self.values, dtype=np.float64)
+        v = np.concatenate([np.array(self.one, dtype=np.float64),
+                            np.array(self.values, dtype=np.float64)])
         c = np.concatenate([np.ones(len(self.one), dtype=np.int64),
                             np.array(self.counts, dtype=np.int64)])
         return v, c

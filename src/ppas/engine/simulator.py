@@ -45,7 +45,11 @@ the inter-token gaps and the finishing order; the step's records are built witho
 frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
 pool's block counts are done in place for a chunk that fits and for every admission
 (``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
-with an order to apply. ``tests/test_engine_reference.py``
+with an order to apply. The same decodes run step after step, so the last step's first
+streak, less those that finished (the *decode group*, ``_group``), is taken at once while
+it still leads ``running``: the blocks its members take this step come from a bucket by
+residue (``_buckets``), its context from a running sum, its gaps are one value (each
+member's last token came at the same step's end). ``tests/test_engine_reference.py``
 holds this loop to its earlier form (same steps, floats and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
@@ -67,7 +71,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -202,24 +206,29 @@ class WaitingQueue:
 class _Chain(Sequence[SimRequest]):
     """Running then waiting, without copying (policies rarely iterate)."""
 
-    __slots__ = ("a", "b")
+    __slots__ = ("a", "b", "d")
 
     def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
         self.a, self.b = a, b
+        self.d = b._d  # (the queue's dict, never replaced: its length read in C)
 
     def __len__(self) -> int:
-        return len(self.a) + len(self.b)
+        return len(self.a) + len(self.d)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
         n = len(self.a)
         if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
+            start, stop, step = i.indices(n + len(self.d))
             if step == 1 and stop <= n:
                 return self.a[start:stop]  # within the running requests: no copy of the rest
             return list(self)[i]
         if i < 0:
-            i += len(self)
-        return self.a[i] if i < n else self.b[i - n]
+            i += n + len(self.d)
+        if i < n:
+            return self.a[i]
+        if i == n and self.d:  # the queue's head
+            return next(iter(self.d.values()))
+        return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
         yield from self.a
@@ -286,6 +295,27 @@ class EngineSim:
         self.knobs = policy.engine_knobs
         self.cadence = step_rules.prefill_cadence(self.knobs)
         self._carried = False  # the last _schedule carried prefill (the cadence's test)
+        #: The decode group: the requests of the last step's first streak of decodes
+        #: (``_schedule``) that did not finish. Invariant, kept by ``_advance`` and
+        #: cleared by everything else that moves a running request's tokens or the running
+        #: list (preemption, decode runs, ``fork``): every member is a decode (one token
+        #: past its prompt: it was one and got exactly its one token since) and the
+        #: members are, in order, the first ``len(_group)`` running requests (``_schedule``
+        #: checks this by identity, so a reordering of ``running`` only costs the group).
+        self._group: list[SimRequest] = []
+        #: The steps advanced (``_advance``), and the group's members by residue: a member
+        #: with c computed tokens is in ``_buckets[(c - _gstep) % block_size]`` (both grow
+        #: by one a step while it is a member), so those whose computed tokens fill their
+        #: last block (c % block_size == 0), which take a block this step, are
+        #: ``_buckets[-_gstep % block_size]``; ``_group_ctx``: the members' c, summed.
+        self._gstep = 0
+        self._buckets: list[list[SimRequest]] | None = None
+        self._group_ctx = 0
+        #: The time every member of ``_group`` sampled its last token (that step's end).
+        self._group_time = 0.0
+        #: The members of the group the current step's schedule took at once (they lead
+        #: its decodes; 0: none).
+        self._fast = 0
 
     @property
     def free_blocks(self) -> int:
@@ -355,6 +385,7 @@ class EngineSim:
         new.cadence = copy.copy(self.cadence)
         new._chain = _Chain(new.running, new.waiting)
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
+        new._group, new._buckets = [], None  # (the fork's requests are copies)
         new.policy = policy
         return new
 
@@ -366,8 +397,10 @@ class EngineSim:
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
-        # (each a no-op without an order to apply: step_rules rule 3)
-        if decision.prefill_order or decision.decodes_first:
+        # (each a no-op without an order to apply: step_rules rule 3; an order permutes the
+        # running prefill chunks, len(running) - _past_prompt of them, only when several)
+        if decision.decodes_first or (decision.prefill_order
+                                      and len(self.running) - self._past_prompt > 1):
             step_rules.order_running(self.running, decision, self.by_priority)
         if decision.prefill_order or self.by_priority:
             step_rules.order_waiting(self.waiting, decision, self.by_priority)
@@ -464,6 +497,7 @@ class EngineSim:
         inter-token gaps: each request's first (from its last token before the run), then
         the durations of the run's later steps, each counted once per request."""
         assert self._run is not None
+        self._group = []  # (it moves the running requests' tokens)
         start, dts, cap, n, last_launch, recent0, ltt0 = self._run
         recent = self.recent
         keep = recent.maxlen if recent.maxlen is not None else k
@@ -563,6 +597,35 @@ class EngineSim:
         taken_back = False  # a priority victim's chunk left the schedule: tally it again
         i = 0
         n_run = len(running)  # (changes only where a request is preempted, below)
+        group = self._group
+        self._group = []  # (until _advance: a step that returns early leaves no group)
+        self._fast = 0
+        k = len(group)
+        if counts_only and k and k <= budget and running[:k] == group:
+            # The decode group (``_group``): the streak below would take its k members
+            # (each a decode, within the budget), each taking a block exactly when its
+            # computed tokens fill their last one, unless the free blocks run out first;
+            # when they do not, the members are scheduled at once, in C-level passes.
+            g = self._gstep
+            buckets = self._buckets
+            if buckets is None:  # the group's first step: its residues and its context
+                buckets = self._buckets = [[] for _ in range(bs)]
+                ctx = 0
+                for r in group:
+                    c = r.num_computed_tokens
+                    buckets[(c - g) % bs].append(r)
+                    ctx += c
+                self._group_ctx = ctx
+            grow = buckets[-g % bs]  # (those with c % bs == 0: _buckets)
+            if len(grow) <= pool.num_free:
+                for r in grow:
+                    r.blocks += 1
+                pool.num_free -= len(grow)
+                decodes = group[:]
+                decode_ctx = self._group_ctx
+                self._fast = k
+                i = k
+                budget -= k
         scheduled_decode = decodes.append
         while i < n_run and budget > 0:
             if counts_only:
@@ -721,12 +784,27 @@ class EngineSim:
         self.num_preemptions += len(preempted)
         self.recent.append(tally.record(launch, dt, interval, cap))
 
-        any_finished = False
+        done: list[SimRequest] = []  # the requests finished, in order
+        finished = done.append
         gap = self.gaps.one.append
         finish = self._finish
         num_decodes = len(decodes)
         num_chunks = len(sched)
         j = k = 0  # the decodes and the chunks done
+        fast = self._fast
+        if fast:
+            # The decode group's members lead the decodes (``_schedule``) and each sampled
+            # its last token at ``_group_time``: their gaps are one value, in their order.
+            self.gaps.one.extend(repeat(now - self._group_time, fast))
+            for r in decodes if fast == num_decodes else decodes[:fast]:
+                r.num_computed_tokens += 1
+                r.num_output_tokens = o = r.num_output_tokens + 1
+                r.last_token_time = now
+                if o >= r.max_output_tokens:
+                    finish(r, now)
+                    finished(r)
+            j = fast
+        fast_done = len(done)  # (the group's members that finished lead ``done``)
         while True:
             end = places[k] if k < num_chunks else num_decodes
             if end > j:
@@ -740,7 +818,7 @@ class EngineSim:
                     r.last_token_time = now
                     if o >= r.max_output_tokens:
                         finish(r, now)
-                        any_finished = True
+                        finished(r)
                 j = end
             if k == num_chunks:
                 break
@@ -762,12 +840,45 @@ class EngineSim:
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
                     finish(r, now)
-                    any_finished = True
-        if any_finished:  # (a finished request is past its prompt)
+                    finished(r)
+        # The next step's decode group (``_group``): this step's first streak of decodes,
+        # running[:places[0]] (the streak starts at running[0]), less those that finished;
+        # none after a preemption (the running list moved) or under priority.
+        # Its members by residue (``_buckets``) and their computed tokens (``_group_ctx``)
+        # follow it: kept from the last step's when this one took the group at once (its
+        # finished members out, the rest of the streak in), else made again.
+        g = self._gstep = self._gstep + 1
+        group = (decodes if not num_chunks else decodes[:places[0]]) if (
+            not preempted and not self.by_priority) else []
+        bs = self.block_size
+        if fast and group:
+            buckets = self._buckets
+            assert buckets is not None  # (made by _schedule, which took the group)
+            ctx = self._group_ctx + fast
+            for r in done[:fast_done]:
+                c = r.num_computed_tokens
+                buckets[(c - g) % bs].remove(r)
+                ctx -= c
+            for r in islice(group, fast, None):
+                if r.is_running:
+                    c = r.num_computed_tokens
+                    buckets[(c - g) % bs].append(r)
+                    ctx += c
+            self._group_ctx = ctx
+        if done:  # (each scheduled, so running once; past its prompt)
             running = self.running
-            n_before = len(running)
-            running[:] = [r for r in running if r.is_running]
-            self._past_prompt -= n_before - len(running)
+            for r in done:
+                running.remove(r)  # (by identity, in C: the rest keep their order)
+            self._past_prompt -= len(done)
+            if group is decodes:
+                group = group[:]
+            for r in done:
+                if r in group:
+                    group.remove(r)
+        if not fast:
+            self._buckets = None  # (made when first used: _schedule)
+        self._group = group
+        self._group_time = now
         if self.record_steps:
             used = (self.total_blocks - self.pool.free) if self.total_blocks is not None else 0
             self.steps.append(StepTrace(
@@ -833,6 +944,8 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
             places[:] = [x - 1 if x > k else x for x in places]  # the decodes before each
             return 1
     return 0
+
+
 
 
 def _priority_rank(r: SimRequest) -> tuple[int, float]:

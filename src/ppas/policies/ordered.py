@@ -174,6 +174,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from ppas.core.config import require
@@ -270,6 +271,7 @@ class Ordered(Policy):
         self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
         self._knee: int | None = None  # the budget at every step, where it is fixed
         self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
+        self._just: dict[int, Decision] = {}  # Decision(budget), no order, by budget
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -444,7 +446,9 @@ class Ordered(Policy):
         reqs = view.requests
         n_req = len(reqs)
         n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
-        if not (0 <= n_running <= n_req and (n_running == 0 or reqs[n_running - 1].is_running)
+        # (the running requests, sliced once: a view's requests may be a lazy sequence)
+        run = reqs[:n_running] if n_running > 0 else ()
+        if not (0 <= n_running <= n_req and (n_running == 0 or run[-1].is_running)
                 and (n_running == n_req or not reqs[n_running].is_running)):
             n_running = 0  # the log could not be followed: read the queue again
             for r in reqs:
@@ -452,31 +456,34 @@ class Ordered(Policy):
                     break
                 n_running += 1
             idx.rebuild(view, log, n_running)
+            run = reqs[:n_running]
         items: list[_Item] | None = None
+        just = self._just  # Decision(budget) by budget (a Decision is immutable)
         if self._knee is not None and cfg.kv_ratio <= 0:
-            k, now = cfg.aging, view.now
             left = view.num_pending_prefills - (n_req - n_running)  # running prompts
-            items = []
+            prompts: list[RequestView] = []
             running_left = 0
             if left > 0:
                 for j in range(n_running - 1, -1, -1):
-                    r = reqs[j]
+                    r = run[j]
                     c, p = r.num_computed_tokens, r.prompt_tokens
                     if c < p:
-                        items.append(_item(0, r, True, solo, k, now))
+                        prompts.append(r)
                         running_left += p - c
                         left -= 1
                         if not left:
                             break
             budget, slots = self._knee, 1 << 30
             if left:  # the counts disagree with the requests: read them one by one
-                items = None
+                pass
             elif n_running and running_left >= budget:
-                return Decision(budget)  # the running prompts take it all: none admitted
+                d = just.get(budget)  # the running prompts take it all: none admitted
+                return d if d is not None else just.setdefault(budget, Decision(budget))
             else:
-                held = 0
-                for r in reqs[:n_running]:
-                    held += r.prompt_tokens + r.max_output_tokens
+                k, now = cfg.aging, view.now
+                items = [_item(0, r, True, solo, k, now) for r in prompts]
+                # (the footprints prompt + outputs of the running requests, summed in C)
+                held = sum(map(_prompt_tokens, run)) + sum(map(_max_output_tokens, run))
                 room = ((self.kv_capacity if self.kv_capacity is not None else 0)
                         - held - SLACK * n_running)
         if items is None:
@@ -488,7 +495,9 @@ class Ordered(Policy):
             if running_left >= budget:
                 return Decision(budget)  # the running prompts take it all: none admitted
             if slots <= 0 or (kv and room < idx.min_footprint(room) + SLACK):
-                return Decision(running_left)  # no waiting request fits: none admitted
+                d = just.get(running_left)  # no waiting request fits: none admitted
+                return d if d is not None else just.setdefault(running_left,
+                                                               Decision(running_left))
         idx.promote(view.now)
         newest = _overdue_prefix(items, idx.newest_overdue()) if cfg.overdue_prefix else -math.inf
         items.sort()
@@ -645,7 +654,10 @@ class Ordered(Policy):
         if c is None:
             costs = self.costs
             assert costs is not None
-            knee = self.chunk(0, 0)
+            knee = self.chunk(0, 0) if self._idle_knee is None else self._idle_knee
+            if knee >= self.sat_chunks[-1]:
+                c = self._idle[prompt_tokens] = knee  # (no candidate above the knee)
+                return c
             p = RequestSnapshot("solo", 0.0, max(1, prompt_tokens))
             v = SchedulerView(0.0, (p,), 1, 0, self.max_num_batched_tokens, 1)
             c = self._idle[prompt_tokens] = self.saturation_chunk(v, knee, False, 0.0)
@@ -663,6 +675,9 @@ def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
             best_c, best_j = c, j
     return best_c
 
+
+_prompt_tokens = attrgetter("prompt_tokens")
+_max_output_tokens = attrgetter("max_output_tokens")
 
 #: One pending prompt: (sort key, id, running, uncached tokens left, footprint).
 _Item = tuple[tuple[int, float, float, str], str, bool, int, int]
