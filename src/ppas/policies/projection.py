@@ -345,23 +345,25 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
             n_dec -= 1
             ctx_sum -= ctx
             total += t
-        for h in range(first, head):  # completed prompts emit their first token, decode
-            _, end, o = queue[h]
-            if o <= 1:
-                total += t
-            else:
-                heappush(spawned, (step + o - 1, end))
-                n_dec += 1
-                ctx_sum += end
-        if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's last
-            t_pf, fill_end = t, step + fill_n  # step: the tail's prefill goes on from it
+        if head > first:
+            for h in range(first, head):  # completed prompts emit their first token, decode
+                _, end, o = queue[h]
+                if o <= 1:
+                    total += t
+                else:
+                    heappush(spawned, (step + o - 1, end))
+                    n_dec += 1
+                    ctx_sum += end
+            if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's
+                t_pf, fill_end = t, step + fill_n  # last step: the tail's prefill goes on
         # Every request still in the system finishes at >= t: a lower bound on the sum
-        # (and on the tail's: ``Tail``).
-        low = (total + (n_dec + nq - head) * t) * scale + coef * (t if head < nq else t_pf)
+        # (and on the tail's: ``Tail``, with ``t_pf`` >= t while a prompt is left).
+        t_low = t if head < nq else t_pf
+        low = (total + (n_dec + nq - head) * t) * scale + coef * t_low
         if low > stop_above:
             return INF
         if wait_bound and rate_half:  # ... and on the next arrivals' wait (docstring)
-            busy_low = t - lag + busy * (t if head < nq else t_pf)
+            busy_low = t - lag + busy * t_low
             if (low + rate_half * busy_low * busy_low) * WAIT_MARGIN > stop_above:
                 return INF
     return total * scale + coef * t_pf + arrivals_wait(arrival_rate, t - lag + tail.busy * t_pf)
