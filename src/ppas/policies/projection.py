@@ -189,8 +189,9 @@ def horizon_work(view: SchedulerView, horizon: int
         left = r.max_output_tokens - r.num_output_tokens
         computed, prompt = r.num_computed_tokens, r.prompt_tokens
         if not running or computed < prompt:  # is_pending_prefill(r), inlined
-            prompts.append((min(computed + r.num_cached_tokens, prompt - 1), prompt,
-                            max(1, left)))
+            done = computed + r.num_cached_tokens  # min(done, prompt - 1), max(1, left)
+            prompts.append((done if done < prompt else prompt - 1, prompt,
+                            left if left > 1 else 1))
             n_prompts += 1
         elif left > 0:
             decodes.append((left, computed))
