@@ -259,7 +259,7 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     smallest sum) is the same as without it."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
-    memo = costs._points.get  # point's memo, read first (point fills it: the same floats)
+    memo = costs.points.get  # point's memo, read first (point fills it: the same floats)
     pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
     pa_b, pb_b = point(b) if b > 0 else (0.0, 0.0)
     nq = len(queue)
