@@ -628,3 +628,78 @@ def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
     res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
     assert all(r.finish_time is not None for r in res.requests)
     assert long_queue[0] > 100 and differ[0] > 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(queue=st.lists(prompt_st, max_size=30),
+       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
+       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
+       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       cut=st.floats(0.5, 1.5), rate=st.floats(0.0, 50.0), n_tail=st.integers(0, 5000))
+def test_the_wait_bound_cuts_only_candidates_above_the_bound(queue, decs, a, b, limit, cut,
+                                                             rate, n_tail) -> None:
+    # ``wait_bound`` (the arrivals' wait in the loop's bound): a candidate is cut (inf) only
+    # where its whole sum exceeds the bound, otherwise the same float; and it cuts at least
+    # what the bound without it cuts. The loop, the arrays' walks after the decodes run out,
+    # with and without a tail.
+    decs = sorted(decs)
+    tail = _tail(n_tail, queue, decs)
+    full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit, tail=tail)
+    bound = full * cut
+    plain = project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit, tail=tail)
+    got = project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit, tail=tail,
+                  wait_bound=True)
+    assert got == full or (got == float("inf") and full > bound)
+    assert plain != float("inf") or got == float("inf")
+    if a > 0 and decs and queue:
+        ctx = sum(c for _, c in decs)
+        runs = stream_runs(PROJ_COSTS, (a,), b, queue, decs, rate, ctx, Stream(queue, decs),
+                           tail, wait_bound=True)
+        full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
+        bound = full * cut
+        got = runs[a].finish(bound)
+        assert got == full or (got == float("inf") and full > bound)
+
+
+@pytest.mark.parametrize("spec", ["predictive", "predictive:horizon=6",
+                                  "predictive:horizon=0,prune_limits=false"])
+def test_the_wait_bound_makes_the_same_decision_at_every_step(
+        spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random bursty runs, long queues: every decision with the arrivals' wait in the
+    # pruning bound is the one without it, and the bound does cut projections.
+    import ppas.policies.predictive as predictive_mod
+    import ppas.policies.projection as projection_mod
+    from ppas.engine.simulator import EngineConfig, simulate
+    from ppas.workload import RequestSpec
+
+    rng = random.Random(spec)
+    t, specs = 0.0, []
+    for _ in range(160):
+        t += rng.expovariate(6.0)
+        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
+                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    fast, slow = make_policy(spec), make_policy(spec)
+    fast.bind_cost_model(CM)
+    slow.bind_cost_model(CM)
+    walk = projection_mod._walk
+    cut = [0, 0]  # walks cut (inf) without / with the wait bound
+
+    def counted(*args, **kw):  # type: ignore[no-untyped-def]
+        j = walk(*args, **kw)
+        cut[bool(kw.get("wait_bound"))] += j == float("inf")
+        return j
+
+    monkeypatch.setattr(projection_mod, "_walk", counted)
+
+    class Both(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            monkeypatch.setattr(predictive_mod, "WAIT_BOUND", False)
+            want = slow.decide(v)
+            monkeypatch.setattr(predictive_mod, "WAIT_BOUND", True)
+            assert fast.decide(v) == want
+            return want
+
+    both = Both(fast.config)
+    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
+    assert all(r.finish_time is not None for r in res.requests)
+    assert cut[1] > cut[0]  # the wait bound cut more walks than the plain bound

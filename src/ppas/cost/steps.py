@@ -88,7 +88,7 @@ class StepCosts:
         self._a = [st(shape(n, 0)) for n in ns]
         self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
-        self._points: dict[int, tuple[float, float]] = {}  # point(n), memoised
+        self.points: dict[int, tuple[float, float]] = {}  # point(n), memoised (read-only outside)
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -117,9 +117,9 @@ class StepCosts:
     def point(self, n: int) -> tuple[float, float]:
         """(A(n), beta(n)) of the module docstring, memoised (``predictive`` asks for the
         same few token counts at every step)."""
-        p = self._points.get(n)
+        p = self.points.get(n)
         if p is None:
-            p = self._points[n] = self._point(n)
+            p = self.points[n] = self._point(n)
         return p
 
     def step_time(self, n: int, pairs: float) -> float:

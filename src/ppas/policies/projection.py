@@ -178,17 +178,23 @@ def horizon_work(view: SchedulerView, horizon: int
     prompts: list[Prompt] = []
     decodes: list[Decode] = []
     oldest = INF
+    n_prompts = 0  # len(prompts)
     for r in view.requests:
-        if r.arrival_time < oldest:
-            oldest = r.arrival_time
-        if not r.is_running and len(prompts) >= horizon:
+        arrival = r.arrival_time
+        if arrival < oldest:
+            oldest = arrival
+        running = r.is_running
+        if not running and n_prompts >= horizon:
             break  # the waiting ones past the horizon: counted, not read
         left = r.max_output_tokens - r.num_output_tokens
-        if is_pending_prefill(r):
-            prompts.append((min(r.num_computed_tokens + r.num_cached_tokens,
-                                r.prompt_tokens - 1), r.prompt_tokens, max(1, left)))
+        computed, prompt = r.num_computed_tokens, r.prompt_tokens
+        if not running or computed < prompt:  # is_pending_prefill(r), inlined
+            done = computed + r.num_cached_tokens  # min(done, prompt - 1), max(1, left)
+            prompts.append((done if done < prompt else prompt - 1, prompt,
+                            left if left > 1 else 1))
+            n_prompts += 1
         elif left > 0:
-            decodes.append((left, r.num_computed_tokens))
+            decodes.append((left, computed))
     n = len(view.requests)
     span = view.now - oldest
     rate = (n - 2) / span if n >= 3 and span > 0 else 0.0
@@ -198,7 +204,7 @@ def horizon_work(view: SchedulerView, horizon: int
 def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[Decode],
             stop_above: float = float("inf"), arrival_rate: float = 0.0,
             limit: int = NO_LIMIT, ctx_total: int | None = None,
-            tail: Tail = NO_TAIL) -> float:
+            tail: Tail = NO_TAIL, wait_bound: bool = False) -> float:
     """Sum of predicted completion times (seconds from now) of every request when the
     prefill budget is ``a`` while any decode runs and ``b`` otherwise, and at most
     ``limit`` requests run at once. Returns ``inf`` as soon as a lower bound of the sum
@@ -220,27 +226,40 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     A constant budget (no ``limit``, ``a > 0``, decodes running) over a long queue goes
     through ``project_stream``, the same iterations computed as arrays (the same floats);
     everything else through the loop below. ``tail``: the pending prompts past ``queue``
-    (``Tail``), added in closed form."""
+    (``Tail``), added in closed form. ``wait_bound``: the loop's bound also counts the
+    next arrivals' wait (``_walk``), so more candidates that cannot win stop early (the
+    same sum when none is pruned; the array path ignores it)."""
     ini = sorted(decs)
     ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
     if a > 0 and ini and limit == NO_LIMIT and len(queue) >= STREAM_MIN_PROMPTS:
         return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum,
                               tail=tail)
     return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit,
-                 tail=tail)
+                 tail=tail, wait_bound=wait_bound)
 
 
 def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decode],
           ctx_sum: int, stop_above: float, arrival_rate: float, limit: int,
           step: int = 0, t: float = 0.0, total: float = 0.0, head: int = 0,
-          pos: int | None = None, tail: Tail = NO_TAIL, t_pf: float = -1.0) -> float:
+          pos: int | None = None, tail: Tail = NO_TAIL, t_pf: float = -1.0,
+          wait_bound: bool = False) -> float:
     """``project``'s event loop from a state: ``step`` steps done in ``t`` seconds, the
     completion times so far summing to ``total``, prompts before ``head`` done, the head
     at ``pos`` (default: its computed tokens), the decodes ``ini`` (sorted by end step,
     their context summing to ``ctx_sum``) running; ``t_pf``: when the last prompt
-    completed (when ``head`` is already past the queue)."""
+    completed (when ``head`` is already past the queue).
+
+    ``wait_bound``: the bound also counts the next arrivals' wait, ``arrivals_wait`` of
+    the busy period so far: ``t - lag`` (the loop's time without the tail's fill, which
+    only grows: each iteration adds its ``bare`` duration or a prefill's, all >= 0) plus
+    ``busy`` times ``t_pf`` (>= ``t`` while a prompt is left), so it is at most the
+    returned sum's last term, and the sum is still >= the bound. In floats the two
+    differ from the reals by a few ulps per iteration, far below ``WAIT_MARGIN``: a
+    candidate is cut only if its sum exceeds ``stop_above``, so the caller's choice (the
+    smallest sum) is the same as without it."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
+    memo = costs.points.get  # point's memo, read first (point fills it: the same floats)
     pa_a, pb_a = point(a) if a > 0 else (0.0, 0.0)  # (A, beta) of the two budgets
     pa_b, pb_b = point(b) if b > 0 else (0.0, 0.0)
     nq = len(queue)
@@ -253,7 +272,8 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     n_dec = ni
     if pos is None:  # prompts before head are done
         pos = queue[head][0] if head < nq else 0
-    scale, coef = tail.scale, tail.coef
+    scale, coef, busy = tail.scale, tail.coef, tail.busy
+    rate_half = 0.5 * arrival_rate  # arrivals_wait(rate, x) = rate_half * x * x
     fill_n, fill = tail.fill(costs, a)
     lag = 0.0  # the time the tail's prefill has added so far
     fill_end = -1  # the step up to which the tail's prefill keeps the budget busy
@@ -310,7 +330,8 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
                     head += 1
                     pos = queue[head][0] if head < nq else 0
             if n_tok != budget:  # step_time(n_tok, pairs) (point is memoised: same floats)
-                pa, pb = point(n_tok)
+                p = memo(n_tok)
+                pa, pb = p if p is not None else point(n_tok)
             pre += pa + pb * (pairs - n_tok * (0 + (n_tok + 1) / 2))
             dur = pre + k * (n_dec * ride + kv * ctx_sum)
         step += k
@@ -325,24 +346,33 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
             n_dec -= 1
             ctx_sum -= ctx
             total += t
-        for h in range(first, head):  # completed prompts emit their first token, decode
-            _, end, o = queue[h]
-            if o <= 1:
-                total += t
-            else:
-                heappush(spawned, (step + o - 1, end))
-                n_dec += 1
-                ctx_sum += end
-        if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's last
-            t_pf, fill_end = t, step + fill_n  # step: the tail's prefill goes on from it
+        if head > first:
+            for h in range(first, head):  # completed prompts emit their first token, decode
+                _, end, o = queue[h]
+                if o <= 1:
+                    total += t
+                else:
+                    heappush(spawned, (step + o - 1, end))
+                    n_dec += 1
+                    ctx_sum += end
+            if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's
+                t_pf, fill_end = t, step + fill_n  # last step: the tail's prefill goes on
         # Every request still in the system finishes at >= t: a lower bound on the sum
-        # (and on the tail's: ``Tail``).
-        if ((total + (n_dec + nq - head) * t) * scale + coef * (t if head < nq else t_pf)
-                > stop_above):
+        # (and on the tail's: ``Tail``, with ``t_pf`` >= t while a prompt is left).
+        t_low = t if head < nq else t_pf
+        low = (total + (n_dec + nq - head) * t) * scale + coef * t_low
+        if low > stop_above:
             return INF
+        if wait_bound and rate_half:  # ... and on the next arrivals' wait (docstring)
+            busy_low = t - lag + busy * t_low
+            if (low + rate_half * busy_low * busy_low) * WAIT_MARGIN > stop_above:
+                return INF
     return total * scale + coef * t_pf + arrivals_wait(arrival_rate, t - lag + tail.busy * t_pf)
 
 
+#: ``_walk``'s bound with the arrivals' wait is shrunk by this factor before it is compared
+#: (relative rounding of a loop's floats: about 1e-16 per addition; ``wait_bound``).
+WAIT_MARGIN = 1.0 - 1e-9
 #: ``project`` takes the array path (``project_stream``) from this many pending prompts:
 #: below, the loop is cheaper than the arrays' fixed cost (both give the same floats).
 STREAM_MIN_PROMPTS = 24
@@ -428,7 +458,8 @@ def project_stream(costs: StepCosts, a: int, b: int, queue: list[Prompt],
 
 def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[Prompt],
                 ini: list[Decode], arrival_rate: float, ctx_sum: int,
-                s: Stream, tail: Tail = NO_TAIL) -> dict[int, StreamRun]:
+                s: Stream, tail: Tail = NO_TAIL, wait_bound: bool = False
+                ) -> dict[int, StreamRun]:
     """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
     ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
     once (one row each), with the loop's floats.
@@ -449,14 +480,16 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     from that state (no decode running then, so the state is five numbers):
     ``StreamRun.walk``. Budgets whose causal pairs might not be exact integers
     (``Stream.exact``) run the loop. ``tail``: as the loop's (``Tail``), in the same
-    expressions (the time of each row's last completion read off ``t``)."""
+    expressions (the time of each row's last completion read off ``t``). ``wait_bound``:
+    the loop's (``_walk``), for the walks alone (a row's own bound is the loop's without
+    it)."""
     out: dict[int, StreamRun] = {}
     rows = tuple(a for a in budgets if s.exact(a))
     for a in budgets:
         if a not in rows:
             out[a] = StreamRun(0.0, -INF, partial(_walk, costs, a, b, queue, ini, ctx_sum,
                                                   arrival_rate=arrival_rate, limit=NO_LIMIT,
-                                                  tail=tail))
+                                                  tail=tail, wait_bound=wait_bound))
     if not rows:
         return out
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
@@ -546,7 +579,8 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
             out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
                 _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
                 limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
-                total=float(total[r, i]), head=h, pos=pos_h, tail=tail))
+                total=float(total[r, i]), head=h, pos=pos_h, tail=tail,
+                wait_bound=wait_bound))
         else:
             tp, te = float(t_pf[r]), float(t[r, i]) - float(lag[r, i])
             out[a_r] = StreamRun(float(total[r, i]) * scale + coef * tp
