@@ -15,6 +15,7 @@ from ppas.cost.base import StepShape
 from ppas.cost.fitted import FittedCostModel
 from ppas.cost.roofline import RooflineCostModel
 from ppas.cost.steps import StepCosts
+from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
@@ -29,8 +30,27 @@ from ppas.policies.projection import (
     project_stream,
     stream_runs,
 )
+from ppas.workload import RequestSpec
 
 CM = RooflineCostModel("rtx5090", "qwen2.5-3b")
+
+
+def bursty_specs(seed: object) -> list[RequestSpec]:
+    """160 requests at 6/s, short and long prompts (up to 30k), short and long outputs:
+    queues long enough for the array path and the horizon."""
+    rng = random.Random(seed)
+    t, specs = 0.0, []
+    for _ in range(160):
+        t += rng.expovariate(6.0)
+        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
+                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    return specs
+
+
+def run_to_the_end(specs: list[RequestSpec], policy: Predictive) -> None:
+    """Simulates ``specs`` under ``policy`` (32k context); every request must finish."""
+    res = simulate(specs, policy, CM, EngineConfig(max_model_len=32768))
+    assert all(r.finish_time is not None for r in res.requests)
 
 
 def test_predictive_no_decodes_and_empty_view_take_c_max() -> None:
@@ -446,15 +466,7 @@ def test_predictive_array_path_makes_the_loops_decision_at_every_step(
     # budgets projected as arrays (every queue length) is the one of the loop alone.
     import ppas.policies.predictive as predictive_mod
     import ppas.policies.projection as projection_mod
-    from ppas.engine.simulator import EngineConfig, simulate
-    from ppas.workload import RequestSpec
-
-    rng = random.Random(seed)
-    t, specs = 0.0, []
-    for _ in range(160):
-        t += rng.expovariate(6.0)
-        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
-                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    specs = bursty_specs(seed)
     fast = make_policy("predictive")
     slow = make_policy("predictive")
     fast.bind_cost_model(CM)
@@ -474,8 +486,7 @@ def test_predictive_array_path_makes_the_loops_decision_at_every_step(
             return got
 
     both = Both(fast.config)
-    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
-    assert all(r.finish_time is not None for r in res.requests)
+    run_to_the_end(specs, both)
     assert decided[1] > 100  # the array path was taken, many times
 
 
@@ -601,15 +612,7 @@ def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
     # horizon=0 projects the whole queue (the decisions before the horizon existed); a
     # horizon no queue reaches has no tail and must decide the same at every step, and a
     # short one must differ somewhere on these long queues (the test can fail both ways).
-    from ppas.engine.simulator import EngineConfig, simulate
-    from ppas.workload import RequestSpec
-
-    rng = random.Random(seed)
-    t, specs = 0.0, []
-    for _ in range(160):
-        t += rng.expovariate(6.0)
-        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
-                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    specs = bursty_specs(seed)
     pols = [make_policy(f"predictive:horizon={h}") for h in (0, 10**6, 4)]
     for q in pols:
         q.bind_cost_model(CM)
@@ -625,8 +628,7 @@ def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
             return want
 
     both = Both(whole.config)
-    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
-    assert all(r.finish_time is not None for r in res.requests)
+    run_to_the_end(specs, both)
     assert long_queue[0] > 100 and differ[0] > 0
 
 
@@ -669,15 +671,7 @@ def test_the_wait_bound_makes_the_same_decision_at_every_step(
     # pruning bound is the one without it, and the bound does cut projections.
     import ppas.policies.predictive as predictive_mod
     import ppas.policies.projection as projection_mod
-    from ppas.engine.simulator import EngineConfig, simulate
-    from ppas.workload import RequestSpec
-
-    rng = random.Random(spec)
-    t, specs = 0.0, []
-    for _ in range(160):
-        t += rng.expovariate(6.0)
-        specs.append(RequestSpec(t, rng.choice((rng.randint(16, 2000), rng.randint(1, 30000))),
-                                 rng.choice((1, 2, rng.randint(1, 400)))))
+    specs = bursty_specs(spec)
     fast, slow = make_policy(spec), make_policy(spec)
     fast.bind_cost_model(CM)
     slow.bind_cost_model(CM)
@@ -700,6 +694,5 @@ def test_the_wait_bound_makes_the_same_decision_at_every_step(
             return want
 
     both = Both(fast.config)
-    res = simulate(specs, both, CM, EngineConfig(max_model_len=32768))
-    assert all(r.finish_time is not None for r in res.requests)
+    run_to_the_end(specs, both)
     assert cut[1] > cut[0]  # the wait bound cut more walks than the plain bound
