@@ -425,31 +425,6 @@ def test_of_the_limits_the_decodes_fill_only_the_largest_is_projected() -> None:
             assert p.decide(v).prefill_budget == min(scores, key=lambda a: scores[a])
 
 
-@settings(max_examples=300, deadline=None)
-@given(queue=st.lists(prompt_st, min_size=1, max_size=40),
-       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), min_size=1,
-                     max_size=40),
-       budgets=st.lists(st.sampled_from((1, 3, 512, 1000, 2048, 8192, 16384, 32768)),
-                        min_size=1, max_size=8, unique=True),
-       b=st.sampled_from((512, 4096, 32768)), cut=st.floats(0.0, 2.0),
-       rate=st.floats(0.0, 5.0))
-def test_stream_projection_gives_the_loops_floats(queue, decs, budgets, b, cut,
-                                                   rate) -> None:
-    # The constant budgets as arrays, all at once: bit-identical sums, with and without
-    # a pruning bound (so identical decisions), also where the decodes run out.
-    decs = sorted(decs)
-    runs = stream_runs(PROJ_COSTS, tuple(budgets), b, queue, decs, rate,
-                       sum(c for _, c in decs), Stream(queue, decs))
-    for a in budgets:
-        full = reference_project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate)
-        assert runs[a].finish() == full
-        bound = full * cut
-        assert runs[a].finish(bound) == reference_project(PROJ_COSTS, a, b, queue, decs,
-                                                          bound, rate)
-        assert project_stream(PROJ_COSTS, a, b, queue, decs, bound, rate,
-                              sum(c for _, c in decs)) == runs[a].finish(bound)
-
-
 def test_stream_projection_falls_back_to_the_loop_past_exact_integers() -> None:
     # Causal-pair sums past 2**53 would not be exact in floats: the loop runs instead.
     queue = [(0, 1 << 40, 2)]
@@ -533,13 +508,15 @@ def test_projection_with_a_tail_gives_the_reference_floats_and_a_valid_bound(
        budgets=st.lists(st.sampled_from((1, 3, 512, 1000, 2048, 8192, 16384, 32768)),
                         min_size=1, max_size=8, unique=True),
        b=st.sampled_from((512, 4096, 32768)), cut=st.floats(0.0, 2.0),
-       rate=st.floats(0.0, 5.0), n_tail=st.integers(0, 5000))
-def test_stream_projection_with_a_tail_gives_the_loops_floats(queue, decs, budgets, b, cut,
-                                                               rate, n_tail) -> None:
-    # The arrays and the loop agree bit for bit with the tail too (the time of each row's
-    # last completion read off the arrays, or the walk's where the decodes run out).
+       rate=st.floats(0.0, 5.0), n_tail=st.none() | st.integers(0, 5000))
+def test_stream_projection_gives_the_loops_floats(queue, decs, budgets, b, cut, rate,
+                                                   n_tail) -> None:
+    # The constant budgets as arrays, all at once: bit-identical sums to the loop's, with
+    # and without a pruning bound (so identical decisions), also where the decodes run
+    # out, with no tail (None) and with one (the time of each row's last completion read
+    # off the arrays, or the walk's).
     decs = sorted(decs)
-    tail = _tail(n_tail, queue, decs)
+    tail = NO_TAIL if n_tail is None else _tail(n_tail, queue, decs)
     ctx = sum(c for _, c in decs)
     runs = stream_runs(PROJ_COSTS, tuple(budgets), b, queue, decs, rate, ctx,
                        Stream(queue, decs), tail)
@@ -551,6 +528,8 @@ def test_stream_projection_with_a_tail_gives_the_loops_floats(queue, decs, budge
                                                           bound, rate, tail=tail)
         assert project(PROJ_COSTS, a, b, queue, decs, bound, rate, tail=tail) == runs[
             a].finish(bound)
+        assert project_stream(PROJ_COSTS, a, b, queue, decs, bound, rate, ctx,
+                              tail=tail) == runs[a].finish(bound)
 
 
 class _Head(list):  # type: ignore[type-arg]
