@@ -55,21 +55,23 @@ def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = bench("trace_speed.py", "--azure", str(data / "azure-2023-code-head.csv"),
                  "--mooncake", str(data / "mooncake-synthetic-slice.jsonl"),
-                 "--configs", "mbt:2048,ppas", "--overload", "3", "--hour-configs", "mbt:2048",
-                 "--json", str(out))
+                 "--configs", "mbt:2048,predictive", "--overload", "3",
+                 "--hour-configs", "mbt:2048", "--split", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
     assert [(r["trace"], r["config"]) for r in rows] == [
         (t, c) for t in ("azure-code 1h", "azure-code 1h x3", "mooncake", "mooncake x3")
-        for c in ("mbt:2048", "ppas")] + [("mooncake x3 1h tiled", "mbt:2048")]
+        for c in ("mbt:2048", "predictive")] + [("mooncake x3 1h tiled", "mbt:2048")]
     tiled = rows[-1]  # the slice repeated back to back up to an hour of arrivals
     assert tiled["requests"] > rows[-2]["requests"] and tiled["span_s"] <= 3600
     for r in rows:
         assert r["wall_s_per_hour"] == r["wall_s"] * 3600 / r["span_s"]
         assert r["cpu_s_per_hour"] == r["cpu_s"] * 3600 / r["span_s"]
         assert r["avg_latency"] > 0 and r["target_s_per_hour"] == 10
+        assert 0 <= r["policy_cpu_s"] <= r["cpu_s"] + 1e-3  # --split: the policy's share
+    assert all(r["policy_cpu_s"] > 0 for r in rows if r["config"] == "predictive")
     assert abs(rows[2]["span_s"] * 3 - rows[0]["span_s"]) < 1e-6  # x3: a third of the span
-    assert "bar" in proc.stdout.splitlines()[2]
+    assert "bar" in proc.stdout.splitlines()[2] and "policy s/h" in proc.stdout.splitlines()[2]
     proc = bench("trace_speed.py", "--azure", str(tmp_path / "missing.csv"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
@@ -87,3 +89,24 @@ def test_step_breakdown_terms_add_up_and_name_the_dominant_one(tmp_path: Path) -
         assert res["per_layer_overhead"][budget] < g["mean_e2e_s"]
     bad = bench("step_breakdown.py", "--models", "gpt-9")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_predictive_cost_splits_the_decision_time(tmp_path: Path) -> None:
+    """benchmarks/predictive_cost.py: decisions, projections and the engine's share add up;
+    a config that is not predictive is one line, exit 2."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "c.json"
+    proc = bench("predictive_cost.py", "--trace", str(data / "mooncake-synthetic-slice.jsonl"),
+                 "--configs", "predictive;predictive:replan=8", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [r["config"] for r in rows] == ["predictive", "predictive:replan=8"]
+    for r in rows:
+        assert 0 < r["projections"] <= r["decisions"] and r["reads"] >= r["projections"]
+        assert 0 < r["project_s"] <= r["decide_s"] <= r["cpu_s"] + 1e-3
+        assert r["engine_s"] == r["cpu_s"] - r["decide_s"]
+    assert rows[1]["projections"] < rows[0]["projections"]  # replanning projects less
+    proc = bench("predictive_cost.py", "--trace", str(data / "mooncake-synthetic-slice.jsonl"),
+                 "--configs", "mbt:2048")
+    assert proc.returncode == 2 and "not a predictive config" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_views import dec, guarded, pre, view, wait
 
+from ppas.core.decision import Decision
 from ppas.core.view import RequestSnapshot, SchedulerView
 from ppas.cost.base import StepShape
 from ppas.cost.fitted import FittedCostModel
@@ -18,7 +19,12 @@ from ppas.cost.steps import StepCosts
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
-from ppas.policies.predictive import Predictive, kv_admission_cap, limit_budget
+from ppas.policies.predictive import (
+    Predictive,
+    head_prompt,
+    kv_admission_cap,
+    limit_budget,
+)
 from ppas.policies.projection import (
     NO_TAIL,
     Stream,
@@ -675,3 +681,96 @@ def test_the_wait_bound_makes_the_same_decision_at_every_step(
     both = Both(fast.config)
     run_to_the_end(specs, both)
     assert cut[1] > cut[0]  # the wait bound cut more walks than the plain bound
+
+
+@pytest.mark.parametrize("replan", [2, 5])
+def test_replanning_projects_once_in_k_and_follows_the_plan_between(
+        replan: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A decision that needs a projection projects when the last plan is used up (replan - 1
+    # followers) or the first pending prompt is not the one it was made for; otherwise it
+    # follows the last projection's plan as that projection steps it: its constant budget
+    # while decodes run (c_max when none), or its admission limit's budget on the queue
+    # now; the KV cap applies at every step. Every request finishes.
+    p = make_policy(f"predictive:replan={replan}")
+    assert isinstance(p, Predictive)
+    plan: list[tuple[int, int]] = []
+    project_now = p._project
+
+    def counted(v: SchedulerView) -> tuple[int, int]:
+        plan.append(project_now(v))
+        return plan[-1]
+
+    monkeypatch.setattr(p, "_project", counted)
+    seen = {"projected": 0, "followed": 0}
+    heads: list[str | None] = []
+
+    class Check(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            n_plans, left = len(plan), p._plan_left
+            got = p.decide(v).prefill_budget
+            assert 0 <= got <= p.config.c_max
+            cap = (got if p.kv_capacity is None or not v.num_pending_prefills else
+                   kv_admission_cap(v, p.kv_capacity, p.config.c_max))
+            head = head_prompt(v)
+            if len(plan) > n_plans:  # projected: the last plan used up, or a new head
+                assert left == 0 or head != heads[-1]
+                assert p._plan_left == replan - 1
+                heads.append(head)
+                seen["projected"] += 1
+                assert got == min(plan[-1][0], cap)
+            elif p._plan_left == left - 1:  # followed the last projection's plan
+                assert head == heads[-1]
+                seen["followed"] += 1
+                a, m = plan[-1]
+                queue, decs = pending_work(v)
+                want = (limit_budget(m, p.config.c_max, queue, len(decs)) if m else
+                        a if v.num_running_decodes else p.config.c_max)
+                assert got == min(want, cap)
+            else:  # no projection needed (nothing pending, nothing to stall, KV cap 0)
+                assert p._plan_left == left
+            return Decision(got)
+
+    check = Check(p.config)
+    check.bind_cost_model(CM)
+    p.bind_cost_model(CM)
+    run_to_the_end(bursty_specs(replan), check)
+    assert seen["projected"] > 20 and seen["followed"] > seen["projected"] * 0.3
+    assert seen["followed"] <= (replan - 1) * seen["projected"] - p._plan_left
+
+
+def test_a_followed_plan_steps_as_its_projection() -> None:
+    # Between projections: a constant budget while decodes run, c_max once none does; an
+    # admission limit's budget on the queue now, with or without decodes; a plan made
+    # for another head prompt, or used up, is projected again.
+    p = make_policy("predictive:replan=3")
+    assert isinstance(p, Predictive)
+    p.bind_cost_model(CM)
+    p.kv_capacity = None  # the plan alone
+    cm = p.config.c_max
+    busy = view([dec(0, out=3), pre(0), wait(1, prompt=300), wait(2, prompt=500)])
+    idle = view([pre(0), wait(1, prompt=300), wait(2, prompt=500), wait(3, prompt=700)])
+    assert head_prompt(busy) == head_prompt(idle) == "p0"
+    p._plan_budget, p._plan_limit, p._plan_left, p._plan_head = 2048, 0, 2, "p0"
+    assert p.decide(busy).prefill_budget == 2048 and p._plan_left == 1
+    assert p.decide(idle).prefill_budget == cm and p._plan_left == 0
+    p._plan_limit, p._plan_left = 3, 2
+    assert p.decide(busy).prefill_budget == (25000 - 4096) + 300  # two slots beside a decode
+    assert p.decide(idle).prefill_budget == min(cm, (25000 - 4096) + 300 + 500)  # three
+    assert p._plan_left == 0
+    p._plan_left, p._plan_head = 2, "w1"  # a plan made for another head: projects again
+    fresh = make_policy("predictive")
+    fresh.bind_cost_model(CM)
+    fresh.kv_capacity = None
+    assert p.decide(busy) == fresh.decide(busy) and p._plan_head == "p0"
+    assert p._plan_left == 2
+    p._plan_left = 0
+    assert p.decide(view([])).prefill_budget == cm and p._plan_left == 0  # no projection
+    assert p.decide(busy) == fresh.decide(busy) and p._plan_left == 2  # projected again
+
+
+def test_replan_one_is_the_per_step_policy() -> None:
+    specs = bursty_specs(7)
+    runs = [simulate(specs, make_policy(s), CM, EngineConfig(max_model_len=32768))
+            for s in ("predictive", "predictive:replan=1")]
+    assert [(r.first_token_time, r.finish_time) for r in runs[0].requests] == [
+        (r.first_token_time, r.finish_time) for r in runs[1].requests]

@@ -39,6 +39,20 @@ docs/results/trace-speed.md (mean E2E within 1.3% of the whole queue's on the 16
 ``benchmarks/predictive_quality.py``, P99 TPOT up to 84% higher on A100 / Mooncake; 64
 prompts: 1.1-1.6x cheaper, more often worse in P99 TPOT).
 
+Replanning (``replan``, 1 by default: every step). With ``replan = K`` a projection's plan
+is followed by up to ``K - 1`` of the decisions after it that need one, as long as the
+first pending prompt (``head_prompt``) is still the one it was made for: while that prompt
+is chunked the projection foresaw the steps, and a completed or new head is a new state,
+so it projects again. A followed plan steps as the projection stepped it: a constant
+budget ``a`` while any decode runs and ``c_max`` when none does, or an admission limit
+``m``, its budget recomputed from the queue at each step (``limit_budget``). Decisions
+that need no projection (nothing pending, nothing to stall, the KV cap at 0) are taken as
+before and do not count. Every step still passes through the KV cap. Invariant: a
+followed budget is one the plan's own projection would have taken in that state (so it is
+<= ``c_max``). It trades decisions for cost (the projection is 1-3 ms a step under
+overload; measured in docs/results/trace-speed.md, "Replanning"), as vLLM 0.33's
+``--prefill-schedule-interval`` schedules prefill only every N-th step.
+
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
 requests whose whole footprint fits beside the running ones' are admitted
@@ -103,6 +117,9 @@ class PredictiveConfig:
     * ``horizon``: the pending prompts projected exactly, in engine order; those past it
       enter as the closed-form tail (module doc), so a decision's cost does not grow with
       the queue. 0: the whole queue (the decisions before the horizon existed).
+    * ``replan``: a projection's plan is followed by up to ``replan - 1`` of the decisions
+      after it, while the first pending prompt stays the same (module doc:
+      "Replanning"). 1: every step projects (the per-step rule of P-PAS §3).
     """
 
     c_min: int = 512
@@ -110,8 +127,11 @@ class PredictiveConfig:
     max_active: int = 8
     prune_limits: bool = True
     horizon: int = 128
+    replan: int = 1
 
     def __post_init__(self) -> None:
+        require(self.replan >= 1, f"replan must be >= 1 (1: project every step), "
+                f"got {self.replan}")
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
                 f"got {self.max_active}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
@@ -132,6 +152,11 @@ class Predictive(Policy):
         self.limits = tuple(range(1, config.max_active + 1))
         self.costs: StepCosts | None = None
         self.kv_capacity: int | None = None
+        # Replanning (``replan`` > 1): the last projection's plan, an admission limit
+        # (``limit``, > 0) or a constant budget (``budget``, ``limit`` 0), and the
+        # decisions that may still follow it before the next projection.
+        self._plan_budget, self._plan_limit, self._plan_left = 0, 0, 0
+        self._plan_head: str | None = None  # the first pending prompt it was made for
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -140,6 +165,7 @@ class Predictive(Policy):
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         self.costs = None if cost_model is None else StepCosts(cost_model, self.chunks)
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
+        self._plan_left = 0  # a new engine: the first decision projects
 
     def decide(self, view: SchedulerView) -> Decision:
         capacity = self.kv_capacity
@@ -166,6 +192,33 @@ class Predictive(Policy):
         if view.num_pending_prefills == 0 or (view.num_running_decodes == 0 and not limits):
             # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
             return Decision(c_max)
+        head = head_prompt(view) if self.config.replan > 1 else None
+        if self._plan_left > 0 and head == self._plan_head:  # replanning: follow the plan
+            self._plan_left -= 1
+            return Decision(self._follow(view))
+        best_a, best_limit = self._project(view)
+        self._plan_budget, self._plan_limit = best_a, best_limit
+        self._plan_left, self._plan_head = self.config.replan - 1, head
+        return Decision(best_a)
+
+    def _follow(self, view: SchedulerView) -> int:
+        """The plan's budget now, as the projection that chose it steps: a constant budget
+        while any decode runs, ``c_max`` when none does; an admission limit's budget from
+        the queue now (``limit_budget`` on the first prompts, read off the view's head)."""
+        c_max = self.config.c_max
+        m = self._plan_limit
+        if not m:
+            return self._plan_budget if view.num_running_decodes else c_max
+        queue, decs, _, _ = horizon_work(view, m)
+        return limit_budget(m, c_max, queue, len(decs))
+
+    def _project(self, view: SchedulerView) -> tuple[int, int]:
+        """The candidates' projections: the best budget, and the admission limit it
+        applies (0: a constant budget)."""
+        costs = self.costs
+        assert costs is not None
+        c_max = self.config.c_max
+        limits = self.limits
         if self.config.horizon:
             queue, decs, n_tail, rate = horizon_work(view, self.config.horizon)
             tail = Tail.behind(queue, len(decs), n_tail)
@@ -186,7 +239,7 @@ class Predictive(Policy):
         if decs and len(queue) >= STREAM_MIN_PROMPTS:
             runs = stream_runs(costs, tuple(a for a in cands if a > 0), c_max, queue, decs,
                                rate, ctx, Stream(queue, decs), tail, WAIT_BOUND)
-        best_a, best_j = c_max, float("inf")
+        best_a, best_j, best_m = c_max, float("inf"), 0
         for a in cands:
             run = runs.get(a)
             j = (run.finish(best_j) if run is not None else
@@ -207,8 +260,17 @@ class Predictive(Policy):
             j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx, tail,
                         WAIT_BOUND)
             if j < best_j:
-                best_a, best_j = limit_budget(m, c_max, queue, len(decs)), j
-        return Decision(best_a)
+                best_a, best_j, best_m = limit_budget(m, c_max, queue, len(decs)), j, m
+        return best_a, best_m
+
+
+def head_prompt(view: SchedulerView) -> str | None:
+    """The request id of the first pending prompt in engine order (a running prefill, else
+    the first waiting request), None when none is pending. O(running)."""
+    for r in view.requests:
+        if not r.is_running or r.num_computed_tokens < r.prompt_tokens:
+            return r.request_id
+    return None
 
 
 def limit_budget(limit: int, c_max: int, queue: list[Prompt], num_decodes: int) -> int:
