@@ -18,6 +18,7 @@ from ppas.core.view import (
     StepRecord,
     WaitingLog,
     is_pending_prefill,
+    view_counts,
 )
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.result import SimResult
@@ -165,6 +166,71 @@ def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float) -> N
     keys = [r.prompt_tokens - min(r.num_computed_tokens + r.num_cached_tokens,
                                   r.prompt_tokens - 1) for r in fresh]
     assert keys == sorted(keys)  # the others: shortest remaining uncached prefill first
+
+
+def drain_time(p: Ordered, v: SchedulerView) -> float:
+    """T(t) of the drain floor, from its definition: every pending prompt's uncached
+    tokens prefilled alone in c_max-token steps (an independent sum of run_time steps)."""
+    assert p.costs is not None
+    c, total = p.config.c_max, 0.0
+    for r in v.requests:
+        if not is_pending_prefill(r):
+            continue
+        start = min(r.num_computed_tokens + r.num_cached_tokens, r.prompt_tokens - 1)
+        total += p.costs.prefill_time(c, start, r.prompt_tokens)
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(views(), st.sampled_from([0.5, 3.0, 30.0]), st.sampled_from([0.001, 0.5, 1.0, 4.0]))
+def test_drain_floor_bound_on_random_views(v: SchedulerView, k: float, drain: float) -> None:
+    """The drain floor (``drain=D``): overdue means waited both aging x s_i and D x T(t);
+    every request listed ahead of an overdue one is overdue and arrived no later, the rest
+    go shortest remaining prefill first; the budget is the rule's without the floor, and
+    D = 0 is the rule without it."""
+    p = ordered(f"ordered:aging={k:g},drain={drain:g}")
+    base = ordered(f"ordered:aging={k:g}")
+    assert ordered(f"ordered:aging={k:g},drain=0").decide(v) == base.decide(v)
+    floor = drain * drain_time(p, v)
+    assert p.drain_floor(v) == pytest.approx(floor, rel=1e-9, abs=1e-12)
+    d = p.decide(v)
+    assert d.prefill_budget == base.decide(v).prefill_budget or d.prefill_order is not None
+    if d.prefill_order is None:
+        return
+    pending = [r for r in v.requests if is_pending_prefill(r)]
+    assert sorted(d.prefill_order) == sorted(r.request_id for r in pending)
+    by_id = {r.request_id: r for r in pending}
+    listed = [by_id[i] for i in d.prefill_order]
+
+    def late(r: RequestSnapshot) -> bool:
+        return overdue(p, r, v.now) and v.now - r.arrival_time >= p.drain_floor(v)
+
+    for n, r in enumerate(listed):
+        if late(r):
+            for q in listed[:n]:
+                assert late(q)
+                assert (q.arrival_time, q.request_id) <= (r.arrival_time, r.request_id)
+    fresh = [r for r in listed if not late(r)]
+    keys = [r.prompt_tokens - min(r.num_computed_tokens + r.num_cached_tokens,
+                                  r.prompt_tokens - 1) for r in fresh]
+    assert keys == sorted(keys)
+
+
+def test_drain_floor_reorders_a_saturated_queue() -> None:
+    """Everyone has waited past aging x solo: without the floor the order is FCFS; with
+    it, nobody has waited the backlog's drain time yet, so shortest first."""
+    reqs = [RequestSnapshot("d0", 0.0, 500, 501, 2, 64, True)]
+    reqs += [RequestSnapshot(f"w{i}", 1.0 + 0.1 * i, 24000 if i % 2 == 0 else 200)
+             for i in range(40)]
+    v = SchedulerView(15.0, reqs, *view_counts(reqs), 4096, 256)
+    p, base = ordered("ordered:aging=1,drain=1"), ordered("ordered:aging=1")
+    assert all(overdue(base, r, v.now) for r in reqs[1:])
+    fcfs = base.decide(v).prefill_order
+    assert fcfs is not None and list(fcfs) == [f"w{i}" for i in range(len(fcfs))]
+    assert p.drain_floor(v) > 15.0 - 1.0  # more than anyone has waited
+    order = p.decide(v).prefill_order
+    assert order is not None and order[0] == "w1"  # the shortest, oldest first
+    assert ordered("ordered:aging=1,drain=0.01").decide(v) == base.decide(v)  # floor < waits
 
 
 @settings(max_examples=200, deadline=None)

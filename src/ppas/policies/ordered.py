@@ -20,6 +20,20 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    of arrival ``<= A`` precedes every later arrival, in (arrival, id) order; hence the
    aging bound below still holds with "arrived no later than ``i``" (the requests ahead
    of an overdue ``i`` need not be overdue themselves) (``tests/test_ordered.py``).
+   **The drain floor** (``drain=D``; 0, off, by default). Under saturation every request
+   has waited many times its solo latency, so all are overdue and the order is FCFS: the
+   reordering gain is gone exactly where the queue is longest. With ``D > 0`` a request is
+   overdue only once it has waited both ``aging * s_i`` and ``D * T(t)``, where ``T(t)``
+   (``drain_floor``) is the time the pending prompts take to prefill alone: about what a
+   request arriving now waits for its first chunk under FCFS. So nobody is passed by a
+   later arrival once it has waited ``D`` times what a newcomer would wait under FCFS,
+   and the longest waits, which set P99 TTFT, stay near FCFS's while short prompts go
+   first. ``T(t)`` is read off the view at each step (no state), so the bound below
+   holds with ``max(aging * s_i, D * T(t))`` at each step ``t``: a backlog that grows
+   faster than ``1 / D`` seconds per second can keep a request fresh while it lasts
+   (under such overload FCFS's waits grow as fast). With ``D = 0`` the floor is 0 and
+   the decisions are those without it, bit for bit. ``decide`` then takes
+   ``decide_full`` (the index keeps each request's threshold fixed).
 2. **Budget** (``chunk``): the smallest candidate chunk ``c`` (powers of two in [c_min,
    c_max]) whose prefill throughput beside the running decodes, ``c / (S(c) + decodes'
    cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
@@ -199,7 +213,7 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=0``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -223,6 +237,9 @@ class OrderedConfig:
     * ``overdue_prefix``: once any request is overdue, every request that arrived no
       later than the newest overdue one goes first, in arrival order (module doc, 1);
       false: only the overdue ones do.
+    * ``drain``: D of the drain floor (module doc, 1): a request is overdue only once it
+      has also waited D times the time the pending prompts take to prefill alone (0:
+      off, the aging bound alone).
     """
 
     aging: float = 25.0
@@ -235,8 +252,10 @@ class OrderedConfig:
     ride_floor: bool = False
     kv_backlog: bool = True
     overdue_prefix: bool = False
+    drain: float = 0.0
 
     def __post_init__(self) -> None:
+        require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
@@ -333,21 +352,40 @@ class Ordered(Policy):
         ctx = prompt_tokens + outputs / 2
         return ttft + (outputs - 1) * (costs.dec_base + costs.dec_alone + costs.dec_kv * ctx)
 
+    def drain_floor(self, view: SchedulerView) -> float:
+        """The drain floor (module doc, 1): ``drain`` times ``T``, the time the pending
+        prompts take to prefill alone, each from its uncached tokens in ``c_max``-token
+        steps (``StepCosts.prefill_time``, as ``solo_estimate`` prices a prefill); what
+        a request arriving now would wait for its first chunk under FCFS, decodes and
+        later arrivals aside. O(pending)."""
+        costs = self.costs
+        if costs is None:
+            return 0.0
+        c, total = self.config.c_max, 0.0
+        prefill_time = costs.prefill_time
+        for r in view.requests:
+            p, done = r.prompt_tokens, r.num_computed_tokens
+            if r.is_running and done >= p:
+                continue  # a decode
+            total += prefill_time(c, min(done + r.num_cached_tokens, p - 1), p)
+        return self.config.drain * total
+
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
         log = view.waiting_log
         if log is not None and self.costs is not None and self.config.aging > 0 and (
-                self.sat_costs is None or self._knee is not None):  # saturation: no room
+                self.sat_costs is None or self._knee is not None) and (  # saturation: no room
+                self.config.drain <= 0):  # (the index keeps fixed thresholds)
             return self._decide_indexed(view, log)
         return self.decide_full(view)
 
     def _running(self, view: SchedulerView, solo: Callable[[int, int], float] | None,
-                 ) -> tuple[list[_Item], int, int, int, int, int, int]:
+                 floor: float = 0.0) -> tuple[list[_Item], int, int, int, int, int, int]:
         """One pass over the running requests (the view lists them first): their pending
-        prompts as items, and (running, decodes, decodes' context, mean-context numerator,
-        prompt tokens left, KV room left)."""
+        prompts as items (``floor``: the drain floor), and (running, decodes, decodes'
+        context, mean-context numerator, prompt tokens left, KV room left)."""
         k, now = self.config.aging, view.now
         items: list[_Item] = []
         n_running = n_dec = ctx_dec = ctx_run = running_left = held = 0
@@ -358,7 +396,7 @@ class Ordered(Policy):
             p, out, c = r.prompt_tokens, r.max_output_tokens, r.num_computed_tokens
             held += p + out
             if c < p:  # is_pending_prefill, inlined (r is running)
-                items.append(_item(n_running - 1, r, True, solo, k, now))
+                items.append(_item(n_running - 1, r, True, solo, k, now, floor))
                 running_left += p - c
                 ctx_run += p
             elif r.num_output_tokens < out:
@@ -391,8 +429,9 @@ class Ordered(Policy):
             return Decision(self.config.c_max)
         solo = self.solo_function(view)
         k, now = self.config.aging, view.now
+        floor = self.drain_floor(view) if solo is not None and self.config.drain > 0 else 0.0
         items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
-            view, solo)
+            view, solo, floor)
         n_run_items = len(items)
         budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
         kv = self.kv_capacity is not None
@@ -406,6 +445,9 @@ class Ordered(Policy):
         if solo is None:
             for n, r in enumerate(islice(view.requests, n_running, None), n_running):
                 items.append(_item(n, r, False, solo, k, now))
+        elif floor > 0:  # the drain floor: both waits (module doc, 1)
+            for n, r in enumerate(islice(view.requests, n_running, None), n_running):
+                items.append(_item(n, r, False, solo, k, now, floor))
         else:  # _item() inlined: the waiting queue is the long loop under overload
             append = items.append
             for r in islice(view.requests, n_running, None):
@@ -684,13 +726,15 @@ _Item = tuple[tuple[int, float, float, str], str, bool, int, int]
 
 
 def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], float] | None,
-          k: float, now: float) -> _Item:
-    """``r``'s item (module doc, 1); ``n`` its place in the view (the key without aging)."""
+          k: float, now: float, floor: float = 0.0) -> _Item:
+    """``r``'s item (module doc, 1); ``n`` its place in the view (the key without aging);
+    ``floor``: the drain floor (0: none; ``max`` with it is the aging term exactly)."""
     prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
     rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
     if solo is None:  # nothing to age by: the engine's own order
         key = (0, float(n), 0.0, rid)
-    elif now - arrival >= k * solo(prompt, max(1, r.max_output_tokens - r.num_output_tokens)):
+    elif now - arrival >= max(k * solo(prompt, max(1, r.max_output_tokens
+                                                   - r.num_output_tokens)), floor):
         key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
     else:
         key = (1, float(rem), arrival, rid)  # shortest remaining first
