@@ -66,6 +66,7 @@ def test_bad_configs(spec: str, needle: str) -> None:
     ("predictive:c_min=4096,c_max=1024", "c_max must be >= c_min"),
     ("predictive:bogus=1", "predictive.bogus: unknown key; allowed: "),
     ("predictive:replan=0", "predictive: replan must be >= 1"),
+    ("ordered:drain=-1", "ordered: drain must be in [0, 1000]"),
     ("sloweave:tpot_s=abc", "sloweave.tpot_s: must be a number, got 'abc'"),
     ("dlfp-completion:c_min=0", "dlfp-completion: c_min must be >= 1"),  # its own name
     ("ppas:n_th=0", "ppas: n_th must be >= 1"),

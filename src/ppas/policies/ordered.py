@@ -357,18 +357,27 @@ class Ordered(Policy):
         prompts take to prefill alone, each from its uncached tokens in ``c_max``-token
         steps (``StepCosts.prefill_time``, as ``solo_estimate`` prices a prefill); what
         a request arriving now would wait for its first chunk under FCFS, decodes and
-        later arrivals aside. O(pending)."""
-        costs = self.costs
-        if costs is None:
+        later arrivals aside. Summed in whole nanoseconds (``prefill_ns``: integers, so
+        the indexed path's running sum is the same number). O(pending)."""
+        if self.costs is None:
             return 0.0
-        c, total = self.config.c_max, 0.0
-        prefill_time = costs.prefill_time
+        total = 0
         for r in view.requests:
-            p, done = r.prompt_tokens, r.num_computed_tokens
-            if r.is_running and done >= p:
-                continue  # a decode
-            total += prefill_time(c, min(done + r.num_cached_tokens, p - 1), p)
-        return self.config.drain * total
+            if not r.is_running or r.num_computed_tokens < r.prompt_tokens:
+                total += self.prefill_ns(r)
+        return self.floor_of(total)
+
+    def prefill_ns(self, r: RequestView) -> int:
+        """``r``'s term of ``T`` (``drain_floor``), in whole nanoseconds."""
+        assert self.costs is not None
+        p = r.prompt_tokens
+        start = min(r.num_computed_tokens + r.num_cached_tokens, p - 1)
+        return round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
+
+    def floor_of(self, total_ns: int) -> float:
+        """The drain floor of ``T = total_ns`` nanoseconds (one expression for both
+        paths)."""
+        return self.config.drain * (total_ns * 1e-9)
 
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
@@ -376,8 +385,9 @@ class Ordered(Policy):
             return Decision(self.config.c_max)
         log = view.waiting_log
         if log is not None and self.costs is not None and self.config.aging > 0 and (
-                self.sat_costs is None or self._knee is not None) and (  # saturation: no room
-                self.config.drain <= 0):  # (the index keeps fixed thresholds)
+                self.sat_costs is None or self._knee is not None):  # saturation: no room
+            if self.config.drain > 0 and self.config.overdue_prefix:  # (not indexed)
+                return self.decide_full(view, truncate=True)
             return self._decide_indexed(view, log)
         return self.decide_full(view)
 
@@ -484,7 +494,8 @@ class Ordered(Policy):
         assert solo is not None
         idx = self._index
         if idx is None:
-            idx = self._index = _WaitingIndex(cfg.aging, solo, cfg.overdue_prefix)
+            idx = self._index = _WaitingIndex(cfg.aging, solo, cfg.overdue_prefix,
+                                              self.prefill_ns if cfg.drain > 0 else None)
         reqs = view.requests
         n_req = len(reqs)
         n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
@@ -523,14 +534,20 @@ class Ordered(Policy):
                 return d if d is not None else just.setdefault(budget, Decision(budget))
             else:
                 k, now = cfg.aging, view.now
-                items = [_item(0, r, True, solo, k, now) for r in prompts]
+                floor = (self.floor_of(idx.waiting_ns + sum(map(self.prefill_ns, prompts)))
+                         if cfg.drain > 0 else 0.0)
+                items = [_item(0, r, True, solo, k, now, floor) for r in prompts]
                 # (the footprints prompt + outputs of the running requests, summed in C)
                 held = sum(map(_prompt_tokens, run)) + sum(map(_max_output_tokens, run))
                 room = ((self.kv_capacity if self.kv_capacity is not None else 0)
                         - held - SLACK * n_running)
         if items is None:
+            floor = 0.0
+            if cfg.drain > 0:  # the running prompts' terms, then the index's sum
+                floor = self.floor_of(idx.waiting_ns + sum(
+                    self.prefill_ns(r) for r in run if r.num_computed_tokens < r.prompt_tokens))
             items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
-                view, solo)
+                view, solo, floor)
             budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
         kv = self.kv_capacity is not None
         if n_running:
@@ -544,7 +561,7 @@ class Ordered(Policy):
         newest = _overdue_prefix(items, idx.newest_overdue()) if cfg.overdue_prefix else -math.inf
         items.sort()
         try:
-            order = idx.in_order(newest)
+            order = idx.in_order(newest, floor)
             return Decision(*_walk(_merged(items, order) if items else order,
                                    items, n_running, budget, slots, room, kv, running_left))
         finally:
@@ -811,12 +828,13 @@ class _Entry:
     """A waiting request in ``_WaitingIndex``: its items fresh and overdue, its aging
     threshold ``k * s_i``, its smallest footprint (prompt + outputs)."""
 
-    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue")
+    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue", "ns")
 
     def __init__(self, gen: int, arrival: float, threshold: float, fresh: _Item,
-                 late: _Item, overdue: bool) -> None:
+                 late: _Item, overdue: bool, ns: int = 0) -> None:
         self.gen, self.arrival, self.threshold = gen, arrival, threshold
         self.fresh, self.late, self.overdue = fresh, late, overdue
+        self.ns = ns  # its term of the drain floor's sum (``drain``), nanoseconds
 
 
 class _WaitingIndex:
@@ -836,8 +854,14 @@ class _WaitingIndex:
     ones."""
 
     def __init__(self, aging: float, solo: Callable[[int, int], float],
-                 prefix: bool = False) -> None:
+                 prefix: bool = False, ns: Callable[[RequestView], int] | None = None
+                 ) -> None:
         self.k, self.solo, self.prefix = aging, solo, prefix
+        # With the drain floor (``ns``: a request's term of its sum): the waiting
+        # requests' terms summed, and the overdue ones by the fresh key too (those the
+        # floor keeps fresh are read from there).
+        self.ns, self.waiting_ns = ns, 0
+        self.late_fresh: list[tuple[float, float, str, int, _Item]] = []
         self.log: WaitingLog | None = None
         self.pos = 0
         self.now = -math.inf
@@ -867,17 +891,21 @@ class _WaitingIndex:
             if entered:
                 self.add(r, now)
             else:
-                live.pop(r.request_id, None)
+                e = live.pop(r.request_id, None)
+                if e is not None:
+                    self.waiting_ns -= e.ns
         self.pos = end
         if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) + len(
-                self.byarr) + len(self.newest) > 8 * len(live) + 256:
+                self.byarr) + len(self.newest) + len(self.late_fresh) > 8 * len(live) + 256:
             self.compact()
         return True
 
     def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
         self.log, self.pos, self.now = log, log.end, view.now
         self.live.clear()
-        for h in (self.late, self.fresh, self.due, self.small, self.byarr, self.newest):
+        self.waiting_ns = 0
+        for h in (self.late, self.fresh, self.due, self.small, self.byarr, self.newest,
+                  self.late_fresh):
             h.clear()
         for r in islice(view.requests, n_running, None):
             self.add(r, view.now)
@@ -898,6 +926,10 @@ class _WaitingIndex:
                               if e.overdue]
             heapq.heapify(self.byarr)
             heapq.heapify(self.newest)
+        if self.ns is not None:
+            self.late_fresh[:] = [(e.fresh[0][1], e.arrival, rid, e.gen, e.fresh)
+                                  for rid, e in live.items() if e.overdue]
+            heapq.heapify(self.late_fresh)
         heapq.heapify(self.late)
         heapq.heapify(self.fresh)
         heapq.heapify(self.due)
@@ -915,13 +947,17 @@ class _WaitingIndex:
         fresh: _Item = ((1, float(rem), arrival, rid), rid, False, rem, fp)
         self.gen = gen = self.gen + 1
         overdue = now - arrival >= threshold
-        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue)
+        ns = self.ns(r) if self.ns is not None else 0
+        self.waiting_ns += ns
+        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue, ns)
         if self.prefix:
             heapq.heappush(self.byarr, (arrival, rid, gen, late))
             if overdue:
                 heapq.heappush(self.newest, (-arrival, rid, gen))
         if overdue:
             heapq.heappush(self.late, (arrival, rid, gen, late))
+            if self.ns is not None:
+                heapq.heappush(self.late_fresh, (fresh[0][1], arrival, rid, gen, fresh))
         else:
             heapq.heappush(self.fresh, (fresh[0][1], arrival, rid, gen, fresh))
             heapq.heappush(self.due, (arrival + threshold, gen, rid))
@@ -942,6 +978,9 @@ class _WaitingIndex:
             if now - e.arrival >= e.threshold:
                 e.overdue = True
                 heapq.heappush(self.late, (e.arrival, item[2], e.gen, e.late))
+                if self.ns is not None:
+                    heapq.heappush(self.late_fresh, (e.fresh[0][1], e.arrival, item[2],
+                                                     e.gen, e.fresh))
                 if self.prefix:
                     heapq.heappush(self.newest, (-e.arrival, item[2], e.gen))
             else:
@@ -972,11 +1011,17 @@ class _WaitingIndex:
             heapq.heappop(newest)
         return -math.inf
 
-    def in_order(self, newest: float = -math.inf) -> Iterator[_Item]:
+    def in_order(self, newest: float = -math.inf, floor: float = 0.0) -> Iterator[_Item]:
         """The waiting items in the policy's order (overdue, then fresh; with the overdue
         prefix up to ``newest``, every one that arrived no later, then the later fresh
-        ones), taken off the heaps as they are read; ``restore`` puts them back."""
+        ones), taken off the heaps as they are read; ``restore`` puts them back. With a
+        drain floor (``floor`` > 0) overdue means also ``now - arrival >= floor``: a
+        prefix of the overdue heap's arrival order; the overdue requests past it are
+        fresh, merged from ``late_fresh`` into the fresh ones by the fresh key."""
         live, popped, pop = self.live, self.popped, heapq.heappop
+        if floor > 0:
+            yield from self._in_order_floor(floor)
+            return
         if newest > -math.inf:
             byarr = self.byarr
             while byarr and byarr[0][0] <= newest:
@@ -1002,6 +1047,45 @@ class _WaitingIndex:
                 if f[1] > newest:  # (else listed in the prefix: kept, not yielded twice)
                     yield f[4]
 
+    def _in_order_floor(self, floor: float) -> Iterator[_Item]:
+        """``in_order`` under a drain floor (no overdue prefix: ``Ordered.decide``)."""
+        live, popped, pop, now = self.live, self.popped, heapq.heappop, self.now
+        late = self.late
+        while late:  # overdue by both: arrival order, while the floor's test holds
+            a = late[0]
+            e = live.get(a[1])
+            if e is None or e.gen != a[2]:
+                popped.append((1, pop(late)))
+                continue
+            if not now - a[0] >= floor:
+                break
+            popped.append((1, pop(late)))
+            yield a[3]
+        fresh, lf = self.fresh, self.late_fresh
+        while True:  # then both fresh heaps by the fresh key, merged
+            while fresh:
+                f = fresh[0]
+                e = live.get(f[2])
+                if e is not None and e.gen == f[3] and not e.overdue:
+                    break
+                popped.append((0, pop(fresh)))
+            while lf:
+                g = lf[0]
+                e = live.get(g[2])
+                if e is not None and e.gen == g[3] and e.overdue and not now - g[1] >= floor:
+                    break
+                popped.append((3, pop(lf)))
+            if fresh and (not lf or fresh[0][:3] < lf[0][:3]):
+                f = pop(fresh)
+                popped.append((0, f))
+                yield f[4]
+            elif lf:
+                g = pop(lf)
+                popped.append((3, g))
+                yield g[4]
+            else:
+                return
+
     def restore(self) -> None:
         push, fresh, late, byarr = heapq.heappush, self.fresh, self.late, self.byarr
         for kind, entry in self.popped:
@@ -1009,6 +1093,8 @@ class _WaitingIndex:
                 push(fresh, entry)  # type: ignore[arg-type]
             elif kind == 1:
                 push(late, entry)  # type: ignore[arg-type]
-            else:
+            elif kind == 2:
                 push(byarr, entry)  # type: ignore[arg-type]
+            else:
+                push(self.late_fresh, entry)  # type: ignore[arg-type]
         self.popped.clear()
