@@ -1055,7 +1055,7 @@ class _WaitingIndex:
             a = late[0]
             e = live.get(a[1])
             if e is None or e.gen != a[2]:
-                popped.append((1, pop(late)))
+                pop(late)  # stale: dropped
                 continue
             if not now - a[0] >= floor:
                 break
@@ -1068,13 +1068,16 @@ class _WaitingIndex:
                 e = live.get(f[2])
                 if e is not None and e.gen == f[3] and not e.overdue:
                     break
-                popped.append((0, pop(fresh)))
+                pop(fresh)  # stale, or overdue now (then in the late heaps): dropped
             while lf:
                 g = lf[0]
                 e = live.get(g[2])
-                if e is not None and e.gen == g[3] and e.overdue and not now - g[1] >= floor:
+                if e is None or e.gen != g[3]:
+                    pop(lf)  # stale: dropped
+                elif now - g[1] >= floor:
+                    popped.append((3, pop(lf)))  # yielded above, from the late heap
+                else:
                     break
-                popped.append((3, pop(lf)))
             if fresh and (not lf or fresh[0][:3] < lf[0][:3]):
                 f = pop(fresh)
                 popped.append((0, f))
