@@ -20,7 +20,7 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    of arrival ``<= A`` precedes every later arrival, in (arrival, id) order; hence the
    aging bound below still holds with "arrived no later than ``i``" (the requests ahead
    of an overdue ``i`` need not be overdue themselves) (``tests/test_ordered.py``).
-   **The drain floor** (``drain=D``; 0, off, by default). Under saturation every request
+   **The drain floor** (``drain=D``; 1 by default, 0 turns it off). Under saturation every request
    has waited many times its solo latency, so all are overdue and the order is FCFS: the
    reordering gain is gone exactly where the queue is longest. With ``D > 0`` a request is
    overdue only once it has waited both ``aging * s_i`` and ``D * T(t)``, where ``T(t)``
@@ -213,7 +213,7 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=0``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -239,7 +239,9 @@ class OrderedConfig:
       false: only the overdue ones do.
     * ``drain``: D of the drain floor (module doc, 1): a request is overdue only once it
       has also waited D times the time the pending prompts take to prefill alone (0:
-      off, the aging bound alone).
+      off, the aging bound alone, the rule before it). 1, the default, is no fitted
+      value: a request goes first once it has waited what a request arriving now would
+      wait under FCFS.
     """
 
     aging: float = 25.0
@@ -252,7 +254,7 @@ class OrderedConfig:
     ride_floor: bool = False
     kv_backlog: bool = True
     overdue_prefix: bool = False
-    drain: float = 0.0
+    drain: float = 1.0
 
     def __post_init__(self) -> None:
         require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
