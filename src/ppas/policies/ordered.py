@@ -32,8 +32,9 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    holds with ``max(aging * s_i, D * T(t))`` at each step ``t``: a backlog that grows
    faster than ``1 / D`` seconds per second can keep a request fresh while it lasts
    (under such overload FCFS's waits grow as fast). With ``D = 0`` the floor is 0 and
-   the decisions are those without it, bit for bit. ``decide`` then takes
-   ``decide_full`` (the index keeps each request's threshold fixed).
+   the decisions are those without it, bit for bit. Both decision paths compute the
+   same floor (``drain_floor``; the index keeps the waiting requests' terms summed);
+   with the overdue prefix as well, ``decide`` takes ``decide_full``.
 2. **Budget** (``chunk``): the smallest candidate chunk ``c`` (powers of two in [c_min,
    c_max]) whose prefill throughput beside the running decodes, ``c / (S(c) + decodes'
    cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
@@ -365,7 +366,7 @@ class Ordered(Policy):
             return 0.0
         total = 0
         for r in view.requests:
-            if not r.is_running or r.num_computed_tokens < r.prompt_tokens:
+            if is_pending_prefill(r):
                 total += self.prefill_ns(r)
         return self.floor_of(total)
 
@@ -457,9 +458,6 @@ class Ordered(Policy):
         if solo is None:
             for n, r in enumerate(islice(view.requests, n_running, None), n_running):
                 items.append(_item(n, r, False, solo, k, now))
-        elif floor > 0:  # the drain floor: both waits (module doc, 1)
-            for n, r in enumerate(islice(view.requests, n_running, None), n_running):
-                items.append(_item(n, r, False, solo, k, now, floor))
         else:  # _item() inlined: the waiting queue is the long loop under overload
             append = items.append
             for r in islice(view.requests, n_running, None):
@@ -467,7 +465,10 @@ class Ordered(Policy):
                 out = r.max_output_tokens
                 rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
                 left = out - r.num_output_tokens
-                if now - arrival >= k * solo(prompt, left if left > 1 else 1):
+                wait = k * solo(prompt, left if left > 1 else 1)
+                if wait < floor:  # the drain floor: both waits (module doc, 1)
+                    wait = floor
+                if now - arrival >= wait:
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK))

@@ -73,7 +73,7 @@ from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, uncached_prompt_tokens
+from ppas.core.view import SchedulerView, is_pending_prefill, uncached_prompt_tokens
 from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy
@@ -268,7 +268,7 @@ def head_prompt(view: SchedulerView) -> str | None:
     """The request id of the first pending prompt in engine order (a running prefill, else
     the first waiting request), None when none is pending. O(running)."""
     for r in view.requests:
-        if not r.is_running or r.num_computed_tokens < r.prompt_tokens:
+        if is_pending_prefill(r):
             return r.request_id
     return None
 
