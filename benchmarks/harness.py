@@ -14,7 +14,8 @@ import argparse
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -118,3 +119,17 @@ class Table:
 
     def print_row(self, *values: object) -> None:
         print(self.row(*values), flush=True)
+
+
+def timed(fn: Callable[..., Any], acc: dict[str, float], key: str,
+          clock: Callable[[], float] = time.perf_counter) -> Callable[..., Any]:
+    """``fn`` adding its seconds on ``clock`` to ``acc[key]`` and its calls to
+    ``acc[key + '_n']`` (a policy's ``decide`` timed from outside)."""
+
+    def wrapper(*a: Any) -> Any:
+        t0 = clock()
+        out = fn(*a)
+        acc[key] += clock() - t0
+        acc[key + "_n"] += 1
+        return out
+    return wrapper

@@ -20,9 +20,8 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from harness import Table, fail, finish, parser, start
+from harness import Table, fail, finish, parser, start, timed
 
 import ppas.policies.predictive as predictive_mod
 from ppas.core.errors import PpasError
@@ -35,19 +34,6 @@ from ppas.workload import TraceTransform, load_trace
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces"
 BAR_S_PER_HOUR = 10.0
 HARDWARE, MODEL = "h100-sxm-80gb", "qwen3-8b"
-
-
-def timed(fn: Any, acc: dict[str, float], key: str) -> Any:
-    """``fn`` adding its seconds to ``acc[key]`` and its calls to ``acc[key + '_n']``."""
-    clock = time.perf_counter
-
-    def wrapper(*a: Any) -> Any:
-        t0 = clock()
-        out = fn(*a)
-        acc[key] += clock() - t0
-        acc[key + "_n"] += 1
-        return out
-    return wrapper
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,12 +52,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness import Table, fail, finish, parser, start
+from harness import Table, fail, finish, parser, start, timed
 
 from ppas.core.errors import PpasError
 from ppas.cost.catalog import MAX_MODEL_LEN
@@ -119,18 +118,6 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Trace, list[str]]]:
             out.append((f"{name} x{args.overload:g} {label} tiled",
                         tiled_hour(fast, args.tile_s), hour))
     return out
-
-
-def _timed(decide: Callable[[Any], Any], acc: list[float]) -> Callable[[Any], Any]:
-    """``decide`` adding its CPU seconds to ``acc[0]`` (``--split``)."""
-    clock = time.process_time
-
-    def timed(view: Any) -> Any:
-        t0 = clock()
-        d = decide(view)
-        acc[0] += clock() - t0
-        return d
-    return timed
 
 
 class _Stopped(Exception):
@@ -250,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         for c in configs:
             s = setups[c]
             policy = engine_for(c, args.hardware, args.model).policy  # fresh state
-            in_policy = [0.0]
+            in_policy = {"decide": 0.0, "decide_n": 0.0}
             if args.split:  # decide() timed from outside, on the same CPU clock
-                policy.decide = _timed(policy.decide, in_policy)  # type: ignore[method-assign]
+                policy.decide = timed(  # type: ignore[method-assign]
+                    policy.decide, in_policy, "decide", time.process_time)
             old = signal.signal(signal.SIGPROF, _stop)
             signal.setitimer(signal.ITIMER_PROF, args.run_limit)  # CPU seconds
             w0, c0 = time.perf_counter(), time.process_time()
@@ -280,11 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                                                               if r.failed),
                          "avg_latency": e2e, "digest": "" if res is None else digest(res)})
             if args.split:
-                rows[-1]["policy_cpu_s"] = in_policy[0]
-                rows[-1]["policy_cpu_s_per_hour"] = in_policy[0] * HOUR_S / span
+                rows[-1]["policy_cpu_s"] = in_policy["decide"]
+                rows[-1]["policy_cpu_s_per_hour"] = in_policy["decide"] * HOUR_S / span
             t.print_row(name, c, span, len(trace), wall, cpu, span / wall, per_hour,
                         cpu_per_hour,
-                        *((in_policy[0] * HOUR_S / span,) if args.split else ()),
+                        *((in_policy["decide"] * HOUR_S / span,) if args.split else ()),
                         TARGET_S_PER_HOUR,
                         "STOP" if stopped else
                         "ok" if cpu_per_hour <= TARGET_S_PER_HOUR else "MISS", e2e,
