@@ -353,13 +353,16 @@ def reference_project(costs: StepCosts, a: int, b: int, queue: list[tuple[int, i
 PROJ_COSTS = StepCosts(CM, candidate_chunks(512, 32768))
 prompt_st = st.tuples(st.integers(1, 40000), st.integers(0, 39999), st.integers(1, 300)).map(
     lambda x: (min(x[1], x[0] - 1), x[0], x[2]))
+#: A running decode (outputs left, context), and the loop tests' candidate budgets.
+decode_st = st.tuples(st.integers(1, 300), st.integers(1, 40000))
+decs_st = st.lists(decode_st, max_size=12)
+budget_st = st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768))
+b_st = st.sampled_from((512, 4096, 32768))
 
 
 @settings(max_examples=300, deadline=None)
 @given(queue=st.lists(prompt_st, max_size=12),
-       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
-       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
-       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       decs=decs_st, a=budget_st, b=b_st, limit=st.integers(1, 1 << 30),
        cut=st.floats(0.0, 2.0), rate=st.floats(0.0, 5.0))
 def test_inlined_projection_gives_the_reference_floats(queue, decs, a, b, limit, cut,
                                                         rate) -> None:
@@ -471,18 +474,13 @@ def test_predictive_array_path_makes_the_loops_decision_at_every_step(
     assert decided[1] > 100  # the array path was taken, many times
 
 
-tail_st = st.builds(lambda n, extra: (n, extra), st.integers(0, 5000), st.integers(0, 40))
-
-
 def _tail(n_tail: int, queue: list, decs: list) -> Tail:
     return Tail.behind(queue, len(decs), n_tail)
 
 
 @settings(max_examples=300, deadline=None)
 @given(queue=st.lists(prompt_st, max_size=12),
-       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
-       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
-       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       decs=decs_st, a=budget_st, b=b_st, limit=st.integers(1, 1 << 30),
        cut=st.floats(0.0, 2.0), rate=st.floats(0.0, 5.0), n_tail=st.integers(0, 5000))
 def test_projection_with_a_tail_gives_the_reference_floats_and_a_valid_bound(
         queue, decs, a, b, limit, cut, rate, n_tail) -> None:
@@ -509,11 +507,10 @@ def test_projection_with_a_tail_gives_the_reference_floats_and_a_valid_bound(
 
 @settings(max_examples=300, deadline=None)
 @given(queue=st.lists(prompt_st, min_size=1, max_size=40),
-       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), min_size=1,
-                     max_size=40),
+       decs=st.lists(decode_st, min_size=1, max_size=40),
        budgets=st.lists(st.sampled_from((1, 3, 512, 1000, 2048, 8192, 16384, 32768)),
                         min_size=1, max_size=8, unique=True),
-       b=st.sampled_from((512, 4096, 32768)), cut=st.floats(0.0, 2.0),
+       b=b_st, cut=st.floats(0.0, 2.0),
        rate=st.floats(0.0, 5.0), n_tail=st.none() | st.integers(0, 5000))
 def test_stream_projection_gives_the_loops_floats(queue, decs, budgets, b, cut, rate,
                                                    n_tail) -> None:
@@ -619,9 +616,7 @@ def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
 
 @settings(max_examples=400, deadline=None)
 @given(queue=st.lists(prompt_st, max_size=30),
-       decs=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40000)), max_size=12),
-       a=st.sampled_from((0, 1, 512, 1000, 2048, 8192, 32768)),
-       b=st.sampled_from((512, 4096, 32768)), limit=st.integers(1, 1 << 30),
+       decs=decs_st, a=budget_st, b=b_st, limit=st.integers(1, 1 << 30),
        cut=st.floats(0.5, 1.5), rate=st.floats(0.0, 50.0), n_tail=st.integers(0, 5000))
 def test_the_wait_bound_cuts_only_candidates_above_the_bound(queue, decs, a, b, limit, cut,
                                                              rate, n_tail) -> None:
