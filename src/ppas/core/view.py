@@ -151,6 +151,9 @@ class SchedulerView:
     the queue is FCFS, so that ``prefill_order``'s listed requests go first and admission
     stops at the first it cannot admit (the simulator under ``--scheduling-policy fcfs``
     without prefix caching); None otherwise (the vLLM plugin, hand-made views).
+    ``waiting_prompt_tokens``: the sum of ``prompt_tokens`` over the waiting requests,
+    where the engine keeps it as the queue changes (the simulator), so that a policy that
+    needs the pending prompts' total reads the running ones only; None: read the requests.
     """
 
     now: float
@@ -161,6 +164,7 @@ class SchedulerView:
     max_num_seqs: int
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
     waiting_log: WaitingLog | None = None
+    waiting_prompt_tokens: int | None = None
 
 
 #: ``SchedulerView(*fields)``, positionally, every field given, without the frozen

@@ -131,13 +131,16 @@ class WaitingQueue:
     ``[0]``, ``len``, iteration, ``clear``, ``extend``) on an insertion-ordered dict by
     request id, so that ``move_to_front`` applies a policy's ``prefill_order`` in
     O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
-    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``)."""
+    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``), and
+    ``prompt_tokens`` is the sum of the members' prompt tokens
+    (``SchedulerView.waiting_prompt_tokens``)."""
 
-    __slots__ = ("_d", "log")
+    __slots__ = ("_d", "log", "prompt_tokens")
 
     def __init__(self, items: Iterable[SimRequest] = ()) -> None:
         self._d: OrderedDict[str, SimRequest] = OrderedDict()
         self.log = WaitingLog()
+        self.prompt_tokens = 0
         self.extend(items)
 
     def __len__(self) -> int:
@@ -162,16 +165,19 @@ class WaitingQueue:
     def append(self, r: SimRequest) -> None:
         self._d[r.request_id] = r
         self.log.events.append((True, r))
+        self.prompt_tokens += r.prompt_tokens
 
     def appendleft(self, r: SimRequest) -> None:
         d = self._d
         d[r.request_id] = r
         d.move_to_end(r.request_id, last=False)
         self.log.events.append((True, r))
+        self.prompt_tokens += r.prompt_tokens
 
     def popleft(self) -> SimRequest:
         r = self._d.popitem(last=False)[1]
         self.log.events.append((False, r))
+        self.prompt_tokens -= r.prompt_tokens
         return r
 
     def extend(self, items: Iterable[SimRequest]) -> None:
@@ -181,6 +187,7 @@ class WaitingQueue:
     def clear(self) -> None:
         self.log.events.extend((False, r) for r in self._d.values())
         self._d.clear()
+        self.prompt_tokens = 0
 
     def move_to_front(self, order: Sequence[str]) -> None:
         """The queue stably sorted by rank in ``order``, unlisted ids last in queue order
@@ -562,11 +569,12 @@ class EngineSim:
         log = waiting.log
         log.trim(num_waiting)
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
-        # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log), the log only
-        # under FCFS without a prefix cache (SchedulerView.waiting_log)
+        # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
+        # waiting_prompt_tokens), the log only under FCFS without a prefix cache
+        # (SchedulerView.waiting_log)
         return make_view(self.now, self._chain, len(self.running) - nd + num_waiting, nd,
                          self.mbt, self.max_num_seqs, self.recent,
-                         log if self._log_views else None)
+                         log if self._log_views else None, waiting.prompt_tokens)
 
     def _schedule(self, prefill_budget: int, held: bool = False) -> _Scheduled:
         """One vLLM V1 ``schedule()``: the decodes scheduled (one token each) and the

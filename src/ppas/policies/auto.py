@@ -111,10 +111,16 @@ class PpasAuto(Policy):
         if len(table) == 1:
             return table[0]
         total = n = 0
+        waiting = view.waiting_prompt_tokens
         for r in view.requests:
+            if waiting is not None and not r.is_running:
+                break  # the waiting ones' total is the engine's (the view lists them last)
             if is_pending_prefill(r):
                 total += r.prompt_tokens
                 n += 1
+        if waiting is not None:  # O(running), whatever waits
+            total += waiting
+            n = view.num_pending_prefills
         if n == 0:
             return table[-1]
         i = round(math.log2(max(1.0, total / n))) - _REF_LOG2.start

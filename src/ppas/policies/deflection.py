@@ -85,8 +85,15 @@ class TbtLadder(Policy):
         cm = self.cost_model
         if cm is None:
             return Decision(self.ladder[-1])
+        # One pass over the running requests only (the view lists them first; decodes are
+        # running): O(running), whatever waits. The head prompt is the first running one
+        # with prefill left, else the waiting queue's head.
         dctx, head_ctx = 0, -1
         for r in view.requests:
+            if not r.is_running:
+                if head_ctx < 0:
+                    head_ctx = r.num_computed_tokens
+                break
             if not is_pending_prefill(r):
                 dctx += r.num_computed_tokens
             elif head_ctx < 0:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import RequestView, SchedulerView, pending_prefills
+from ppas.core.view import RequestView, SchedulerView, pending_prefills, uncached_prompt_tokens
 from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -53,6 +53,37 @@ class FlowPrefillConfig:
                 f"batch_tokens must be >= 1, got {self.batch_tokens}")
         require(self.mbt >= self.batch_tokens,
                 f"mbt must be >= batch_tokens={self.batch_tokens}, got {self.mbt}")
+
+
+def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[str, ...]:
+    """The ids of ``order`` (every pending prompt, in the policy's order) that a step with
+    prefill budget ``budget`` can serve: every running one, and the waiting ones up to the
+    last the engine could admit. The engine serves the running prompts first, then admits
+    from the head of its waiting queue, the listed ones first, each taking at least one
+    token of what the running ones leave of the budget (``L``; its uncached prompt where
+    no prefix cache can grow within the step: ``SchedulerView.waiting_log``), and no more
+    than ``max_num_seqs`` less the running requests. So it never reaches an unlisted one,
+    and the step is the one the whole order gives; the next step lists its head again
+    (ties in the policy's key keep the queue's relative order either way). O(running +
+    listed) for the engine, whatever waits."""
+    n_running = left = 0
+    for r in view.requests:
+        if not r.is_running:
+            break
+        n_running += 1
+        left += max(0, r.prompt_tokens - r.num_computed_tokens)
+    room = budget - left  # L
+    slots = view.max_num_seqs - n_running
+    exact = view.waiting_log is not None  # no prefix cache: a waiting prompt needs its uncached
+    out: list[str] = []
+    for r in order:
+        if r.is_running:
+            out.append(r.request_id)
+        elif room > 0 and slots > 0:
+            out.append(r.request_id)
+            room -= uncached_prompt_tokens(r) if exact else 1
+            slots -= 1
+    return tuple(out)
 
 
 @register("flowprefill")
@@ -88,7 +119,7 @@ class FlowPrefill(Policy):
             return (1.0 if slack >= 0 else -1.0) / max(deadline, 1e-9)
 
         pending.sort(key=key, reverse=True)
-        return Decision(cfg.batch_tokens, tuple(r.request_id for r in pending))
+        return Decision(cfg.batch_tokens, listed(view, pending, cfg.batch_tokens))
 
     def _remaining_time(self, view: SchedulerView) -> Callable[[RequestView], float]:
         costs, c = self.costs, self.config.batch_tokens

@@ -16,6 +16,10 @@ paper's targets are 10/25/50 ms), margin 1 ms (ours [I]).
 Without a cost model (vLLM plugin with none configured) T is estimated from the last
 step with prefill in ``recent_steps``: seconds per token = its completion-timed duration
 over its tokens, so ``c* = (B_t - margin) / per_token - n_decodes`` (our fallback).
+
+Cost per step: one pass over the running requests (the view lists them first), then the
+waiting ones only until ``C_max`` prefill tokens are counted (``min(C_max, L_t)`` is all
+that is read of ``L_t``): O(running + waiting requests read), not O(queue).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class SloWeave(Policy):
                 left += r.prompt_tokens - r.num_computed_tokens
                 if head_ctx < 0:
                     head_ctx = r.num_computed_tokens
+                if not r.is_running and left >= cfg.c_max:
+                    break  # past the decodes (listed first): only min(c_max, left) counts
             else:
                 n_dec += 1
                 dctx += r.num_computed_tokens

@@ -1,0 +1,217 @@
+"""Seed policies read the head of the waiting queue, not all of it, and decide as before.
+
+Each policy here stops reading ``SchedulerView.requests`` once the rest of the queue can
+no longer change its decision (``sloweave``, ``tbt-ladder``), reads the waiting prompts'
+total from the engine (``ppas-auto``, ``SchedulerView.waiting_prompt_tokens``), or lists
+only the waiting requests the step can admit (``flowprefill``). The straightforward rule
+(every request read, every pending prompt listed) is kept here as the reference: on
+random bursts, with preemption, prefix caching and small admission limits, the simulator
+gives the same run under both, request by request and step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppas.core.decision import Decision
+from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
+from ppas.cost.base import largest_chunk_within
+from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.policies import make_policy
+from ppas.policies.auto import PpasAuto
+from ppas.policies.base import Policy
+from ppas.policies.deflection import TbtLadder, ladder_chunk
+from ppas.policies.flowprefill import FlowPrefill
+from ppas.policies.sloweave import SloWeave
+from ppas.workload import RequestSpec
+
+SMALL = RooflineCostModel("l40s", "qwen2.5-0.5b")
+
+
+# -- the straightforward rules: every request read -------------------------------------------
+class WholeSloWeave(SloWeave):
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        if view.num_running_decodes == 0:
+            return Decision(cfg.mbt)
+        deadline = float("inf")
+        dctx = n_dec = left = 0
+        head_ctx = -1
+        for r in view.requests:
+            if is_pending_prefill(r):
+                left += r.prompt_tokens - r.num_computed_tokens
+                if head_ctx < 0:
+                    head_ctx = r.num_computed_tokens
+            else:
+                n_dec += 1
+                dctx += r.num_computed_tokens
+                last = r.last_token_time if r.last_token_time is not None else view.now
+                deadline = min(deadline, last + (r.tpot_slo or cfg.tpot_s))
+        if left == 0:
+            return Decision(0)
+        budget = max(0.0, deadline - view.now) - cfg.margin_s
+        if budget <= 0:
+            return Decision(0)
+        assert self.cost_model is not None
+        return Decision(largest_chunk_within(self.cost_model, budget, n_dec,
+                                             min(cfg.c_max, left),
+                                             dctx // max(1, n_dec), max(0, head_ctx)))
+
+
+class WholeTbtLadder(TbtLadder):
+    def decide(self, view: SchedulerView) -> Decision:
+        if view.num_running_decodes == 0:
+            return Decision(self.config.mbt)
+        if view.num_pending_prefills == 0:
+            return Decision(0)
+        assert self.cost_model is not None
+        dctx, head_ctx = 0, -1
+        for r in view.requests:
+            if not is_pending_prefill(r):
+                dctx += r.num_computed_tokens
+            elif head_ctx < 0:
+                head_ctx = r.num_computed_tokens
+        c = ladder_chunk(self.cost_model, self.config.tbt_slo, view.num_running_decodes,
+                         dctx, max(0, head_ctx), self.ladder)
+        return Decision(c or self.ladder[-1])
+
+
+class WholePpasAuto(PpasAuto):
+    def decide(self, view: SchedulerView) -> Decision:
+        hidden = SchedulerView(view.now, view.requests, view.num_pending_prefills,
+                               view.num_running_decodes, view.max_num_batched_tokens,
+                               view.max_num_seqs, view.recent_steps, view.waiting_log, None)
+        return super().decide(hidden)  # no engine total: every request read
+
+
+class WholeFlowPrefill(FlowPrefill):
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        if view.num_pending_prefills <= 1:
+            return Decision(cfg.mbt)
+        pending = pending_prefills(view)
+        remaining = self._remaining_time(view)
+
+        def key(r: RequestView) -> float:
+            if r.ttft_slo is None:
+                return 0.0
+            deadline = r.arrival_time + r.ttft_slo
+            slack = (deadline - view.now) - remaining(r)
+            return (1.0 if slack >= 0 else -1.0) / max(deadline, 1e-9)
+
+        pending.sort(key=key, reverse=True)  # every pending prompt listed
+        return Decision(cfg.batch_tokens, tuple(r.request_id for r in pending))
+
+
+class Checked(Policy):
+    """``inner``'s decisions, checking the engine's waiting total at every step."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.config, self.spec, self.name = inner.config, inner.spec, inner.name
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.inner.max_num_batched_tokens
+
+    @property
+    def history_window(self) -> int:  # type: ignore[override]
+        return self.inner.history_window
+
+    def bind_cost_model(self, cost_model: object) -> None:
+        self.inner.bind_cost_model(cost_model)  # type: ignore[arg-type]
+
+    def decide(self, view: SchedulerView) -> Decision:
+        assert view.waiting_prompt_tokens == sum(
+            r.prompt_tokens for r in view.requests if not r.is_running)
+        return self.inner.decide(view)
+
+
+PAIRS = {"sloweave": WholeSloWeave, "tbt-ladder": WholeTbtLadder, "ppas-auto": WholePpasAuto,
+         "flowprefill": WholeFlowPrefill}
+
+
+def fresh(name: str, whole: bool) -> Policy:
+    p = make_policy(name)
+    if whole:
+        cls = PAIRS[name]
+        q = cls.__new__(cls)
+        q.__dict__.update(p.__dict__)
+        return q
+    return p
+
+
+def run_of(res: object) -> list[tuple[object, ...]]:
+    steps = [(s.time, s.prefill_budget, s.scheduled, s.preempted)
+             for s in res.steps]  # type: ignore[attr-defined]
+    reqs = [(r.request_id, r.first_scheduled_time, r.first_token_time, r.finish_time,
+             r.num_preemptions) for r in res.requests]  # type: ignore[attr-defined]
+    return steps + reqs
+
+
+burst = st.tuples(st.floats(0.0, 0.3, allow_nan=False),
+                  st.one_of(st.integers(1, 300), st.integers(1, 6000)),
+                  st.integers(1, 6), st.one_of(st.none(), st.floats(0.01, 0.5)),
+                  st.one_of(st.none(), st.integers(0, 2)))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(burst, min_size=2, max_size=30), extra=st.integers(0, 300),
+       seqs=st.integers(1, 8), caching=st.booleans(), name=st.sampled_from(sorted(PAIRS)))
+def test_same_run_as_the_whole_queue_read(
+        reqs: list[tuple[float, int, int, float | None, int | None]], extra: int, seqs: int,
+        caching: bool, name: str) -> None:
+    specs = [RequestSpec(a, p, o, ttft, None,
+                         prefix=() if g is None else ((f"g{g}", min(p, 512)),))
+             for a, p, o, ttft, g in reqs]
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching)
+    fast = simulate(specs, Checked(fresh(name, False)), SMALL, engine, record_steps=True)
+    whole = simulate(specs, fresh(name, True), SMALL, engine, record_steps=True)
+    assert run_of(fast) == run_of(whole)
+
+
+class Counting(Sequence[RequestView]):
+    """A request list that counts the requests read."""
+
+    def __init__(self, reqs: list[RequestView]) -> None:
+        self.reqs, self.read = reqs, 0
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        self.read += 1
+        return self.reqs[i]
+
+    def __iter__(self) -> Iterator[RequestView]:
+        for r in self.reqs:
+            self.read += 1
+            yield r
+
+
+def test_reads_do_not_grow_with_the_queue() -> None:
+    """Behind 8 running requests, 10,000 waiting: ``sloweave`` reads until ``c_max``
+    prompt tokens are counted, ``tbt-ladder`` and ``ppas-auto`` (with the engine's total)
+    one past the running requests; ``flowprefill`` lists what the step can admit."""
+    from ppas.core.view import RequestSnapshot
+    running: list[RequestView] = [
+        RequestSnapshot(f"d{i}", 0.0, 1000, 1000 + i, i + 1, 64, True, 9.99) for i in range(8)]
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i * 1e-3, 1000) for i in range(10_000)]
+    reqs = Counting(running + waiting)
+    view = SchedulerView(10.0, reqs, 10_000, 8, 8192, 16, (), None, 10_000 * 1000)
+    for name, most in (("sloweave", 8 + 5), ("tbt-ladder", 9), ("ppas-auto", 9)):
+        p = make_policy(name)
+        p.bind_cost_model(SMALL)
+        reqs.read = 0
+        p.decide(view)
+        assert reqs.read <= most, (name, reqs.read)
+    fp = make_policy("flowprefill")
+    fp.bind_cost_model(SMALL)
+    d = fp.decide(view)
+    assert d.prefill_order is not None and len(d.prefill_order) == 8  # 16 seqs less 8 running
