@@ -96,7 +96,8 @@ def test_flowprefill_slack_edf_order_and_small_chunks() -> None:
     p = make_policy("flowprefill")
     p.bind_cost_model(CM)
     reqs = [
-        pre(0, done=0, arrival=9.0, ttft=0.5),  # deadline 9.5 < now: infeasible, key -1/9.5
+        # (10 tokens left: the step can admit waiting ones, so they are listed)
+        pre(0, done=24990, arrival=9.0, ttft=0.5),  # deadline 9.5 < now: infeasible, -1/9.5
         wait(1, prompt=1000, arrival=9.9, ttft=5.0),  # feasible, deadline 14.9
         wait(2, prompt=1000, arrival=9.95, ttft=1.0),  # feasible, deadline 10.95 (EDF first)
         wait(3, prompt=1000, arrival=9.0),  # no SLO
