@@ -101,6 +101,10 @@ class Req:
     num_prompt_tokens: int
     num_computed_tokens: int
 
+    @property
+    def prompt_tokens(self) -> int:  # (the simulator's queue sums it)
+        return self.num_prompt_tokens
+
 
 queues = st.lists(st.tuples(st.integers(1, 100), st.integers(0, 150)), max_size=12).map(
     lambda xs: [Req(str(i), p, min(c, p + 20)) for i, (p, c) in enumerate(xs)])
