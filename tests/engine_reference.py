@@ -82,7 +82,7 @@ class EngineSim:
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
-        self._log_views = not self.by_priority and not engine.prefix_caching
+        self._log_views = not self.by_priority
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
         self.knobs = policy.engine_knobs
@@ -326,8 +326,9 @@ class EngineSim:
         return SchedulerView(now=self.now, requests=self._chain, num_pending_prefills=np_,
                              num_running_decodes=nd, max_num_batched_tokens=self.mbt,
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
-                             # (SchedulerView.waiting_log: FCFS, no prefix cache)
-                             waiting_log=log if self._log_views else None)
+                             # (SchedulerView.waiting_log: FCFS)
+                             waiting_log=log if self._log_views else None,
+                             prefix_caching=self.pool.cache is not None)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
                   ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],

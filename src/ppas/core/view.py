@@ -146,14 +146,17 @@ class SchedulerView:
     all waiting requests; ``num_running_decodes`` (N_d) counts running requests past their
     prompt (P-PAS §3; ``ppas.engine.step_rules.counts``). Engines compute both while building the
     view so that policies that need only counts cost O(1).
-    ``waiting_log``: the waiting queue's ``WaitingLog`` where the engine keeps one, a
-    waiting request's fields do not change while it waits (no prefix cache to look up) and
-    the queue is FCFS, so that ``prefill_order``'s listed requests go first and admission
-    stops at the first it cannot admit (the simulator under ``--scheduling-policy fcfs``
-    without prefix caching); None otherwise (the vLLM plugin, hand-made views).
+    ``waiting_log``: the waiting queue's ``WaitingLog`` where the engine keeps one and the
+    queue is FCFS, so that ``prefill_order``'s listed requests go first and admission
+    stops at the first it cannot admit (the simulator under ``--scheduling-policy fcfs``);
+    None otherwise (the vLLM plugin, hand-made views). A waiting request's fields do not
+    change while it waits, but for ``num_cached_tokens`` where ``prefix_caching``.
     ``waiting_prompt_tokens``: the sum of ``prompt_tokens`` over the waiting requests,
     where the engine keeps it as the queue changes (the simulator), so that a policy that
     needs the pending prompts' total reads the running ones only; None: read the requests.
+    ``prefix_caching``: the engine caches prefixes, so a waiting request's
+    ``num_cached_tokens`` may change while it waits (an index keyed on it must be rebuilt
+    from the requests, not kept from ``waiting_log``).
     """
 
     now: float
@@ -165,6 +168,7 @@ class SchedulerView:
     recent_steps: Sequence[StepRecord] = field(default_factory=tuple)
     waiting_log: WaitingLog | None = None
     waiting_prompt_tokens: int | None = None
+    prefix_caching: bool = False
 
 
 #: ``SchedulerView(*fields)``, positionally, every field given, without the frozen

@@ -296,7 +296,8 @@ class EngineSim:
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
-        self._log_views = not self.by_priority and not engine.prefix_caching
+        self._log_views = not self.by_priority
+        self._prefix_caching = engine.prefix_caching
         # Stock vLLM's own prefill knobs (step_rules rule 4b; defaults for every policy but
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
         self.knobs = policy.engine_knobs
@@ -570,11 +571,12 @@ class EngineSim:
         log.trim(num_waiting)
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
-        # waiting_prompt_tokens), the log only under FCFS without a prefix cache
+        # waiting_prompt_tokens, prefix_caching), the log only under FCFS
         # (SchedulerView.waiting_log)
         return make_view(self.now, self._chain, len(self.running) - nd + num_waiting, nd,
                          self.mbt, self.max_num_seqs, self.recent,
-                         log if self._log_views else None, waiting.prompt_tokens)
+                         log if self._log_views else None, waiting.prompt_tokens,
+                         self._prefix_caching)
 
     def _schedule(self, prefill_budget: int, held: bool = False) -> _Scheduled:
         """One vLLM V1 ``schedule()``: the decodes scheduled (one token each) and the

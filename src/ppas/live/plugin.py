@@ -350,6 +350,7 @@ class PolicyScheduler(Scheduler):
         # vLLM's own clamp, bound once (the hook runs for every request of every step).
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
+        self._prefix_caching = bool(self.cache_config.enable_prefix_caching)
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
         # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
@@ -394,6 +395,7 @@ class PolicyScheduler(Scheduler):
             max_num_batched_tokens=self.max_num_scheduled_tokens,
             max_num_seqs=self.max_num_running_reqs,
             recent_steps=self._recent,
+            prefix_caching=self._prefix_caching,
         )
 
     # -- vLLM hooks ---------------------------------------------------------------------

@@ -61,7 +61,8 @@ def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[
     last the engine could admit. The engine serves the running prompts first, then admits
     from the head of its waiting queue, the listed ones first, each taking at least one
     token of what the running ones leave of the budget (``L``; its uncached prompt where
-    no prefix cache can grow within the step: ``SchedulerView.waiting_log``), and no more
+    no prefix cache can grow within the step: ``SchedulerView.waiting_log`` and
+    ``prefix_caching``), and no more
     than ``max_num_seqs`` less the running requests. So it never reaches an unlisted one,
     and the step is the one the whole order gives; the next step lists its head again
     (ties in the policy's key keep the queue's relative order either way). O(running +
@@ -74,7 +75,8 @@ def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[
         left += max(0, r.prompt_tokens - r.num_computed_tokens)
     room = budget - left  # L
     slots = view.max_num_seqs - n_running
-    exact = view.waiting_log is not None  # no prefix cache: a waiting prompt needs its uncached
+    # no prefix cache in an engine that says so: a waiting prompt needs its uncached
+    exact = view.waiting_log is not None and not view.prefix_caching
     out: list[str] = []
     for r in order:
         if r.is_running:

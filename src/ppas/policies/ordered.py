@@ -137,8 +137,8 @@ the estimate stays within 1.1% of the engine's best solo latency (``solo_latency
 **What is listed.** Without a ``waiting_log`` in the view (the vLLM plugin, hand-made
 views), or where the saturation rule has room (its budget reads the waiting queue in the
 engine's order, as last ordered whole: the knee below the ceiling, e.g. on an A100):
-every pending prompt, in order (``decide_full``). With one (the simulator under
-FCFS without prefix caching; ``SchedulerView.waiting_log``), only what can matter: the
+every pending prompt, in order (``decide_full``). With one and no prefix
+cache (the simulator under FCFS without prefix caching; ``SchedulerView.waiting_log``), only what can matter: the
 order's waiting requests up to and including the first that the walk of rule 3 does not
 admit (or the one that fills the budget), then every running prompt; with nothing
 running, the waiting ones until their uncached tokens reach the budget. The engine never
@@ -386,7 +386,7 @@ class Ordered(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
-        log = view.waiting_log
+        log = None if view.prefix_caching else view.waiting_log  # its items' keys are fixed
         if log is not None and self.costs is not None and self.config.aging > 0 and (
                 self.sat_costs is None or self._knee is not None):  # saturation: no room
             if self.config.drain > 0 and self.config.overdue_prefix:  # (not indexed)
