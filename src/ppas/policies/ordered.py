@@ -136,18 +136,19 @@ the estimate stays within 1.1% of the engine's best solo latency (``solo_latency
 
 **What is listed.** Without a ``waiting_log`` in the view (the vLLM plugin, hand-made
 views), or where the saturation rule has room (its budget reads the waiting queue in the
-engine's order, as last ordered whole: the knee below the ceiling, e.g. on an A100):
-every pending prompt, in order (``decide_full``). With one and no prefix
-cache (the simulator under FCFS without prefix caching; ``SchedulerView.waiting_log``), only what can matter: the
-order's waiting requests up to and including the first that the walk of rule 3 does not
-admit (or the one that fills the budget), then every running prompt; with nothing
-running, the waiting ones until their uncached tokens reach the budget. The engine never
-admits past them: each waiting request it admits takes at least its remaining uncached
-tokens from the budget, which the walk returns already spent by the listed ones (or the
-engine stops earlier, on its KV blocks, ``max_num_seqs`` or the global budget). The
-unlisted requests keep their queue order behind, and no step admits one, so every
-admission, and the run, is the same as with the whole order (``tests/test_ordered.py``
-runs both, and pins the indexed path to ``decide_full(truncate=True)`` at every step).
+engine's order, as last ordered whole: the knee below the ceiling, e.g. on an A100): every
+pending prompt, in order (``decide_full``). With one and no prefix cache (the simulator
+under FCFS without prefix caching; ``SchedulerView.waiting_log`` and ``prefix_caching``),
+only what can matter: the order's waiting requests up to and including the first that the
+walk of rule 3 does not admit (or the one that fills the budget), then every running
+prompt; with nothing running, the waiting ones until their uncached tokens reach the
+budget. The engine never admits past them: each waiting request it admits takes at least
+its remaining uncached tokens from the budget, which the walk returns already spent by the
+listed ones (or the engine stops earlier, on its KV blocks, ``max_num_seqs`` or the global
+budget). The unlisted requests keep their queue order behind, and no step admits one, so
+every admission, and the run, is the same as with the whole order
+(``tests/test_ordered.py`` runs both, and pins the indexed path to
+``decide_full(truncate=True)`` at every step).
 
 **Cost per step.** Without a log: one pass over the running requests and the budget,
 O(running + number of candidate chunks), plus the saturation rule's pass over a prefix of
