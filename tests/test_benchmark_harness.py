@@ -110,3 +110,31 @@ def test_predictive_cost_splits_the_decision_time(tmp_path: Path) -> None:
                  "--configs", "mbt:2048")
     assert proc.returncode == 2 and "not a predictive config" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
+    """benchmarks/slo_misses.py: per config and scale, the TTFT misses split by prompt length
+    add up to the TTFT miss share, and the attainment is what neither miss leaves."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "r.json"
+    proc = bench("slo_misses.py", "--mooncake", str(data / "mooncake-synthetic-slice.jsonl"),
+                 "--configs", "vllm:mbt=16384;vllm:mbt=2048,long_prefill_token_threshold=512",
+                 "--scales", "0.5,1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]["rows"]
+    assert [(r["config"], r["scale"]) for r in rows] == [
+        ("vllm:mbt=16384", 0.5), ("vllm:mbt=16384", 1.0),
+        ("vllm:mbt=2048,long_prefill_token_threshold=512", 0.5),
+        ("vllm:mbt=2048,long_prefill_token_threshold=512", 1.0)]
+    for r in rows:
+        parts = r["ttft_miss_short"] + r["ttft_miss_mid"] + r["ttft_miss_long"]
+        assert abs(parts - r["ttft_miss"]) < 1e-12
+        worst, both = max(r["ttft_miss"], r["tpot_miss"]), r["ttft_miss"] + r["tpot_miss"]
+        assert 1 - both - 1e-12 <= r["attainment"] <= 1 - worst + 1e-12
+        assert r["mean_e2e_x1"] > 0
+    assert any(r["ttft_miss"] > 0 for r in rows)  # the slice is busy enough to miss
+    for argv in (["--configs", "nope:1"], ["--configs", "ordered", "--scales", "x"],
+                 ["--configs", "ordered", "--slo", "ttft=zz"]):
+        bad = bench("slo_misses.py", *argv)
+        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+        assert bad.stderr.startswith("slo_misses.py: error: ") and bad.stderr.count("\n") == 1
