@@ -172,7 +172,7 @@ class EngineSim:
         step_rules.order_waiting(self.waiting, decision, self.by_priority)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
-        sched, preempted, tally = self._schedule(cap, held)
+        sched, preempted, tally = self._schedule(cap, held, decision.chunk_limit)
         if cadence is not None:
             cadence.after_step(held, bool(sched), self._carried, not preempted,
                                len(self.waiting))
@@ -330,7 +330,7 @@ class EngineSim:
                              waiting_log=log if self._log_views else None,
                              prefix_caching=self.pool.cache is not None)
 
-    def _schedule(self, prefill_budget: int, held: bool = False,
+    def _schedule(self, prefill_budget: int, held: bool = False, chunk_limit: int = 0,
                   ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],
                              step_rules.StepTally]:
         """One vLLM V1 ``schedule()``: (scheduled (request, tokens), preempted requests,
@@ -340,7 +340,7 @@ class EngineSim:
         scheduled earlier has its chunk taken back, and the tally is then made again from
         ``sched`` (whose requests' counters this step has not moved)."""
         running, waiting, pool = self.running, self.waiting, self.pool
-        cap = step_rules.PrefillCap(prefill_budget)
+        cap = step_rules.PrefillCap(prefill_budget, chunk_limit)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
         # global budget and the hook, as vLLM orders them (0: none).
         lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting), self.mbt)

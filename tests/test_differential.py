@@ -121,6 +121,8 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     **{name: CONFIGS.get(name, name) for name in policy_names()},
     "reverse": lambda: ReversePrefills(decodes_first=False),
     "reverse-decodes-first": lambda: ReversePrefills(decodes_first=True),
+    # ordered's idle limit (Decision.chunk_limit while at most one request waits)
+    "ordered-idle-limit": "ordered:c_min=128,c_max=1024,idle_limit=200",
 }
 
 
@@ -301,8 +303,9 @@ class ShortestPrefillFirst(Policy):
     name = "shortest-prefill-first"
     Config = dict
 
-    def __init__(self) -> None:
-        super().__init__({}, self.name)
+    def __init__(self, chunk_limit: int = 0) -> None:
+        super().__init__({}, f"{self.name}:chunk_limit={chunk_limit}")
+        self.chunk_limit = chunk_limit
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -311,11 +314,14 @@ class ShortestPrefillFirst(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         order = sorted(pending_prefills(view),
                        key=lambda r: (r.prompt_tokens - r.num_computed_tokens, r.request_id))
-        return Decision(600, tuple(r.request_id for r in order))
+        return Decision(600, tuple(r.request_id for r in order), chunk_limit=self.chunk_limit)
 
 
 ORDER_CASES: dict[str, str | Callable[[], Policy]] = {
     "shortest-prefill-first": ShortestPrefillFirst,
+    # Decision.chunk_limit (step_rules rule 4): every chunk of a step at most 250 tokens, so
+    # several prompts prefill together and the order acts on running chunks too.
+    "shortest-prefill-first-chunked": lambda: ShortestPrefillFirst(chunk_limit=250),
     "flowprefill": CONFIGS["flowprefill"],
 }
 

@@ -595,3 +595,42 @@ def test_fixed_knee_is_the_budget_whatever_rides(n: int, ctx: int, spec: str) ->
     if p._knee is not None:
         assert p.chunk(n, ctx) == p._knee
     assert ordered()._knee == 4096  # the default on an H100 with an 8B model: c_max
+
+
+# -- the idle limit (module doc, 2) ------------------------------------------------------------
+@settings(deadline=None)
+@given(views(), st.sampled_from([256, 512, 2048]))
+def test_idle_limit_only_without_a_backlog_on_random_views(v: SchedulerView, lim: int) -> None:
+    """The decision is the one without the limit, plus ``chunk_limit = L`` exactly when at
+    most one request waits (and a prompt is pending)."""
+    base, limited = ordered().decide(v), ordered(f"ordered:idle_limit={lim}").decide(v)
+    n_wait = sum(1 for r in v.requests if not r.is_running)
+    assert (limited.prefill_budget, limited.prefill_order, limited.decodes_first) == (
+        base.prefill_budget, base.prefill_order, base.decodes_first)
+    assert base.chunk_limit == 0
+    assert limited.chunk_limit == (lim if n_wait <= 1 and v.num_pending_prefills else 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(specs, st.sampled_from([128, 1000]))
+@example([(0.0, 5000, 4), (0.5, 20, 4)], 1000)
+def test_idle_limit_in_the_simulator(trace: Sequence[tuple[float, int, int]], lim: int) -> None:
+    """Every prefill chunk of a step decided with at most one request waiting is at most
+    ``L`` tokens, and a step decided with more waiting has no limit (no preemption here,
+    so every chunk of more than one token is a prefill chunk); the budget holds and every
+    request finishes."""
+    reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
+    rec = Recorder(ordered(f"ordered:idle_limit={lim}"))
+    res = simulate(reqs, rec, CM, EngineConfig(), record_steps=True)
+    assert all(r.finish_time is not None for r in res.requests)
+    decided = {now: (waiting, d) for now, waiting, d in rec.log}
+    for s in res.steps:
+        assert s.num_prefill_tokens <= s.prefill_budget
+        if s.time not in decided:
+            continue  # a decode run's later steps: no prefill
+        waiting, d = decided[s.time]
+        if len(waiting) > 1:
+            assert d.chunk_limit == 0
+        elif s.num_prefill_tokens:
+            assert d.chunk_limit == lim
+            assert all(n <= lim for _, n in s.scheduled), s.scheduled

@@ -53,14 +53,16 @@ chunks = st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 5000), st.integ
                   max_size=30)  # (num_computed, num_prompt_tokens, tokens wanted)
 
 
-@given(budget=st.integers(0, 8000), wanted=chunks)
-def test_cap_limits_prefill_chunks_only(budget: int, wanted: list[tuple[int, int, int]]) -> None:
-    cap = PrefillCap(budget)
+@given(budget=st.integers(0, 8000), wanted=chunks, limit=st.sampled_from([0, 1, 300, 9000]))
+def test_cap_limits_prefill_chunks_only(budget: int, wanted: list[tuple[int, int, int]],
+                                        limit: int) -> None:
+    """Each prefill chunk gets min(wanted, cap left, the chunk limit if any)."""
+    cap = PrefillCap(budget, limit)
     spent = 0
     for c, p, n in wanted:
         got = cap.clamp(c, p, n)
         if is_prefill_chunk(c, p):
-            assert 0 <= got <= n and got == min(n, budget - spent)
+            assert 0 <= got <= n and got == min(n, budget - spent, limit or n)
             spent += got
         else:
             assert got == n  # decodes and recompute tails pass untouched

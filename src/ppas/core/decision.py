@@ -22,11 +22,16 @@ class Decision:
         (``ppas.engine.step_rules`` rule 3 says why).
     decodes_first: schedule every running decode before any running prefill chunk
         (Sarathi-Serve's stall-free batching); vLLM's default is plain running order.
+    chunk_limit: the most tokens one request's prefill chunk may take this step, running
+        or waiting (0: no limit): vLLM's ``long_prefill_token_threshold`` decided per step
+        (``ppas.engine.step_rules`` rule 4). A long prompt then leaves the rest of the
+        budget to the prompts behind it, as the static knob does.
     """
 
     prefill_budget: int
     prefill_order: tuple[str, ...] | None = None
     decodes_first: bool = False
+    chunk_limit: int = 0
 
 
 class Knob(StrEnum):

@@ -414,7 +414,7 @@ class EngineSim:
             step_rules.order_waiting(self.waiting, decision, self.by_priority)
         cadence = self.cadence
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
-        scheduled = self._schedule(cap, held)
+        scheduled = self._schedule(cap, held, decision.chunk_limit)
         decodes, sched, _, preempted, _ = scheduled
         any_scheduled = bool(decodes or sched)
         if cadence is not None:
@@ -578,7 +578,8 @@ class EngineSim:
                          log if self._log_views else None, waiting.prompt_tokens,
                          self._prefix_caching)
 
-    def _schedule(self, prefill_budget: int, held: bool = False) -> _Scheduled:
+    def _schedule(self, prefill_budget: int, held: bool = False,
+                  chunk_limit: int = 0) -> _Scheduled:
         """One vLLM V1 ``schedule()``: the decodes scheduled (one token each) and the
         other chunks, with each chunk's place among the decodes (``_Scheduled``), the
         preempted requests and the scheduled chunks' tally. ``held``: a step the prefill
@@ -588,7 +589,7 @@ class EngineSim:
         is then made again from the schedule (whose requests' counters this step has not
         moved)."""
         running, waiting, pool = self.running, self.waiting, self.pool
-        cap = step_rules.PrefillCap(prefill_budget)
+        cap = step_rules.PrefillCap(prefill_budget, chunk_limit)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
         # global budget and the hook, as vLLM orders them (0: none).
         lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting), self.mbt)

@@ -37,8 +37,9 @@ Rules, in the order a step applies them:
    would both break the contract and admit the request vLLM evicts first. Within a level
    the policy decides exactly as under FCFS; without an order the key is vLLM's heap
    order, so an engine that sorts by it every step admits exactly as stock vLLM does.
-4. **The cap** (``PrefillCap``): a prefill chunk gets ``min(its tokens, cap left)`` and
-   is charged to the cap; a chunk past the prompt (a decode, or a recompute tail) is never
+4. **The cap** (``PrefillCap``): a prefill chunk gets ``min(its tokens, cap left)``,
+   and no more than the decision's ``chunk_limit`` where it sets one, and is charged to
+   the cap; a chunk past the prompt (a decode, or a recompute tail) is never
    capped. A request whose capped chunk is 0 is skipped (running loop) or stops admission
    (waiting loop), exactly vLLM's ``num_new_tokens == 0`` test. Sum of prefill-chunk tokens
    <= the enforced budget, every step. Where further limits go: one the plugin imposes (a
@@ -202,19 +203,23 @@ def order_waiting(waiting: WaitingQueue, decision: Decision, priority: bool = Fa
 
 # -- 4. the cap ------------------------------------------------------------------------------
 class PrefillCap:
-    """The step's prefill budget left (rule 4). ``clamp`` then ``charge`` every chunk."""
+    """The step's prefill budget left and its per-chunk limit (rule 4; ``limit`` 0: none,
+    ``Decision.chunk_limit``). ``clamp`` then ``charge`` every chunk."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "limit")
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, limit: int = 0) -> None:
         self.left = budget
+        self.limit = limit
 
     def clamp(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> int:
-        """Tokens a chunk of ``n`` may take: ``min(n, cap left)`` for a prefill chunk,
-        ``n`` otherwise."""
+        """Tokens a chunk of ``n`` may take: ``min(n, cap left, limit)`` for a prefill
+        chunk (no limit when it is 0), ``n`` otherwise."""
         if num_computed_tokens >= num_prompt_tokens:
             return n
-        return n if n <= self.left else self.left
+        m = n if n <= self.left else self.left
+        lim = self.limit
+        return lim if 0 < lim < m else m
 
     def charge(self, num_computed_tokens: int, num_prompt_tokens: int, n: int) -> None:
         """Charge a scheduled chunk of ``n`` tokens (prefill chunks only)."""

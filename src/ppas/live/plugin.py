@@ -409,7 +409,7 @@ class PolicyScheduler(Scheduler):
         step_rules.order_running(self.running, decision, self.ppas_by_priority)
         if isinstance(self.waiting, deque):  # always (FCFS, or ours under priority)
             step_rules.order_waiting(self.waiting, decision, self.ppas_by_priority)
-        self._cap = step_rules.PrefillCap(budget)
+        self._cap = step_rules.PrefillCap(budget, decision.chunk_limit)
         try:
             out = super().schedule(*args, **kwargs)
         finally:

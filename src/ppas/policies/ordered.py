@@ -105,6 +105,23 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      the biggest chunk and double every riding decode's step for prefill it could not
      start. Invariant: the budget is the same as with the waiting queue cut before that
      first prompt (``tests/test_ordered.py``).
+   **The idle limit** (``idle_limit=L``; 0, off, by default). vLLM serves running
+   requests before it admits waiting ones, so a prompt that arrives while a long one is
+   being prefilled waits for every chunk of it, whatever the order says; and a short
+   prompt's first token waits at least for the step in flight. Under an SLO relative to
+   the solo latency (TTFT <= 5x solo: 70 ms for a 20-token prompt on an H100 with an 8B
+   model, a third of one 4096-token step) that is what sets the capacity on long-context
+   traffic (``benchmarks/slo_misses.py``: on the Mooncake slice at low load nine in ten
+   misses are prompts under 2k tokens, scheduled 0.25-0.8 s after they arrived). With
+   ``L > 0``, while at most one request waits (no backlog, where chunk efficiency is not
+   what the latency depends on) every chunk of the step is at most ``L`` tokens
+   (``Decision.chunk_limit``: vLLM's ``long_prefill_token_threshold`` decided per step),
+   so steps stay short and a long prompt leaves the budget's rest to the prompts behind
+   it. With a backlog the decision is unchanged. Invariant: every prefill chunk of a step
+   taken with one waiting request or none is at most ``L`` tokens; the decision is
+   otherwise the one with ``L = 0`` (``tests/test_ordered.py``). Off by default: measured
+   in ``docs/results/real-traffic.md`` ("The idle limit"), it reaches the capacity bar on
+   the Mooncake slice but costs mean E2E at 1x on the H100.
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
@@ -215,7 +232,7 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -244,6 +261,9 @@ class OrderedConfig:
       off, the aging bound alone, the rule before it). 1, the default, is no fitted
       value: a request goes first once it has waited what a request arriving now would
       wait under FCFS.
+    * ``idle_limit``: while at most one request waits, every prefill chunk is at most this
+      many tokens (``Decision.chunk_limit``; module doc, 2, "The idle limit"; 0: off, the
+      default).
     """
 
     aging: float = 25.0
@@ -257,8 +277,10 @@ class OrderedConfig:
     kv_backlog: bool = True
     overdue_prefix: bool = False
     drain: float = 1.0
+    idle_limit: int = 0
 
     def __post_init__(self) -> None:
+        require(self.idle_limit >= 0, f"idle_limit must be >= 0, got {self.idle_limit}")
         require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
@@ -387,6 +409,13 @@ class Ordered(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
+        d = self._decide(view)
+        lim = self.config.idle_limit
+        if lim and _num_waiting(view) <= 1:  # no backlog: short chunks (module doc, 2)
+            return Decision(d.prefill_budget, d.prefill_order, d.decodes_first, lim)
+        return d
+
+    def _decide(self, view: SchedulerView) -> Decision:
         log = None if view.prefix_caching else view.waiting_log  # its items' keys are fixed
         if log is not None and self.costs is not None and self.config.aging > 0 and (
                 self.sat_costs is None or self._knee is not None):  # saturation: no room
@@ -744,6 +773,16 @@ _max_output_tokens = attrgetter("max_output_tokens")
 
 #: One pending prompt: (sort key, id, running, uncached tokens left, footprint).
 _Item = tuple[tuple[int, float, float, str], str, bool, int, int]
+
+
+def _num_waiting(view: SchedulerView) -> int:
+    """The waiting requests of ``view`` (it lists the running ones first): O(running)."""
+    n = 0
+    for r in view.requests:
+        if not r.is_running:
+            break
+        n += 1
+    return len(view.requests) - n
 
 
 def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], float] | None,
