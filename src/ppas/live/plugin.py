@@ -36,6 +36,7 @@ that the installed scheduler's source still has these call sites, is
 * sum of prefill-chunk tokens scheduled <= the enforced budget (the cap is charged before
   allocation; a request that then fails allocation ends its loop, so an over-charge can only
   leave the cap unused, never exceeded);
+* every prefill chunk <= the decision's ``chunk_limit`` where it sets one (the same clamp);
 * chunks past the prompt (decodes, recompute tails) pass through untouched;
 * the global budget is vLLM's own ``max_num_scheduled_tokens`` (= the policy's MBT, checked).
 
