@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ppas.core.errors import PpasError
 from ppas.cost.base import StepShape
-from ppas.cost.catalog import HARDWARE, MODELS
+from ppas.cost.catalog import ATTENTION_KERNELS, HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
 
 GATE_UP = 2  # index in ModelArch.gemms
@@ -90,6 +90,23 @@ def test_step_time_is_monotone_in_the_chunk(hw: str, model: str, c: int, p: int,
     a = cm.step_time(StepShape.of([(c, p)], [k] * d))
     b = cm.step_time(StepShape.of([(c + 1, p)], [k] * d))
     assert b >= a > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       c=st.integers(0, 40000), p=st.integers(0, 200000), d=st.integers(0, 300),
+       k=st.integers(0, 10**7), tp=st.sampled_from([1, 2, 4]),
+       kernel=st.sampled_from([None, *ATTENTION_KERNELS]))
+def test_chunk_time_is_step_time_of_one_chunk(hw: str, model: str, c: int, p: int, d: int,
+                                              k: int, tp: int, kernel: str | None) -> None:
+    """``chunk_time`` (the searches' inlined pricing) is ``step_time`` of the one-chunk
+    shape, to the bit."""
+    try:
+        cm = RooflineCostModel(hw, model, tp=tp, attention_kernel=kernel)
+    except PpasError:  # the model does not fit this GPU at this tp
+        return
+    k = k if d else 0
+    assert cm.chunk_time(p, d, k)(c) == cm.step_time(StepShape.one_chunk(c, p, d, k))
 
 
 def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:

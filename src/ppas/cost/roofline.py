@@ -46,6 +46,7 @@ gate-up split their output width over the GPUs, o and down their depth K):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
@@ -279,6 +280,55 @@ class RooflineCostModel(CostModel):
         if lm is None:
             lm = self.lm_head_time(reqs)
         return self._layers * layer + lm + fixed + self._per_req * reqs
+
+    def chunk_time(self, prefill_ctx: int, num_decodes: int,
+                   decode_ctx_tokens: int) -> Callable[[int], float]:
+        """``step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, decode_ctx_tokens))``
+        as a function of ``c``, with ``step_time`` and ``prefill_attention_time`` inlined
+        for one chunk: the same operations in the same order, on the shape's fields (one
+        request: ``x / 1`` is ``float(x)``; ``causal_pairs`` written out), without
+        building shapes. ``tests/test_roofline.py`` checks the equality."""
+        p, nd = prefill_ctx, num_decodes
+        fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        half_rows = 1 * (rows - 1) / 2  # reqs * (rows - 1) / 2 with reqs = 1
+        app = self._attn_per_pair
+        d_kv = kv * decode_ctx_tokens
+
+        def t(c: int) -> float:
+            n = c + nd
+            if n == 0:
+                return 0.0
+            fixed = fixed0 + (eager if n > graph_max else 0.0)
+            gemms = gemm_memo.get(n)
+            if gemms is None:
+                gemms = self.layer_gemm_time(n)
+            layer = n * act + gemms
+            if c:  # prefill_attention_time(one_chunk(c, p, ...)): one request
+                kv_tokens = p + c
+                cf = float(c)
+                ctx = float(kv_tokens) - cf
+                w = (c + half_rows) * bpr
+                if split and w < SPLIT_KV_WAVES:
+                    w = min(SPLIT_KV_WAVES, w * max(1.0, (ctx + cf) / KV_BLOCK))
+                u = (ctx + rows) / (ctx + (cf + 1) / 2)
+                waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+                t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
+                t_kv = kv * kv_tokens
+                layer += t_flop if t_flop > t_kv else t_kv
+                reqs = 1 + nd
+            else:
+                reqs = nd
+            layer += d_kv
+            lm = lm_memo.get(reqs)
+            if lm is None:
+                lm = self.lm_head_time(reqs)
+            return layers * layer + lm + fixed + per_req * reqs
+
+        return t
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

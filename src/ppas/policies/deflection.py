@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
 from ppas.core.view import SchedulerView, is_pending_prefill
-from ppas.cost.base import CostModel, StepShape
+from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
 
@@ -44,10 +44,9 @@ def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
                  ladder: tuple[int, ...] = LADDER) -> int:
     """Largest ``c`` in ``ladder`` (sorted, largest first) with
     ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none."""
+    t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
     for c in ladder:
-        t = cost_model.step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes,
-                                                     decode_ctx_tokens))
-        if t <= tbt_slo:
+        if t(c) <= tbt_slo:
             return c
     return 0
 
