@@ -286,8 +286,9 @@ class RooflineCostModel(CostModel):
         """``step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, decode_ctx_tokens))``
         as a function of ``c``, with ``step_time`` and ``prefill_attention_time`` inlined
         for one chunk: the same operations in the same order, on the shape's fields (one
-        request: ``x / 1`` is ``float(x)``; ``causal_pairs`` written out), without
-        building shapes. ``tests/test_roofline.py`` checks the equality."""
+        request: ``reqs`` is 1; ``causal_pairs`` written out; ``min``/``max`` as
+        comparisons that pick the same float), without building shapes.
+        ``tests/test_roofline.py`` checks the equality."""
         p, nd = prefill_ctx, num_decodes
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
         gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
@@ -297,6 +298,7 @@ class RooflineCostModel(CostModel):
         half_rows = 1 * (rows - 1) / 2  # reqs * (rows - 1) / 2 with reqs = 1
         app = self._attn_per_pair
         d_kv = kv * decode_ctx_tokens
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
 
         def t(c: int) -> float:
             n = c + nd
@@ -309,11 +311,14 @@ class RooflineCostModel(CostModel):
             layer = n * act + gemms
             if c:  # prefill_attention_time(one_chunk(c, p, ...)): one request
                 kv_tokens = p + c
-                cf = float(c)
-                ctx = float(kv_tokens) - cf
+                cf = c / 1
+                ctx = kv_tokens / 1 - cf
                 w = (c + half_rows) * bpr
-                if split and w < SPLIT_KV_WAVES:
-                    w = min(SPLIT_KV_WAVES, w * max(1.0, (ctx + cf) / KV_BLOCK))
+                if split and w < split_waves:
+                    # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
+                    x = (ctx + cf) / kv_block
+                    x = w * (x if x > 1.0 else 1.0)
+                    w = x if x < split_waves else split_waves
                 u = (ctx + rows) / (ctx + (cf + 1) / 2)
                 waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
                 t_flop = app * (c * (p + (c + 1) / 2)) * waves / w

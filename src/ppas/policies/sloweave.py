@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill
+from ppas.core.view import SchedulerView
 from ppas.cost.base import largest_chunk_within
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.registry import register
@@ -65,18 +65,21 @@ class SloWeave(Policy):
         deadline = float("inf")
         dctx = n_dec = left = 0
         head_ctx = -1
+        c_max, tpot_s, now = cfg.c_max, cfg.tpot_s, view.now
         for r in view.requests:
-            if is_pending_prefill(r):
-                left += r.prompt_tokens - r.num_computed_tokens
+            c = r.num_computed_tokens
+            running = r.is_running
+            if not running or c < r.prompt_tokens:  # is_pending_prefill(r), inlined
+                left += r.prompt_tokens - c
                 if head_ctx < 0:
-                    head_ctx = r.num_computed_tokens
-                if not r.is_running and left >= cfg.c_max:
+                    head_ctx = c
+                if not running and left >= c_max:
                     break  # past the decodes (listed first): only min(c_max, left) counts
             else:
                 n_dec += 1
-                dctx += r.num_computed_tokens
-                last = r.last_token_time if r.last_token_time is not None else view.now
-                d = last + (r.tpot_slo or cfg.tpot_s)
+                dctx += c
+                last = r.last_token_time
+                d = (last if last is not None else now) + (r.tpot_slo or tpot_s)
                 if d < deadline:
                     deadline = d
         if left == 0:
