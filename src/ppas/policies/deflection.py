@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill
+from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
@@ -89,14 +89,15 @@ class TbtLadder(Policy):
         # with prefill left, else the waiting queue's head.
         dctx, head_ctx = 0, -1
         for r in view.requests:
+            c = r.num_computed_tokens
             if not r.is_running:
                 if head_ctx < 0:
-                    head_ctx = r.num_computed_tokens
+                    head_ctx = c
                 break
-            if not is_pending_prefill(r):
-                dctx += r.num_computed_tokens
+            if c >= r.prompt_tokens:  # running: not is_pending_prefill(r), inlined
+                dctx += c
             elif head_ctx < 0:
-                head_ctx = r.num_computed_tokens
+                head_ctx = c
         c = ladder_chunk(cm, self.config.tbt_slo, view.num_running_decodes, dctx,
                          max(0, head_ctx), self.ladder)
         return Decision(c or self.ladder[-1])
