@@ -97,6 +97,14 @@ class CostModel(ABC):
             ctx += num_decodes
         return out
 
+    def pricer(self) -> Callable[[int, int, float, int, int, int], float]:
+        """``f(*fields) == step_time(StepShape(*fields))`` (the fields positionally, in
+        declaration order), for engines that price a step from their tally without building
+        a shape (``ppas.engine.simulator``). Each call equals that ``step_time`` exactly;
+        subclasses may return a faster function that keeps the equality."""
+        st = self.step_time
+        return lambda *fields: st(make_shape(*fields))
+
     def chunk_time(self, prefill_ctx: int, num_decodes: int,
                    decode_ctx_tokens: int) -> Callable[[int], float]:
         """``c -> step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes,

@@ -281,6 +281,56 @@ class RooflineCostModel(CostModel):
             lm = self.lm_head_time(reqs)
         return self._layers * layer + lm + fixed + self._per_req * reqs
 
+    def pricer(self) -> Callable[[int, int, float, int, int, int], float]:
+        """``step_time`` of a shape's fields (``CostModel.pricer``), with
+        ``prefill_attention_time`` inlined: the same operations in the same order
+        (``min``/``max`` as comparisons that pick the same float), without building the
+        shape. A subclass that overrides ``step_time`` (one that records the steps it
+        prices) gets the generic pricer, through its own ``step_time``.
+        ``tests/test_roofline.py`` checks the equality."""
+        if type(self).step_time is not RooflineCostModel.step_time or "step_time" in vars(self):
+            return super().pricer()
+        fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        app = self._attn_per_pair
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+
+        def price(num_prefill_tokens: int, num_prefill_reqs: int, prefill_attn_work: float,
+                  prefill_kv_tokens: int, num_decodes: int, decode_ctx_tokens: int) -> float:
+            n = num_prefill_tokens + num_decodes
+            if n == 0:
+                return 0.0
+            fixed = fixed0 + (eager if n > graph_max else 0.0)
+            gemms = gemm_memo.get(n)
+            if gemms is None:
+                gemms = self.layer_gemm_time(n)
+            layer = n * act + gemms
+            reqs = num_prefill_reqs
+            if reqs:  # prefill_attention_time
+                c = num_prefill_tokens / reqs
+                ctx = prefill_kv_tokens / reqs - c
+                w = (num_prefill_tokens + reqs * (rows - 1) / 2) * bpr
+                if split and w < split_waves:
+                    x = (ctx + c) / kv_block
+                    x = w * (x if x > 1.0 else 1.0)
+                    w = x if x < split_waves else split_waves
+                u = (ctx + rows) / (ctx + (c + 1) / 2)
+                waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+                t_flop = app * prefill_attn_work * waves / w
+                t_kv = kv * prefill_kv_tokens
+                layer += t_flop if t_flop > t_kv else t_kv
+            layer += kv * decode_ctx_tokens
+            reqs += num_decodes
+            lm = lm_memo.get(reqs)
+            if lm is None:
+                lm = self.lm_head_time(reqs)
+            return layers * layer + lm + fixed + per_req * reqs
+
+        return price
+
     def chunk_time(self, prefill_ctx: int, num_decodes: int,
                    decode_ctx_tokens: int) -> Callable[[int], float]:
         """``step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, decode_ctx_tokens))``

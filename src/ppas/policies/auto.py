@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ppas.core.config import check_fields, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel, StepShape
@@ -131,5 +131,5 @@ class PpasAuto(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         n_th, b_cap, b_max = self.params_for(view)
         if view.num_pending_prefills >= n_th and view.num_running_decodes > 0:
-            return Decision(b_cap)
-        return Decision(b_max)
+            return budget_decision(b_cap)
+        return budget_decision(b_max)

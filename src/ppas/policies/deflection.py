@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
@@ -78,12 +78,12 @@ class TbtLadder(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_running_decodes == 0:
-            return Decision(self.config.mbt)
+            return budget_decision(self.config.mbt)
         if view.num_pending_prefills == 0:
-            return Decision(0)
+            return budget_decision(0)
         cm = self.cost_model
         if cm is None:
-            return Decision(self.ladder[-1])
+            return budget_decision(self.ladder[-1])
         # One pass over the running requests only (the view lists them first; decodes are
         # running): O(running), whatever waits. The head prompt is the first running one
         # with prefill left, else the waiting queue's head.
@@ -100,4 +100,4 @@ class TbtLadder(Policy):
                 head_ctx = c
         c = ladder_chunk(cm, self.config.tbt_slo, view.num_running_decodes, dctx,
                          max(0, head_ctx), self.ladder)
-        return Decision(c or self.ladder[-1])
+        return budget_decision(c or self.ladder[-1])

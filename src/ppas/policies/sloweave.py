@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
 from ppas.cost.base import largest_chunk_within
 from ppas.policies.base import Policy, last_prefill_token_time
@@ -61,7 +61,7 @@ class SloWeave(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         cfg = self.config
         if view.num_running_decodes == 0:
-            return Decision(cfg.mbt)  # no decode: the whole remaining prompt
+            return budget_decision(cfg.mbt)  # no decode: the whole remaining prompt
         deadline = float("inf")
         dctx = n_dec = left = 0
         head_ctx = -1
@@ -83,17 +83,17 @@ class SloWeave(Policy):
                 if d < deadline:
                     deadline = d
         if left == 0:
-            return Decision(0)
+            return budget_decision(0)
         budget = max(0.0, deadline - view.now) - cfg.margin_s
         limit = min(cfg.c_max, left)
         if budget <= 0:
-            return Decision(0)
+            return budget_decision(0)
         cm = self.cost_model
         if cm is not None:
             c = largest_chunk_within(cm, budget, n_dec, limit, dctx // max(1, n_dec),
                                      max(0, head_ctx))
-            return Decision(c)
+            return budget_decision(c)
         per_token = last_prefill_token_time(view.recent_steps)
         if per_token is not None:
             return Decision(max(0, min(limit, int(budget / per_token) - n_dec)))
-        return Decision(min(limit, cfg.c_max))
+        return budget_decision(min(limit, cfg.c_max))
