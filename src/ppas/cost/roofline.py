@@ -341,7 +341,7 @@ class RooflineCostModel(CostModel):
         ``tests/test_roofline.py`` checks the equality."""
         p, nd = prefill_ctx, num_decodes
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
-        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        gemm_memo = self._gemm_memo
         act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
             self._per_req
         rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
@@ -349,39 +349,37 @@ class RooflineCostModel(CostModel):
         app = self._attn_per_pair
         d_kv = kv * decode_ctx_tokens
         split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+        # With a chunk the step has 1 + nd requests: its LM head and per-request costs
+        # are the same for every c (step_time's lm and per_req * reqs, computed once).
+        lm1 = self.lm_head_time(1 + nd)
+        per_req1 = per_req * (1 + nd)
 
         def t(c: int) -> float:
             n = c + nd
-            if n == 0:
-                return 0.0
+            if not c:  # the decode-only step
+                return self.step_time(StepShape(0, 0, 0.0, 0, nd, decode_ctx_tokens))
             fixed = fixed0 + (eager if n > graph_max else 0.0)
             gemms = gemm_memo.get(n)
             if gemms is None:
                 gemms = self.layer_gemm_time(n)
             layer = n * act + gemms
-            if c:  # prefill_attention_time(one_chunk(c, p, ...)): one request
-                kv_tokens = p + c
-                cf = c / 1
-                ctx = kv_tokens / 1 - cf
-                w = (c + half_rows) * bpr
-                if split and w < split_waves:
-                    # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
-                    x = (ctx + cf) / kv_block
-                    x = w * (x if x > 1.0 else 1.0)
-                    w = x if x < split_waves else split_waves
-                u = (ctx + rows) / (ctx + (cf + 1) / 2)
-                waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
-                t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
-                t_kv = kv * kv_tokens
-                layer += t_flop if t_flop > t_kv else t_kv
-                reqs = 1 + nd
-            else:
-                reqs = nd
+            # prefill_attention_time(one_chunk(c, p, ...)): one request
+            kv_tokens = p + c
+            cf = c / 1
+            ctx = kv_tokens / 1 - cf
+            w = (c + half_rows) * bpr
+            if split and w < split_waves:
+                # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
+                x = (ctx + cf) / kv_block
+                x = w * (x if x > 1.0 else 1.0)
+                w = x if x < split_waves else split_waves
+            u = (ctx + rows) / (ctx + (cf + 1) / 2)
+            waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+            t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
+            t_kv = kv * kv_tokens
+            layer += t_flop if t_flop > t_kv else t_kv
             layer += d_kv
-            lm = lm_memo.get(reqs)
-            if lm is None:
-                lm = self.lm_head_time(reqs)
-            return layers * layer + lm + fixed + per_req * reqs
+            return layers * layer + lm1 + fixed + per_req1
 
         return t
 
