@@ -132,8 +132,9 @@ def test_pricer_is_step_time_of_the_fields(hw: str, model: str, chunks: list[tup
         def step_time(self, step: StepShape) -> float:
             return 2 * super().step_time(step)
 
-    assert Doubled(hw, model, tp=tp, attention_kernel=kernel).pricer()(*fields) == (
-        2 * cm.step_time(shape))
+    doubled = Doubled(hw, model, tp=tp, attention_kernel=kernel)
+    assert doubled.pricer()(*fields) == 2 * cm.step_time(shape)
+    assert doubled.chunk_time(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
 
 
 def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:

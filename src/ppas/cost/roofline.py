@@ -281,14 +281,24 @@ class RooflineCostModel(CostModel):
             lm = self.lm_head_time(reqs)
         return self._layers * layer + lm + fixed + self._per_req * reqs
 
+    def _plain(self) -> bool:
+        """``step_time`` and ``prefill_attention_time`` are this class's own (not a
+        subclass's, nor set on the instance): the inlined ``pricer`` and ``chunk_time``
+        compute what they would."""
+        own = vars(self)
+        return (type(self).step_time is RooflineCostModel.step_time
+                and type(self).prefill_attention_time is RooflineCostModel.prefill_attention_time
+                and "step_time" not in own and "prefill_attention_time" not in own)
+
     def pricer(self) -> Callable[[int, int, float, int, int, int], float]:
         """``step_time`` of a shape's fields (``CostModel.pricer``), with
         ``prefill_attention_time`` inlined: the same operations in the same order
         (``min``/``max`` as comparisons that pick the same float), without building the
-        shape. A subclass that overrides ``step_time`` (one that records the steps it
-        prices) gets the generic pricer, through its own ``step_time``.
+        shape. A subclass that overrides ``step_time`` or ``prefill_attention_time`` (one
+        that records the steps it prices) gets the generic pricer, through its own
+        ``step_time`` (``_plain``).
         ``tests/test_roofline.py`` checks the equality."""
-        if type(self).step_time is not RooflineCostModel.step_time or "step_time" in vars(self):
+        if not self._plain():
             return super().pricer()
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
         gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
@@ -338,7 +348,10 @@ class RooflineCostModel(CostModel):
         for one chunk: the same operations in the same order, on the shape's fields (one
         request: ``reqs`` is 1; ``causal_pairs`` written out; ``min``/``max`` as
         comparisons that pick the same float), without building shapes.
-        ``tests/test_roofline.py`` checks the equality."""
+        ``tests/test_roofline.py`` checks the equality. A subclass that overrides
+        ``step_time`` or ``prefill_attention_time`` gets the generic one (``_plain``)."""
+        if not self._plain():
+            return super().chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
         p, nd = prefill_ctx, num_decodes
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
         gemm_memo = self._gemm_memo
