@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ppas.core.errors import PpasError
 from ppas.cost.base import StepShape
-from ppas.cost.catalog import HARDWARE, MODELS
+from ppas.cost.catalog import ATTENTION_KERNELS, HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
 
 GATE_UP = 2  # index in ModelArch.gemms
@@ -90,6 +90,51 @@ def test_step_time_is_monotone_in_the_chunk(hw: str, model: str, c: int, p: int,
     a = cm.step_time(StepShape.of([(c, p)], [k] * d))
     b = cm.step_time(StepShape.of([(c + 1, p)], [k] * d))
     assert b >= a > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       c=st.integers(0, 40000), p=st.integers(0, 200000), d=st.integers(0, 300),
+       k=st.integers(0, 10**7), tp=st.sampled_from([1, 2, 4]),
+       kernel=st.sampled_from([None, *ATTENTION_KERNELS]))
+def test_chunk_time_is_step_time_of_one_chunk(hw: str, model: str, c: int, p: int, d: int,
+                                              k: int, tp: int, kernel: str | None) -> None:
+    """``chunk_time`` (the searches' inlined pricing) is ``step_time`` of the one-chunk
+    shape, to the bit."""
+    try:
+        cm = RooflineCostModel(hw, model, tp=tp, attention_kernel=kernel)
+    except PpasError:  # the model does not fit this GPU at this tp
+        return
+    k = k if d else 0
+    assert cm.chunk_time(p, d, k)(c) == cm.step_time(StepShape.one_chunk(c, p, d, k))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       chunks=st.lists(st.tuples(st.integers(1, 20000), st.integers(0, 200000)), max_size=6),
+       decodes=st.lists(st.integers(0, 200000), max_size=300),
+       tp=st.sampled_from([1, 2, 4]), kernel=st.sampled_from([None, *ATTENTION_KERNELS]))
+def test_pricer_is_step_time_of_the_fields(hw: str, model: str, chunks: list[tuple[int, int]],
+                                           decodes: list[int], tp: int,
+                                           kernel: str | None) -> None:
+    """``pricer`` (the simulator's pricing of its tally) is ``step_time`` of the shape with
+    those fields, to the bit; a subclass that overrides ``step_time`` is priced by it."""
+    try:
+        cm = RooflineCostModel(hw, model, tp=tp, attention_kernel=kernel)
+    except PpasError:  # the model does not fit this GPU at this tp
+        return
+    shape = StepShape.of(chunks, decodes)
+    fields = (shape.num_prefill_tokens, shape.num_prefill_reqs, shape.prefill_attn_work,
+              shape.prefill_kv_tokens, shape.num_decodes, shape.decode_ctx_tokens)
+    assert cm.pricer()(*fields) == cm.step_time(shape)
+
+    class Doubled(RooflineCostModel):
+        def step_time(self, step: StepShape) -> float:
+            return 2 * super().step_time(step)
+
+    doubled = Doubled(hw, model, tp=tp, attention_kernel=kernel)
+    assert doubled.pricer()(*fields) == 2 * cm.step_time(shape)
+    assert doubled.chunk_time(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
 
 
 def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:

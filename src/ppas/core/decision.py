@@ -34,6 +34,24 @@ class Decision:
     chunk_limit: int = 0
 
 
+#: The shared ``Decision(b)`` of each budget ``budget_decision`` was asked for (at most
+#: ``_SHARED_MAX`` budgets; others are made anew).
+_SHARED: dict[int, Decision] = {}
+_SHARED_MAX = 1 << 16
+
+
+def budget_decision(prefill_budget: int) -> Decision:
+    """``Decision(prefill_budget)`` (an ``int`` budget, no order), one shared object per
+    budget: a decision is frozen, so a policy that returns a bare budget every step need not
+    build one each time (the engine reads it, never keeps or changes it)."""
+    d = _SHARED.get(prefill_budget)
+    if d is None:
+        d = Decision(prefill_budget)
+        if len(_SHARED) < _SHARED_MAX and type(prefill_budget) is int:
+            _SHARED[prefill_budget] = d
+    return d
+
+
 class Knob(StrEnum):
     """Stock vLLM's scheduler knobs: the one spelling of their names (``SchedulerConfig``
     fields; ``EngineKnobs`` fields, experiment stock arms and the ``vllm:`` policy's

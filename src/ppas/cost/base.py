@@ -8,6 +8,7 @@ with how much context. Engines build it incrementally (O(1) per scheduled reques
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppas.core.slots import builder
@@ -96,6 +97,24 @@ class CostModel(ABC):
             ctx += num_decodes
         return out
 
+    def pricer(self) -> Callable[[int, int, float, int, int, int], float]:
+        """``f(*fields) == step_time(StepShape(*fields))`` (the fields positionally, in
+        declaration order), for engines that price a step from their tally without building
+        a shape (``ppas.engine.simulator``). Each call equals that ``step_time`` exactly;
+        subclasses may return a faster function that keeps the equality."""
+        st = self.step_time
+        return lambda *fields: st(make_shape(*fields))
+
+    def chunk_time(self, prefill_ctx: int, num_decodes: int,
+                   decode_ctx_tokens: int) -> Callable[[int], float]:
+        """``c -> step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes,
+        decode_ctx_tokens))``: the time of one chunk of ``c`` tokens beside fixed decodes,
+        for searches that price many chunk sizes (``largest_chunk_within``,
+        ``ppas.policies.deflection.ladder_chunk``). Each call equals that ``step_time``
+        exactly; subclasses may override with a faster function that keeps the equality."""
+        st, one = self.step_time, StepShape.one_chunk
+        return lambda c: st(one(c, prefill_ctx, num_decodes, decode_ctx_tokens))
+
     def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
         """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
         from ``context`` cached tokens (no decodes alongside)."""
@@ -118,11 +137,7 @@ def largest_chunk_within(
 ) -> int:
     """Largest prefill chunk c in [0, c_max] with step_time(decodes + chunk c) <= target,
     by binary search (step time is monotone in c). Returns 0 when none fits."""
-    dctx = decode_ctx * num_decodes
-
-    def t(c: int) -> float:
-        return cost_model.step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, dctx))
-
+    t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx * num_decodes)
     if t(1) > target_s:
         return 0
     lo, hi = 1, c_max

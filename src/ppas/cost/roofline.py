@@ -46,6 +46,7 @@ gate-up split their output width over the GPUs, o and down their depth K):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
@@ -279,6 +280,121 @@ class RooflineCostModel(CostModel):
         if lm is None:
             lm = self.lm_head_time(reqs)
         return self._layers * layer + lm + fixed + self._per_req * reqs
+
+    def _plain(self) -> bool:
+        """``step_time`` and ``prefill_attention_time`` are this class's own (not a
+        subclass's, nor set on the instance): the inlined ``pricer`` and ``chunk_time``
+        compute what they would."""
+        own = vars(self)
+        return (type(self).step_time is RooflineCostModel.step_time
+                and type(self).prefill_attention_time is RooflineCostModel.prefill_attention_time
+                and "step_time" not in own and "prefill_attention_time" not in own)
+
+    def pricer(self) -> Callable[[int, int, float, int, int, int], float]:
+        """``step_time`` of a shape's fields (``CostModel.pricer``), with
+        ``prefill_attention_time`` inlined: the same operations in the same order
+        (``min``/``max`` as comparisons that pick the same float), without building the
+        shape. A subclass that overrides ``step_time`` or ``prefill_attention_time`` (one
+        that records the steps it prices) gets the generic pricer, through its own
+        ``step_time`` (``_plain``).
+        ``tests/test_roofline.py`` checks the equality."""
+        if not self._plain():
+            return super().pricer()
+        fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        app = self._attn_per_pair
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+
+        def price(num_prefill_tokens: int, num_prefill_reqs: int, prefill_attn_work: float,
+                  prefill_kv_tokens: int, num_decodes: int, decode_ctx_tokens: int) -> float:
+            n = num_prefill_tokens + num_decodes
+            if n == 0:
+                return 0.0
+            fixed = fixed0 + (eager if n > graph_max else 0.0)
+            gemms = gemm_memo.get(n)
+            if gemms is None:
+                gemms = self.layer_gemm_time(n)
+            layer = n * act + gemms
+            reqs = num_prefill_reqs
+            if reqs:  # prefill_attention_time
+                c = num_prefill_tokens / reqs
+                ctx = prefill_kv_tokens / reqs - c
+                w = (num_prefill_tokens + reqs * (rows - 1) / 2) * bpr
+                if split and w < split_waves:
+                    x = (ctx + c) / kv_block
+                    x = w * (x if x > 1.0 else 1.0)
+                    w = x if x < split_waves else split_waves
+                u = (ctx + rows) / (ctx + (c + 1) / 2)
+                waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+                t_flop = app * prefill_attn_work * waves / w
+                t_kv = kv * prefill_kv_tokens
+                layer += t_flop if t_flop > t_kv else t_kv
+            layer += kv * decode_ctx_tokens
+            reqs += num_decodes
+            lm = lm_memo.get(reqs)
+            if lm is None:
+                lm = self.lm_head_time(reqs)
+            return layers * layer + lm + fixed + per_req * reqs
+
+        return price
+
+    def chunk_time(self, prefill_ctx: int, num_decodes: int,
+                   decode_ctx_tokens: int) -> Callable[[int], float]:
+        """``step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes, decode_ctx_tokens))``
+        as a function of ``c``, with ``step_time`` and ``prefill_attention_time`` inlined
+        for one chunk: the same operations in the same order, on the shape's fields (one
+        request: ``reqs`` is 1; ``causal_pairs`` written out; ``min``/``max`` as
+        comparisons that pick the same float), without building shapes.
+        ``tests/test_roofline.py`` checks the equality. A subclass that overrides
+        ``step_time`` or ``prefill_attention_time`` gets the generic one (``_plain``)."""
+        if not self._plain():
+            return super().chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
+        p, nd = prefill_ctx, num_decodes
+        fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
+        gemm_memo = self._gemm_memo
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        half_rows = 1 * (rows - 1) / 2  # reqs * (rows - 1) / 2 with reqs = 1
+        app = self._attn_per_pair
+        d_kv = kv * decode_ctx_tokens
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+        # With a chunk the step has 1 + nd requests: its LM head and per-request costs
+        # are the same for every c (step_time's lm and per_req * reqs, computed once).
+        lm1 = self.lm_head_time(1 + nd)
+        per_req1 = per_req * (1 + nd)
+
+        def t(c: int) -> float:
+            n = c + nd
+            if not c:  # the decode-only step
+                return self.step_time(StepShape(0, 0, 0.0, 0, nd, decode_ctx_tokens))
+            fixed = fixed0 + (eager if n > graph_max else 0.0)
+            gemms = gemm_memo.get(n)
+            if gemms is None:
+                gemms = self.layer_gemm_time(n)
+            layer = n * act + gemms
+            # prefill_attention_time(one_chunk(c, p, ...)): one request
+            kv_tokens = p + c
+            cf = c / 1
+            ctx = kv_tokens / 1 - cf
+            w = (c + half_rows) * bpr
+            if split and w < split_waves:
+                # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
+                x = (ctx + cf) / kv_block
+                x = w * (x if x > 1.0 else 1.0)
+                w = x if x < split_waves else split_waves
+            u = (ctx + rows) / (ctx + (cf + 1) / 2)
+            waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+            t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
+            t_kv = kv * kv_tokens
+            layer += t_flop if t_flop > t_kv else t_kv
+            layer += d_kv
+            return layers * layer + lm1 + fixed + per_req1
+
+        return t
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

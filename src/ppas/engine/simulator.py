@@ -71,7 +71,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -238,8 +238,7 @@ class _Chain(Sequence[SimRequest]):
         return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
-        yield from self.a
-        yield from self.b
+        return chain(self.a, self.d.values())  # (in C: policies' one pass over the view)
 
 
 class EngineSim:
@@ -251,6 +250,9 @@ class EngineSim:
         policy.bind_cost_model(cost_model)
         self.policy = policy
         self.step_time = cost_model.step_time
+        #: ``step_time`` of a step's tally fields, without building its shape
+        #: (``CostModel.pricer``: the same floats).
+        self._price = cost_model.pricer()
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
         self.block_size = engine.block_size
         self.max_model_len = engine.max_model_len
@@ -302,6 +304,8 @@ class EngineSim:
         # the vllm: baseline): the chunk limit and vLLM 0.33's prefill cadence.
         self.knobs = policy.engine_knobs
         self.cadence = step_rules.prefill_cadence(self.knobs)
+        # (long_prefill_limit is 0 every step without the threshold: not called then)
+        self._long_prefill = self.knobs.long_prefill_token_threshold > 0
         self._carried = False  # the last _schedule carried prefill (the cadence's test)
         #: The decode group: the requests of the last step's first streak of decodes
         #: (``_schedule``) that did not finish. Invariant, kept by ``_advance`` and
@@ -402,6 +406,10 @@ class EngineSim:
         """One engine step: view, decide, shape, advance (module doc)."""
         self._run = None
         self._run_steps = -1
+        self._step()
+
+    def _step(self) -> None:
+        """``step()`` once the last decode run is forgotten (``_run`` None)."""
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
@@ -451,7 +459,7 @@ class EngineSim:
         self._run_steps = -1
         if (self.waiting._d or self.record_steps or self.cadence is not None
                 or not self._decode_run(limit)):
-            self.step()
+            self._step()  # (_run is None: reset above, and _decode_run set none)
 
     def _decode_run(self, limit: float) -> bool:
         """Up to ``limit``, the decode-only steps ``step()`` would run, in one go.
@@ -592,7 +600,8 @@ class EngineSim:
         cap = step_rules.PrefillCap(prefill_budget, chunk_limit)
         # vLLM's long_prefill_token_threshold (rule 4b), applied to every chunk before the
         # global budget and the hook, as vLLM orders them (0: none).
-        lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting), self.mbt)
+        lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting),
+                                            self.mbt) if self._long_prefill else 0
         carried = False
         clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
@@ -786,14 +795,23 @@ class EngineSim:
         requests, in vLLM's order: the decodes before each other chunk's place, then that
         chunk (the order of the inter-token gaps and of ``finished``)."""
         decodes, sched, places, preempted, tally = scheduled
-        dt = self.step_time(tally.shape())
+        # step_time(tally.shape()), from the tally's fields (StepTally.shape's order)
+        dt = self._price(tally.prefill_tokens, tally.prefill_reqs, tally.attn_work,
+                         tally.prefill_kv, tally.decode_reqs, tally.decode_ctx)
         launch = self.now
-        interval = step_rules.step_interval(launch, self._last_launch)
+        last = self._last_launch  # step_rules.step_interval, inlined
+        interval = launch - last if last is not None else 0.0
         self._last_launch = launch
         self.now = now = launch + dt
         self.num_steps += 1
-        self.num_preemptions += len(preempted)
-        self.recent.append(tally.record(launch, dt, interval, cap))
+        if preempted:
+            self.num_preemptions += len(preempted)
+        # tally.record(launch, dt, interval, cap), inlined: StepRecord(launch_time,
+        # duration_s, interval_s, prefill_budget, num_prefill_tokens, num_decode_tokens,
+        # num_prefill_reqs, num_decode_reqs)
+        self.recent.append(make_step_record(launch, dt, interval, cap, tally.prefill_tokens,
+                                            tally.decode_reqs, tally.prefill_reqs,
+                                            tally.decode_reqs))
 
         done: list[SimRequest] = []  # the requests finished, in order
         finished = done.append

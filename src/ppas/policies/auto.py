@@ -33,9 +33,9 @@ import math
 from dataclasses import dataclass
 
 from ppas.core.config import check_fields, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.limits import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
-from ppas.core.view import SchedulerView, is_pending_prefill
+from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy
 from ppas.policies.candidates import candidate_chunks
@@ -113,10 +113,12 @@ class PpasAuto(Policy):
         total = n = 0
         waiting = view.waiting_prompt_tokens
         for r in view.requests:
-            if waiting is not None and not r.is_running:
+            running = r.is_running
+            if waiting is not None and not running:
                 break  # the waiting ones' total is the engine's (the view lists them last)
-            if is_pending_prefill(r):
-                total += r.prompt_tokens
+            p = r.prompt_tokens
+            if not running or r.num_computed_tokens < p:  # is_pending_prefill, inlined
+                total += p
                 n += 1
         if waiting is not None:  # O(running), whatever waits
             total += waiting
@@ -129,5 +131,5 @@ class PpasAuto(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         n_th, b_cap, b_max = self.params_for(view)
         if view.num_pending_prefills >= n_th and view.num_running_decodes > 0:
-            return Decision(b_cap)
-        return Decision(b_max)
+            return budget_decision(b_cap)
+        return budget_decision(b_max)

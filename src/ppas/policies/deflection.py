@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill
-from ppas.cost.base import CostModel, StepShape
+from ppas.core.decision import Decision, budget_decision
+from ppas.core.view import SchedulerView
+from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
 
@@ -44,10 +44,9 @@ def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
                  ladder: tuple[int, ...] = LADDER) -> int:
     """Largest ``c`` in ``ladder`` (sorted, largest first) with
     ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none."""
+    t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
     for c in ladder:
-        t = cost_model.step_time(StepShape.one_chunk(c, prefill_ctx, num_decodes,
-                                                     decode_ctx_tokens))
-        if t <= tbt_slo:
+        if t(c) <= tbt_slo:
             return c
     return 0
 
@@ -79,25 +78,26 @@ class TbtLadder(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_running_decodes == 0:
-            return Decision(self.config.mbt)
+            return budget_decision(self.config.mbt)
         if view.num_pending_prefills == 0:
-            return Decision(0)
+            return budget_decision(0)
         cm = self.cost_model
         if cm is None:
-            return Decision(self.ladder[-1])
+            return budget_decision(self.ladder[-1])
         # One pass over the running requests only (the view lists them first; decodes are
         # running): O(running), whatever waits. The head prompt is the first running one
         # with prefill left, else the waiting queue's head.
         dctx, head_ctx = 0, -1
         for r in view.requests:
+            c = r.num_computed_tokens
             if not r.is_running:
                 if head_ctx < 0:
-                    head_ctx = r.num_computed_tokens
+                    head_ctx = c
                 break
-            if not is_pending_prefill(r):
-                dctx += r.num_computed_tokens
+            if c >= r.prompt_tokens:  # running: not is_pending_prefill(r), inlined
+                dctx += c
             elif head_ctx < 0:
-                head_ctx = r.num_computed_tokens
+                head_ctx = c
         c = ladder_chunk(cm, self.config.tbt_slo, view.num_running_decodes, dctx,
                          max(0, head_ctx), self.ladder)
-        return Decision(c or self.ladder[-1])
+        return budget_decision(c or self.ladder[-1])

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
@@ -62,8 +62,8 @@ class Dlfp(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         c = self.config
         if view.num_running_decodes == 0:
-            return Decision(c.c_max)  # no decode to protect: full budget
-        return Decision(self.current_chunk(view))
+            return budget_decision(c.c_max)  # no decode to protect: full budget
+        return budget_decision(self.current_chunk(view))
 
     def current_chunk(self, view: SchedulerView) -> int:
         c = self.config

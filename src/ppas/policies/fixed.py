@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
+from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel, largest_chunk_within
 from ppas.policies.base import Policy
@@ -35,7 +35,7 @@ class FixedBudget(Policy):
         return int(self.config.budget)
 
     def decide(self, view: SchedulerView) -> Decision:
-        return Decision(self.config.budget)
+        return budget_decision(self.config.budget)
 
 
 @dataclass(frozen=True)

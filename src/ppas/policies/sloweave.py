@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
-from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill
+from ppas.core.decision import Decision, budget_decision
+from ppas.core.view import SchedulerView
 from ppas.cost.base import largest_chunk_within
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.registry import register
@@ -61,36 +61,39 @@ class SloWeave(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         cfg = self.config
         if view.num_running_decodes == 0:
-            return Decision(cfg.mbt)  # no decode: the whole remaining prompt
+            return budget_decision(cfg.mbt)  # no decode: the whole remaining prompt
         deadline = float("inf")
         dctx = n_dec = left = 0
         head_ctx = -1
+        c_max, tpot_s, now = cfg.c_max, cfg.tpot_s, view.now
         for r in view.requests:
-            if is_pending_prefill(r):
-                left += r.prompt_tokens - r.num_computed_tokens
+            c = r.num_computed_tokens
+            running = r.is_running
+            if not running or c < r.prompt_tokens:  # is_pending_prefill(r), inlined
+                left += r.prompt_tokens - c
                 if head_ctx < 0:
-                    head_ctx = r.num_computed_tokens
-                if not r.is_running and left >= cfg.c_max:
+                    head_ctx = c
+                if not running and left >= c_max:
                     break  # past the decodes (listed first): only min(c_max, left) counts
             else:
                 n_dec += 1
-                dctx += r.num_computed_tokens
-                last = r.last_token_time if r.last_token_time is not None else view.now
-                d = last + (r.tpot_slo or cfg.tpot_s)
+                dctx += c
+                last = r.last_token_time
+                d = (last if last is not None else now) + (r.tpot_slo or tpot_s)
                 if d < deadline:
                     deadline = d
         if left == 0:
-            return Decision(0)
+            return budget_decision(0)
         budget = max(0.0, deadline - view.now) - cfg.margin_s
         limit = min(cfg.c_max, left)
         if budget <= 0:
-            return Decision(0)
+            return budget_decision(0)
         cm = self.cost_model
         if cm is not None:
             c = largest_chunk_within(cm, budget, n_dec, limit, dctx // max(1, n_dec),
                                      max(0, head_ctx))
-            return Decision(c)
+            return budget_decision(c)
         per_token = last_prefill_token_time(view.recent_steps)
         if per_token is not None:
             return Decision(max(0, min(limit, int(budget / per_token) - n_dec)))
-        return Decision(min(limit, cfg.c_max))
+        return budget_decision(min(limit, cfg.c_max))
