@@ -24,11 +24,27 @@ Our reading [I], kept replaceable (``metric``):
 The budget check uses whole footprints, so the engine never preempts: peak KV of the
 admitted set <= M. ``kv_tokens`` None = the bound cost model's KV capacity (unbounded if
 it has none). ``o_i`` is ``max_output_tokens`` (the offline model knows output lengths).
+
+Cost per step. The rule above sorts the waiting queue (``decide_whole``, taken where the
+view has no ``waiting_log``). With one, the waiting requests are kept between steps by
+footprint, each footprint's in the sorted order (``_FootprintIndex``), and the batch is
+formed by asking, as often as it grows, for the first request in the sorted order whose
+footprint fits the room left: the request the sorted walk would reach next, since those
+it skips did not fit an earlier, larger room and the room only shrinks. The F test
+breaks the walk on that request exactly as on the walk's. O(running + listed x log of
+the largest footprint) per step and O(log n) per queue change, whatever waits. The key
+and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
+too; the budget reads it for the listed requests only. Requests with equal
+``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
+that would list one of them is decided by ``decide_whole``.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
@@ -36,6 +52,7 @@ from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prom
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
+from ppas.policies.waiting import WaitingIndex
 
 METRICS = ("f", "none")
 
@@ -72,6 +89,7 @@ class SortedF(Policy):
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.kv_tokens = config.kv_tokens
+        self._index: _FootprintIndex | None = None  # the waiting queue (a cache, module doc)
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.kv_tokens is None and cost_model is not None:
@@ -82,6 +100,62 @@ class SortedF(Policy):
         return int(self.config.budget)
 
     def decide(self, view: SchedulerView) -> Decision:
+        log = view.waiting_log
+        if log is None:
+            return self.decide_whole(view)
+        idx = self._index
+        if idx is None:
+            idx = self._index = _FootprintIndex()
+        n_running = idx.sync(view, log)
+        cfg = self.config
+        if not idx.live:
+            return Decision(cfg.budget)
+        cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
+        room = cap
+        size = total = budget = 0
+        for r in view.requests[:n_running]:
+            room -= footprint(r)
+            size += 1
+            total += r.max_output_tokens - r.num_output_tokens
+            budget += max(0, r.prompt_tokens - r.num_computed_tokens)
+        order: list[str] = []
+        try:
+            if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
+                key = idx.first(1 << 62)
+                assert key is not None
+                if idx.tied(key):
+                    return self.decide_whole(view)
+                r = idx.live[key[2]][4]
+                if key[4] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
+                    return Decision(min(cfg.budget, budget + uncached_prompt_tokens(r)),
+                                    (r.request_id,))
+                idx.take(key)
+                order.append(r.request_id)
+                room -= key[4] * BLOCK_SIZE
+                size, total = 1, key[0]
+                budget += uncached_prompt_tokens(r)
+            while True:
+                key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
+                if key is None:
+                    break
+                if idx.tied(key):
+                    return self.decide_whole(view)
+                o = key[0]
+                if cfg.metric == "f" and f_metric(total + o, size + 1) > f_metric(total, size):
+                    break
+                r = idx.live[key[2]][4]
+                idx.take(key)
+                order.append(r.request_id)
+                room -= key[4] * BLOCK_SIZE
+                size += 1
+                total += o
+                budget += uncached_prompt_tokens(r)
+        finally:
+            idx.restore()
+        return Decision(min(cfg.budget, budget), tuple(order))
+
+    def decide_whole(self, view: SchedulerView) -> Decision:
+        """The rule as stated (module doc): every waiting request read and sorted."""
         cfg = self.config
         cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
         room = cap
@@ -116,3 +190,156 @@ class SortedF(Policy):
             total += o
             budget += uncached_prompt_tokens(r)
         return Decision(min(cfg.budget, budget), tuple(order))
+
+
+#: One waiting request in ``_FootprintIndex``'s heaps: (o_i, arrival, id, gen, footprint
+#: in blocks), the sorted order's key first.
+_Key = tuple[int, float, str, int, int]
+_NONE: tuple[float] = (math.inf,)  # above every key: an empty subtree
+
+
+class _FootprintIndex(WaitingIndex):
+    """The waiting requests by footprint (whole blocks), each footprint's in the sorted
+    order ``(o_i, arrival)`` (a heap, entries dropped lazily: one counts while its ``gen``
+    is its request's live one), under a segment tree of the heaps' heads: the first
+    request in the sorted order among footprints up to a bound is a prefix minimum,
+    O(log of the largest footprint). ``live``: id -> (gen, o_i, arrival, blocks, request).
+    ``ties``: live requests by ``(o_i, arrival)``, to tell where the order needs the
+    queue's (``tied``). Memory: O(waiting requests + largest footprint); the heaps are
+    rebuilt when stale entries outnumber live ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 1  # leaves (footprints 0 .. size - 1), a power of two
+        self.tree: list[tuple[Any, ...]] = [_NONE, _NONE]  # tree[size + b]: heap b's head
+        self.heaps: dict[int, list[_Key]] = {}
+        self.ties: dict[tuple[int, float], int] = {}
+        self.entries = 0  # heap entries, stale ones included
+        self.gen = 0
+        self.taken: list[_Key] = []
+
+    def add(self, r: RequestView) -> None:
+        o, arrival, rid = r.max_output_tokens, r.arrival_time, r.request_id
+        old = self.live.get(rid)
+        if old is not None:
+            self.discard(r)
+        blocks = footprint(r) // BLOCK_SIZE
+        self.gen = gen = self.gen + 1
+        self.live[rid] = (gen, o, arrival, blocks, r)
+        t = (o, arrival)
+        self.ties[t] = self.ties.get(t, 0) + 1
+        key: _Key = (o, arrival, rid, gen, blocks)
+        if blocks >= self.size:
+            self._grow(blocks)
+        h = self.heaps.get(blocks)
+        if h is None:
+            h = self.heaps[blocks] = []
+        heapq.heappush(h, key)
+        self.entries += 1
+        if h[0] is key:
+            self._set(blocks)
+
+    def discard(self, r: RequestView) -> None:
+        e = self.live.pop(r.request_id, None)
+        if e is not None:
+            t = (e[1], e[2])
+            n = self.ties[t] - 1
+            if n:
+                self.ties[t] = n
+            else:
+                del self.ties[t]
+
+    def clear(self) -> None:
+        super().clear()
+        self.ties.clear()
+        self.heaps.clear()
+        self.entries = 0
+        self.tree = [_NONE] * (2 * self.size)
+
+    def compact(self) -> None:
+        if self.entries > 2 * len(self.live) + 256:
+            self.heaps = {}
+            for rid, (gen, o, arrival, blocks, _) in self.live.items():
+                self.heaps.setdefault(blocks, []).append((o, arrival, rid, gen, blocks))
+            for h in self.heaps.values():
+                heapq.heapify(h)
+            self.entries = len(self.live)
+            self._grow(0)
+
+    def _grow(self, blocks: int) -> None:
+        """The tree again, with leaves up to ``blocks`` at least."""
+        size = self.size
+        while size <= blocks:
+            size *= 2
+        tree: list[tuple[Any, ...]] = [_NONE] * (2 * size)
+        for b, h in self.heaps.items():
+            if h:
+                tree[size + b] = h[0]
+        for i in range(size - 1, 0, -1):
+            a, c = tree[2 * i], tree[2 * i + 1]
+            tree[i] = a if a < c else c
+        self.size, self.tree = size, tree
+
+    def _set(self, blocks: int) -> None:
+        """Heap ``blocks``'s head changed: its leaf and the minima above it."""
+        tree = self.tree
+        h = self.heaps.get(blocks)
+        i = self.size + blocks
+        tree[i] = h[0] if h else _NONE
+        i >>= 1
+        while i:
+            a, c = tree[2 * i], tree[2 * i + 1]
+            v = a if a < c else c
+            if tree[i] is v:
+                break
+            tree[i] = v
+            i >>= 1
+
+    def first(self, blocks: int) -> _Key | None:
+        """The first live request in the sorted order with a footprint of at most
+        ``blocks`` blocks (stale heads met on the way dropped); None: none."""
+        if blocks < 0:
+            return None
+        tree, size, live = self.tree, self.size, self.live
+        if blocks >= size:
+            blocks = size - 1
+        while True:
+            lo, hi = size, size + blocks + 1
+            best: tuple[Any, ...] = _NONE
+            while lo < hi:  # the minimum over leaves [0, blocks]
+                if lo & 1:
+                    if tree[lo] < best:
+                        best = tree[lo]
+                    lo += 1
+                if hi & 1:
+                    hi -= 1
+                    if tree[hi] < best:
+                        best = tree[hi]
+                lo >>= 1
+                hi >>= 1
+            if best is _NONE:
+                return None
+            e = live.get(best[2])
+            if e is not None and e[0] == best[3]:
+                return best  # type: ignore[return-value]
+            heapq.heappop(self.heaps[best[4]])  # stale: dropped
+            self.entries -= 1
+            self._set(best[4])
+
+    def tied(self, key: _Key) -> bool:
+        """Another live request has ``key``'s ``(o_i, arrival)``."""
+        return self.ties[(key[0], key[1])] > 1
+
+    def take(self, key: _Key) -> None:
+        """Set ``first``'s answer aside for this step (``restore`` puts it back)."""
+        heapq.heappop(self.heaps[key[4]])
+        self._set(key[4])
+        self.taken.append(key)
+
+    def restore(self) -> None:
+        for key in self.taken:
+            h = self.heaps[key[4]]
+            heapq.heappush(h, key)
+            if h[0] is key:
+                self._set(key[4])
+        self.taken.clear()
