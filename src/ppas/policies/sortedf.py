@@ -41,10 +41,12 @@ that would list one of them is decided by ``decide_whole``.
 
 from __future__ import annotations
 
-import heapq
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from operator import add, attrgetter, floordiv, neg, sub
+from typing import Any, ClassVar
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
@@ -77,6 +79,13 @@ def footprint(r: RequestView) -> int:
     return -(-n // BLOCK_SIZE) * BLOCK_SIZE
 
 
+_prompt_tokens = attrgetter("prompt_tokens")
+_max_output_tokens = attrgetter("max_output_tokens")
+_num_output_tokens = attrgetter("num_output_tokens")
+_num_computed_tokens = attrgetter("num_computed_tokens")
+_positive = (0).__lt__
+
+
 def f_metric(sum_outputs: int, size: int) -> float:
     """Our reading of the F-metric: sum of outputs over the squared batch size."""
     return sum_outputs / (size * size) if size else float("inf")
@@ -85,11 +94,19 @@ def f_metric(sum_outputs: int, size: int) -> float:
 @register("sorted-f")
 class SortedF(Policy):
     Config = SortedFConfig
+    #: Up to this many waiting requests, sorting them (``decide_whole``) costs less than
+    #: the index's walk and upkeep: the index is dropped at this length and built again
+    #: past twice it (each build amortised over the queue changes since the last drop).
+    #: With it, the sort is taken too while the queue is under four times the requests
+    #: the last step listed (a request sorted costs about a quarter of a walk's step).
+    #: The same decision either way.
+    short_queue: ClassVar[int] = 64
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.kv_tokens = config.kv_tokens
         self._index: _FootprintIndex | None = None  # the waiting queue (a cache, module doc)
+        self._listed = 0  # requests the last step listed (which path costs less)
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.kv_tokens is None and cost_model is not None:
@@ -101,23 +118,32 @@ class SortedF(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         log = view.waiting_log
-        if log is None:
-            return self.decide_whole(view)
         idx = self._index
-        if idx is None:
-            idx = self._index = _FootprintIndex()
+        if log is None or idx is None:  # (no index kept while the queue is short)
+            d, n_waiting = self._decide_whole(view)
+            if log is not None and n_waiting > 2 * self.short_queue:
+                self._index = _FootprintIndex()  # (built from the next view)
+            return d
         n_running = idx.sync(view, log)
+        n_waiting = len(idx.live)
+        if n_waiting <= self.short_queue:
+            self._index = None
+            return self.decide_whole(view)
+        if n_waiting <= 4 * self._listed:  # a long walk: the sort costs less
+            d = self.decide_whole(view)
+            self._listed = len(d.prefill_order or ())
+            return d
         cfg = self.config
-        if not idx.live:
-            return Decision(cfg.budget)
         cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
-        room = cap
-        size = total = budget = 0
-        for r in view.requests[:n_running]:
-            room -= footprint(r)
-            size += 1
-            total += r.max_output_tokens - r.num_output_tokens
-            budget += max(0, r.prompt_tokens - r.num_computed_tokens)
+        # The running requests' sums, as decide_whole's loop adds them up (in C):
+        # footprints (whole blocks of prompt + outputs), outputs left, prompt tokens left.
+        run = view.requests[:n_running]
+        prompts, outputs = list(map(_prompt_tokens, run)), list(map(_max_output_tokens, run))
+        room = cap + BLOCK_SIZE * sum(map(floordiv, map(neg, map(add, prompts, outputs)),
+                                          repeat(BLOCK_SIZE)))
+        size = n_running
+        total = sum(outputs) - sum(map(_num_output_tokens, run))
+        budget = sum(filter(_positive, map(sub, prompts, map(_num_computed_tokens, run))))
         order: list[str] = []
         try:
             if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
@@ -125,13 +151,13 @@ class SortedF(Policy):
                 assert key is not None
                 if idx.tied(key):
                     return self.decide_whole(view)
-                r = idx.live[key[2]][4]
-                if key[4] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
+                r = idx.live[key[2]][1]
+                if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
                     return Decision(min(cfg.budget, budget + uncached_prompt_tokens(r)),
                                     (r.request_id,))
                 idx.take(key)
                 order.append(r.request_id)
-                room -= key[4] * BLOCK_SIZE
+                room -= key[3] * BLOCK_SIZE
                 size, total = 1, key[0]
                 budget += uncached_prompt_tokens(r)
             while True:
@@ -143,19 +169,24 @@ class SortedF(Policy):
                 o = key[0]
                 if cfg.metric == "f" and f_metric(total + o, size + 1) > f_metric(total, size):
                     break
-                r = idx.live[key[2]][4]
+                r = idx.live[key[2]][1]
                 idx.take(key)
                 order.append(r.request_id)
-                room -= key[4] * BLOCK_SIZE
+                room -= key[3] * BLOCK_SIZE
                 size += 1
                 total += o
                 budget += uncached_prompt_tokens(r)
         finally:
             idx.restore()
+        self._listed = len(order)
         return Decision(min(cfg.budget, budget), tuple(order))
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every waiting request read and sorted."""
+        return self._decide_whole(view)[0]
+
+    def _decide_whole(self, view: SchedulerView) -> tuple[Decision, int]:
+        """``decide_whole``'s decision and the number of waiting requests."""
         cfg = self.config
         cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
         room = cap
@@ -170,7 +201,7 @@ class SortedF(Policy):
             else:
                 waiting.append(r)
         if not waiting:
-            return Decision(cfg.budget)
+            return Decision(cfg.budget), 0
         waiting.sort(key=lambda r: (r.max_output_tokens, r.arrival_time))
         order: list[str] = []
         for r in waiting:
@@ -189,82 +220,79 @@ class SortedF(Policy):
             size += 1
             total += o
             budget += uncached_prompt_tokens(r)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
 
 
-#: One waiting request in ``_FootprintIndex``'s heaps: (o_i, arrival, id, gen, footprint
-#: in blocks), the sorted order's key first.
-_Key = tuple[int, float, str, int, int]
+#: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
+#: sorted order's key first (the id makes keys distinct).
+_Key = tuple[int, float, str, int]
 _NONE: tuple[float] = (math.inf,)  # above every key: an empty subtree
 
 
 class _FootprintIndex(WaitingIndex):
-    """The waiting requests by footprint (whole blocks), each footprint's in the sorted
-    order ``(o_i, arrival)`` (a heap, entries dropped lazily: one counts while its ``gen``
-    is its request's live one), under a segment tree of the heaps' heads: the first
-    request in the sorted order among footprints up to a bound is a prefix minimum,
-    O(log of the largest footprint). ``live``: id -> (gen, o_i, arrival, blocks, request).
-    ``ties``: live requests by ``(o_i, arrival)``, to tell where the order needs the
-    queue's (``tied``). Memory: O(waiting requests + largest footprint); the heaps are
-    rebuilt when stale entries outnumber live ones."""
+    """The waiting requests by footprint (whole blocks), each footprint's as a list in
+    the sorted order ``(o_i, arrival)``, under a segment tree of the lists' heads: the
+    first request in the sorted order among footprints up to a bound is a prefix minimum,
+    O(log of the largest footprint). ``live``: id -> (key, request). ``ties``: live
+    requests by ``(o_i, arrival)``, to tell where the order needs the queue's (``tied``).
+    Within a step, ``take`` sets a request aside (its list's head moves on: ``cut``) and
+    ``restore`` undoes the step's changes to the tree (``undo``). Memory: O(waiting
+    requests + largest footprint)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.size = 1  # leaves (footprints 0 .. size - 1), a power of two
-        self.tree: list[tuple[Any, ...]] = [_NONE, _NONE]  # tree[size + b]: heap b's head
-        self.heaps: dict[int, list[_Key]] = {}
+        # tree[size + b]: list b's head (_NONE: empty); tree[i]: min(tree[2i], tree[2i + 1])
+        self.tree: list[tuple[Any, ...]] = [_NONE, _NONE]
+        self.lists: dict[int, list[_Key]] = {}
         self.ties: dict[tuple[int, float], int] = {}
-        self.entries = 0  # heap entries, stale ones included
-        self.gen = 0
-        self.taken: list[_Key] = []
+        self.cut: dict[int, int] = {}  # footprint -> its requests taken this step
+        self.undo: list[tuple[int, tuple[Any, ...]]] = []  # (node, its value before)
 
     def add(self, r: RequestView) -> None:
         o, arrival, rid = r.max_output_tokens, r.arrival_time, r.request_id
-        old = self.live.get(rid)
-        if old is not None:
+        if rid in self.live:
             self.discard(r)
         blocks = footprint(r) // BLOCK_SIZE
-        self.gen = gen = self.gen + 1
-        self.live[rid] = (gen, o, arrival, blocks, r)
+        key: _Key = (o, arrival, rid, blocks)
+        self.live[rid] = (key, r)
         t = (o, arrival)
         self.ties[t] = self.ties.get(t, 0) + 1
-        key: _Key = (o, arrival, rid, gen, blocks)
         if blocks >= self.size:
             self._grow(blocks)
-        h = self.heaps.get(blocks)
-        if h is None:
-            h = self.heaps[blocks] = []
-        heapq.heappush(h, key)
-        self.entries += 1
-        if h[0] is key:
-            self._set(blocks)
+        lst = self.lists.get(blocks)
+        if lst is None:
+            lst = self.lists[blocks] = []
+        i = bisect_left(lst, key)
+        lst.insert(i, key)
+        if i == 0:
+            self._set(blocks, key)
 
     def discard(self, r: RequestView) -> None:
         e = self.live.pop(r.request_id, None)
-        if e is not None:
-            t = (e[1], e[2])
-            n = self.ties[t] - 1
-            if n:
-                self.ties[t] = n
-            else:
-                del self.ties[t]
+        if e is None:
+            return
+        key = e[0]
+        t = (key[0], key[1])
+        n = self.ties[t] - 1
+        if n:
+            self.ties[t] = n
+        else:
+            del self.ties[t]
+        lst = self.lists[key[3]]
+        i = bisect_left(lst, key)
+        del lst[i]
+        if i == 0:
+            self._set(key[3], lst[0] if lst else _NONE)
 
     def clear(self) -> None:
         super().clear()
         self.ties.clear()
-        self.heaps.clear()
-        self.entries = 0
+        self.lists.clear()
         self.tree = [_NONE] * (2 * self.size)
 
     def compact(self) -> None:
-        if self.entries > 2 * len(self.live) + 256:
-            self.heaps = {}
-            for rid, (gen, o, arrival, blocks, _) in self.live.items():
-                self.heaps.setdefault(blocks, []).append((o, arrival, rid, gen, blocks))
-            for h in self.heaps.values():
-                heapq.heapify(h)
-            self.entries = len(self.live)
-            self._grow(0)
+        """(Nothing stale is kept.)"""
 
     def _grow(self, blocks: int) -> None:
         """The tree again, with leaves up to ``blocks`` at least."""
@@ -272,20 +300,19 @@ class _FootprintIndex(WaitingIndex):
         while size <= blocks:
             size *= 2
         tree: list[tuple[Any, ...]] = [_NONE] * (2 * size)
-        for b, h in self.heaps.items():
-            if h:
-                tree[size + b] = h[0]
+        for b, lst in self.lists.items():
+            if lst:
+                tree[size + b] = lst[0]
         for i in range(size - 1, 0, -1):
             a, c = tree[2 * i], tree[2 * i + 1]
             tree[i] = a if a < c else c
         self.size, self.tree = size, tree
 
-    def _set(self, blocks: int) -> None:
-        """Heap ``blocks``'s head changed: its leaf and the minima above it."""
+    def _set(self, blocks: int, head: tuple[Any, ...]) -> None:
+        """Leaf ``blocks`` is ``head`` now (between steps): it and the minima above."""
         tree = self.tree
-        h = self.heaps.get(blocks)
         i = self.size + blocks
-        tree[i] = h[0] if h else _NONE
+        tree[i] = head
         i >>= 1
         while i:
             a, c = tree[2 * i], tree[2 * i + 1]
@@ -296,16 +323,16 @@ class _FootprintIndex(WaitingIndex):
             i >>= 1
 
     def first(self, blocks: int) -> _Key | None:
-        """The first live request in the sorted order with a footprint of at most
-        ``blocks`` blocks (stale heads met on the way dropped); None: none."""
+        """The first request in the sorted order, of those not taken, with a footprint of
+        at most ``blocks`` blocks; None: none."""
         if blocks < 0:
             return None
-        tree, size, live = self.tree, self.size, self.live
-        if blocks >= size:
-            blocks = size - 1
-        while True:
+        tree, size = self.tree, self.size
+        if blocks >= size - 1:
+            best = tree[1]
+        else:
             lo, hi = size, size + blocks + 1
-            best: tuple[Any, ...] = _NONE
+            best = _NONE
             while lo < hi:  # the minimum over leaves [0, blocks]
                 if lo & 1:
                     if tree[lo] < best:
@@ -317,29 +344,36 @@ class _FootprintIndex(WaitingIndex):
                         best = tree[hi]
                 lo >>= 1
                 hi >>= 1
-            if best is _NONE:
-                return None
-            e = live.get(best[2])
-            if e is not None and e[0] == best[3]:
-                return best  # type: ignore[return-value]
-            heapq.heappop(self.heaps[best[4]])  # stale: dropped
-            self.entries -= 1
-            self._set(best[4])
+        return None if best is _NONE else best  # type: ignore[return-value]
 
     def tied(self, key: _Key) -> bool:
         """Another live request has ``key``'s ``(o_i, arrival)``."""
         return self.ties[(key[0], key[1])] > 1
 
     def take(self, key: _Key) -> None:
-        """Set ``first``'s answer aside for this step (``restore`` puts it back)."""
-        heapq.heappop(self.heaps[key[4]])
-        self._set(key[4])
-        self.taken.append(key)
+        """Set ``first``'s answer (its list's head) aside for this step."""
+        b = key[3]
+        n = self.cut.get(b, 0) + 1
+        self.cut[b] = n
+        lst = self.lists[b]
+        tree, undo = self.tree, self.undo
+        i = self.size + b
+        undo.append((i, tree[i]))
+        tree[i] = lst[n] if n < len(lst) else _NONE
+        i >>= 1
+        while i:
+            a, c = tree[2 * i], tree[2 * i + 1]
+            v = a if a < c else c
+            if tree[i] is v:
+                break
+            undo.append((i, tree[i]))
+            tree[i] = v
+            i >>= 1
 
     def restore(self) -> None:
-        for key in self.taken:
-            h = self.heaps[key[4]]
-            heapq.heappush(h, key)
-            if h[0] is key:
-                self._set(key[4])
-        self.taken.clear()
+        """Undo the step's ``take``s."""
+        tree, undo = self.tree, self.undo
+        while undo:
+            i, v = undo.pop()
+            tree[i] = v
+        self.cut.clear()
