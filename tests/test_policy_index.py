@@ -197,8 +197,8 @@ class Counting(Sequence[RequestView]):
             yield r
 
 
-@pytest.mark.parametrize("spec", ["sorted-f:kv_tokens=40000", "sorted-f:kv_tokens=60000,metric=none",
-                                  "lprs-apc"])
+@pytest.mark.parametrize("spec", ["sorted-f:kv_tokens=40000",
+                                  "sorted-f:kv_tokens=60000,metric=none", "lprs-apc"])
 def test_reads_do_not_grow_with_the_queue(spec: str) -> None:
     """Behind 8 running requests, 10,000 waiting, in a log: the first steps read them
     all (the index is built), a later one, after two arrivals and an admission, reads
@@ -236,3 +236,19 @@ def test_reads_do_not_grow_with_the_queue(spec: str) -> None:
     assert reqs.read <= 9 + 2, reqs.read
     assert d == q.decide(view_of(Counting(reqs.reqs), 11.0))
     assert d.prefill_order, d
+
+
+@pytest.mark.parametrize("spec", [
+    "sorted-f:budget=512,kv_tokens=2000", "sorted-f:budget=512,kv_tokens=6000,metric=none",
+    "lprs-apc:max_concurrent=4,rem_weight=0,l_min=16,c_max=4096",
+    "lprs-apc:max_concurrent=2,rem_weight=1,l_min=16,c_max=4096"])
+def test_equal_keys_go_in_the_queue_order(spec: str) -> None:
+    """Thirty requests at two instants, three prompt lengths, two output lengths: equal
+    keys everywhere (past ten requests, the ids' order is not the queue's), admitted
+    four at a time with preemption; the same run as the whole rule."""
+    specs = [RequestSpec(0.0 if i % 2 else 0.05, 100 + 150 * (i % 3), 5 + 3 * (i % 4 == 0))
+             for i in range(30)]
+    engine = EngineConfig(num_kv_blocks=120, max_num_seqs=4)
+    fast = simulate(specs, fresh(spec, False), SMALL, engine, record_steps=True)
+    whole = simulate(specs, fresh(spec, True), SMALL, engine, record_steps=True)
+    assert run_of(fast) == run_of(whole)
