@@ -122,6 +122,7 @@ def fresh(spec: str, whole: bool, short: int = 0) -> Policy:
     p = make_policy(spec)
     if isinstance(p, SortedF):  # 0: the index's walk on every queue
         p.short_queue = short  # type: ignore[misc]
+        p.sort_ratio = 0 if short == 0 else SortedF.sort_ratio  # type: ignore[misc]
     if whole:
         cls = WHOLE[p.name]
         q = cls.__new__(cls)
@@ -252,3 +253,26 @@ def test_equal_keys_go_in_the_queue_order(spec: str) -> None:
     fast = simulate(specs, fresh(spec, False), SMALL, engine, record_steps=True)
     whole = simulate(specs, fresh(spec, True), SMALL, engine, record_steps=True)
     assert run_of(fast) == run_of(whole)
+
+
+@pytest.mark.parametrize("metric,kv", [("f", 20000), ("none", 20000), ("f", 400000)])
+def test_a_finished_request_frees_room(metric: str, kv: int) -> None:
+    """No queue change between two steps, but a running request finished: the room
+    grows and more waiting requests fit (the last walk is not the next); then one
+    replaced by another of the same footprint with more outputs left: the same room, a
+    looser F test (the walk goes past where the last one stopped)."""
+    spec = f"sorted-f:kv_tokens={kv},metric={metric}"
+    big = RequestSnapshot("big", 0.0, 9000, 9000, 5, 1000, True)
+    small = RequestSnapshot("small", 0.0, 100, 100, 49, 50, True)  # (F stops at 3 outputs)
+    other = RequestSnapshot("other", 0.0, 10, 10, 0, 140, True)  # (footprint: 160 too)
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i, 500 + 1500 * (i % 4), 0, 0, 10 + i)
+        for i in range(40)]
+    log = WaitingLog()
+    log.events.extend((True, r) for r in waiting)
+    p, q = fresh(spec, False), fresh(spec, True)
+    for running in ([big, small], [big, small], [small], [small], [other], [other]):
+        reqs = running + waiting
+        view = SchedulerView(5.0, reqs, len(waiting), len(running), 8192, 64, (), log,
+                             sum(r.prompt_tokens for r in waiting))
+        assert p.decide(view) == q.decide(view)

@@ -31,8 +31,10 @@ footprint, each footprint's in the sorted order (``_FootprintIndex``), and the b
 formed by asking, as often as it grows, for the first request in the sorted order whose
 footprint fits the room left: the request the sorted walk would reach next, since those
 it skips did not fit an earlier, larger room and the room only shrinks. The F test
-breaks the walk on that request exactly as on the walk's. O(running + listed x log of
-the largest footprint) per step and O(log n) per queue change, whatever waits. The key
+breaks the walk on that request exactly as on the walk's. A step that finds the index
+and the room of the last walk unchanged (no queue change, no running request gone)
+reuses the requests that walk reached and only tests F again. O(running + listed x log
+of the largest footprint) per step and O(log n) per queue change, whatever waits. The key
 and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
 too; the budget reads it for the listed requests only. Requests with equal
 ``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
@@ -97,16 +99,20 @@ class SortedF(Policy):
     #: Up to this many waiting requests, sorting them (``decide_whole``) costs less than
     #: the index's walk and upkeep: the index is dropped at this length and built again
     #: past twice it (each build amortised over the queue changes since the last drop).
-    #: With it, the sort is taken too while the queue is under four times the requests
-    #: the last step listed (a request sorted costs about a quarter of a walk's step).
-    #: The same decision either way.
+    #: With it, the sort is taken too while the queue is under ``sort_ratio`` times the
+    #: requests the last step listed (a request sorted costs about a quarter of a walk's
+    #: step). The same decision either way.
     short_queue: ClassVar[int] = 64
+    sort_ratio: ClassVar[int] = 4
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.kv_tokens = config.kv_tokens
         self._index: _FootprintIndex | None = None  # the waiting queue (a cache, module doc)
         self._listed = 0  # requests the last step listed (which path costs less)
+        # The last walk: (index, its version, room, the requests reached, complete)
+        self._walk: tuple[_FootprintIndex, int, int, list[tuple[int, RequestView]],
+                          bool] | None = None
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.kv_tokens is None and cost_model is not None:
@@ -129,7 +135,7 @@ class SortedF(Policy):
         if n_waiting <= self.short_queue:
             self._index = None
             return self.decide_whole(view)
-        if n_waiting <= 4 * self._listed:  # a long walk: the sort costs less
+        if n_waiting <= self.sort_ratio * self._listed:  # a long walk: the sort costs less
             d = self.decide_whole(view)
             self._listed = len(d.prefill_order or ())
             return d
@@ -145,6 +151,31 @@ class SortedF(Policy):
         total = sum(outputs) - sum(map(_num_output_tokens, run))
         budget = sum(filter(_positive, map(sub, prompts, map(_num_computed_tokens, run))))
         order: list[str] = []
+        f = cfg.metric == "f"
+        walk = self._walk
+        if size and walk is not None and walk[0] is idx and walk[1] == idx.version and (
+                walk[2] == room):
+            # The index and the room of the last walk: the same requests fit, in the same
+            # order (its ``seq``: each request it reached, the last one the one whose F
+            # test stopped it unless nothing else fitted, ``complete``); only the F test,
+            # on this step's totals, tells where the walk stops.
+            cached, complete = walk[3], walk[4]
+            total0, budget0 = total, budget
+            for o, r in cached:
+                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+                    break
+                order.append(r.request_id)
+                size += 1
+                total += o
+                budget += uncached_prompt_tokens(r)
+            if len(order) < len(cached) or complete:
+                self._listed = len(order)
+                return Decision(min(cfg.budget, budget), tuple(order))
+            order.clear()  # past the last walk's end: walk again
+            size, total, budget = n_running, total0, budget0
+        room0 = room
+        seq: list[tuple[int, RequestView]] = []
+        complete = False
         try:
             if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
                 key = idx.first(1 << 62)
@@ -163,13 +194,15 @@ class SortedF(Policy):
             while True:
                 key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
                 if key is None:
+                    complete = True
                     break
                 if idx.tied(key):
                     return self.decide_whole(view)
                 o = key[0]
-                if cfg.metric == "f" and f_metric(total + o, size + 1) > f_metric(total, size):
-                    break
                 r = idx.live[key[2]][1]
+                seq.append((o, r))
+                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+                    break
                 idx.take(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
@@ -178,6 +211,7 @@ class SortedF(Policy):
                 budget += uncached_prompt_tokens(r)
         finally:
             idx.restore()
+        self._walk = (idx, idx.version, room0, seq, complete) if n_running else None
         self._listed = len(order)
         return Decision(min(cfg.budget, budget), tuple(order))
 
@@ -248,6 +282,7 @@ class _FootprintIndex(WaitingIndex):
         self.ties: dict[tuple[int, float], int] = {}
         self.cut: dict[int, int] = {}  # footprint -> its requests taken this step
         self.undo: list[tuple[int, tuple[Any, ...]]] = []  # (node, its value before)
+        self.version = 0  # counts the changes of the set of requests
 
     def add(self, r: RequestView) -> None:
         o, arrival, rid = r.max_output_tokens, r.arrival_time, r.request_id
@@ -255,6 +290,7 @@ class _FootprintIndex(WaitingIndex):
             self.discard(r)
         blocks = footprint(r) // BLOCK_SIZE
         key: _Key = (o, arrival, rid, blocks)
+        self.version += 1
         self.live[rid] = (key, r)
         t = (o, arrival)
         self.ties[t] = self.ties.get(t, 0) + 1
@@ -272,6 +308,7 @@ class _FootprintIndex(WaitingIndex):
         e = self.live.pop(r.request_id, None)
         if e is None:
             return
+        self.version += 1
         key = e[0]
         t = (key[0], key[1])
         n = self.ties[t] - 1
@@ -287,6 +324,7 @@ class _FootprintIndex(WaitingIndex):
 
     def clear(self) -> None:
         super().clear()
+        self.version += 1
         self.ties.clear()
         self.lists.clear()
         self.tree = [_NONE] * (2 * self.size)
