@@ -18,10 +18,22 @@ Spec related-policies.md [R abstract + code]. Per step:
 Defaults [I]: target 100 ms (the paper's example), under_w 1, over_w 4, C_max 4,
 l_min 256, c_max 8192. Without a cost model, T is the last prefill step's per-token time
 times the step's tokens (from ``recent_steps``), and remaining_s uses the same rate.
+
+Cost per step. The rule above scores and sorts every pending prompt (``decide_whole``,
+taken where the view has no ``waiting_log`` or the policy no cost model). With both, a
+waiting request's score is ``now - K`` up to rounding, ``K = arrival + rem_weight *
+per_tok * remaining`` fixed while it waits (the per-token time is the cost model's), so
+the waiting requests are kept between steps in a heap by ``K`` (``_ScoreIndex``); a step
+scores the running prompts and the C_t smallest ``K`` (plus any within a rounding margin
+of the C_t-th), which hold the top C_t of the whole order: O(running + C_t log n) per
+step, O(log n) per queue change. Equal scores go in the view's (queue) order, which the
+index does not know: a step whose top C_t depends on it is decided by ``decide_whole``.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +44,7 @@ from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
+from ppas.policies.waiting import WaitingIndex
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class LprsApc(Policy):
         super().__init__(config, spec)
         self.chunks = candidate_chunks(config.l_min, config.c_max)
         self.per_token_s = 0.0  # prefill seconds per token, for the aging score
+        self._index: _ScoreIndex | None = None  # the waiting queue (a cache, module doc)
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         super().bind_cost_model(cost_model)
@@ -76,6 +90,69 @@ class LprsApc(Policy):
         return int(self.config.c_max)
 
     def decide(self, view: SchedulerView) -> Decision:
+        log = view.waiting_log
+        if log is None or self.cost_model is None:
+            return self.decide_whole(view)
+        cfg = self.config
+        w, per_tok = cfg.rem_weight, self.per_token_s
+        idx = self._index
+        if idx is None or idx.weight != w * per_tok:
+            idx = self._index = _ScoreIndex(w * per_tok)
+        n_running = idx.sync(view, log)
+        if idx.unsafe:
+            return self.decide_whole(view)
+        run = view.requests[:n_running]
+        prompts = [r for r in run if r.num_computed_tokens < r.prompt_tokens]
+        if not prompts and not idx.live:
+            return Decision(cfg.c_max)
+        n_dec = view.num_running_decodes
+        dctx = 0
+        for r in run:
+            if not r.num_computed_tokens < r.prompt_tokens:
+                dctx += r.num_computed_tokens
+        step_t, _ = self._predictor(view, n_dec, dctx)
+        best_c = self._chunk(step_t)
+        c_t = min(cfg.max_concurrent, view.max_num_seqs - n_dec,
+                  (view.max_num_batched_tokens - n_dec) // cfg.l_min)
+        if c_t < 1:
+            if any(0 < r.num_computed_tokens for r in prompts):
+                return Decision(0)
+            c_t, best_c = 1, cfg.l_min
+        # The top c_t by score, running prompts first among equals (the view's order).
+        now = view.now
+        ranked: list[tuple[float, int, RequestView]] = [
+            (-((now - r.arrival_time) - w * per_tok * (r.prompt_tokens - r.num_computed_tokens)),
+             j, r) for j, r in enumerate(prompts)]
+        waiting = len(prompts)  # ranked[j] for j >= waiting: waiting requests
+        try:
+            for k, r in idx.smallest(c_t, now):
+                ranked.append((-((now - r.arrival_time) - k), len(ranked), r))
+        finally:
+            idx.restore()
+        ranked.sort()
+        top = ranked[:c_t]
+        for j, (s, i, _) in enumerate(top):  # equal waiting scores: the queue's order
+            if i >= waiting and any(ranked[m][0] == s and ranked[m][1] >= waiting
+                                    for m in (j - 1, j + 1) if 0 <= m < len(ranked)):
+                return self.decide_whole(view)
+        room = sum(r.prompt_tokens - r.num_computed_tokens for _, _, r in top)
+        return Decision(min(best_c, room), tuple(r.request_id for _, _, r in top))
+
+    def _chunk(self, step_t: Callable[[int], float]) -> int:
+        """LPRS: the chunk with the smallest asymmetric penalty around the target (ties to
+        the larger)."""
+        cfg = self.config
+        best_c, best_pen = self.chunks[0], float("inf")
+        for c in self.chunks:
+            t = step_t(c)
+            pen = cfg.under_w * (cfg.target_s - t) if t < cfg.target_s else cfg.over_w * (
+                t - cfg.target_s)
+            if pen <= best_pen:
+                best_c, best_pen = c, pen
+        return best_c
+
+    def decide_whole(self, view: SchedulerView) -> Decision:
+        """The rule as stated (module doc): every pending prompt scored and sorted."""
         cfg = self.config
         pending = pending_prefills(view)
         if not pending:
@@ -86,14 +163,7 @@ class LprsApc(Policy):
             if not is_pending_prefill(r):
                 dctx += r.num_computed_tokens
         step_t, per_tok = self._predictor(view, n_dec, dctx)
-        # LPRS: chunk with the smallest asymmetric penalty around the target.
-        best_c, best_pen = self.chunks[0], float("inf")
-        for c in self.chunks:
-            t = step_t(c)
-            pen = cfg.under_w * (cfg.target_s - t) if t < cfg.target_s else cfg.over_w * (
-                t - cfg.target_s)
-            if pen <= best_pen:
-                best_c, best_pen = c, pen
+        best_c = self._chunk(step_t)
         # APC: cap on concurrently active prefills.
         c_t = min(cfg.max_concurrent, view.max_num_seqs - n_dec,
                   (view.max_num_batched_tokens - n_dec) // cfg.l_min)
@@ -122,3 +192,76 @@ class LprsApc(Policy):
             return (lambda c: st(StepShape.one_chunk(c, 0, n_dec, dctx))), self.per_token_s
         per_tok = last_prefill_token_time(view.recent_steps) or 0.0
         return (lambda c: per_tok * (c + n_dec)), per_tok
+
+
+class _ScoreIndex(WaitingIndex):
+    """The waiting requests in a heap by ``K = arrival + weight * remaining`` (``weight``:
+    rem_weight times the per-token time; the product ``weight * remaining`` computed as
+    the score computes it), entries dropped lazily (one counts while its ``gen`` is its
+    request's live one). ``live``: id -> (gen, weight * remaining). ``unsafe``: live
+    requests for which ``K`` does not bound the score as ``smallest`` needs (a negative
+    arrival or term, or not finite): then the caller reads the whole queue."""
+
+    def __init__(self, weight: float) -> None:
+        super().__init__()
+        self.weight = weight
+        self.heap: list[tuple[float, str, int, RequestView]] = []  # (K, id, gen, request)
+        self.gen = 0
+        self.unsafe = 0
+        self.taken: list[tuple[float, str, int, RequestView]] = []
+
+    def add(self, r: RequestView) -> None:
+        rid, arrival = r.request_id, r.arrival_time
+        if rid in self.live:
+            self.discard(r)
+        x = self.weight * (r.prompt_tokens - r.num_computed_tokens)
+        k = arrival + x
+        self.gen = gen = self.gen + 1
+        bad = not (arrival >= 0 and x >= 0 and math.isfinite(k))
+        self.unsafe += bad
+        self.live[rid] = (gen, x, bad)
+        heapq.heappush(self.heap, (k, rid, gen, r))
+
+    def discard(self, r: RequestView) -> None:
+        e = self.live.pop(r.request_id, None)
+        if e is not None:
+            self.unsafe -= e[2]
+
+    def clear(self) -> None:
+        super().clear()
+        self.heap.clear()
+        self.unsafe = 0
+
+    def compact(self) -> None:
+        if len(self.heap) > 2 * len(self.live) + 256:
+            live = self.live
+            self.heap = [h for h in self.heap if live.get(h[1], (0,))[0] == h[2]]
+            heapq.heapify(self.heap)
+
+    def smallest(self, n: int, now: float) -> list[tuple[float, RequestView]]:
+        """``(weight * remaining, request)`` of the ``n`` live requests of smallest ``K``
+        and of every one whose ``K`` is within the rounding margin of the n-th's: every
+        other scores strictly below all of them (``score = (now - arrival) - weight *
+        remaining`` is ``now - K`` within ``4 * 2**-53 * (|now| + K)``, arrival and term
+        being >= 0; the margin is far above). Taken off the heap: ``restore``."""
+        heap, live, taken, pop = self.heap, self.live, self.taken, heapq.heappop
+        out: list[tuple[float, RequestView]] = []
+        kn = math.inf
+        while heap:
+            k, rid, gen, r = heap[0]
+            e = live.get(rid)
+            if e is None or e[0] != gen:
+                pop(heap)  # stale: dropped
+                continue
+            if len(out) >= n and k - kn > 1e-9 * (1.0 + abs(now) + abs(k)):
+                break
+            taken.append(pop(heap))
+            out.append((e[1], r))
+            if len(out) == n:
+                kn = k
+        return out
+
+    def restore(self) -> None:
+        for h in self.taken:
+            heapq.heappush(self.heap, h)
+        self.taken.clear()

@@ -24,11 +24,31 @@ Our reading [I], kept replaceable (``metric``):
 The budget check uses whole footprints, so the engine never preempts: peak KV of the
 admitted set <= M. ``kv_tokens`` None = the bound cost model's KV capacity (unbounded if
 it has none). ``o_i`` is ``max_output_tokens`` (the offline model knows output lengths).
+
+Cost per step. The rule above sorts the waiting queue (``decide_whole``, taken where the
+view has no ``waiting_log``). With one, the waiting requests are kept between steps by
+footprint, each footprint's in the sorted order (``_FootprintIndex``), and the batch is
+formed by asking, as often as it grows, for the first request in the sorted order whose
+footprint fits the room left: the request the sorted walk would reach next, since those
+it skips did not fit an earlier, larger room and the room only shrinks. The F test
+breaks the walk on that request exactly as on the walk's. A step that finds the index
+and the room of the last walk unchanged (no queue change, no running request gone)
+reuses the requests that walk reached and only tests F again. O(running + listed x log
+of the largest footprint) per step and O(log n) per queue change, whatever waits. The key
+and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
+too; the budget reads it for the listed requests only. Requests with equal
+``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
+that would list one of them is decided by ``decide_whole``.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add, attrgetter, floordiv, neg, sub
+from typing import Any, ClassVar
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
@@ -36,6 +56,7 @@ from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prom
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
+from ppas.policies.waiting import WaitingIndex
 
 METRICS = ("f", "none")
 
@@ -60,6 +81,13 @@ def footprint(r: RequestView) -> int:
     return -(-n // BLOCK_SIZE) * BLOCK_SIZE
 
 
+_prompt_tokens = attrgetter("prompt_tokens")
+_max_output_tokens = attrgetter("max_output_tokens")
+_num_output_tokens = attrgetter("num_output_tokens")
+_num_computed_tokens = attrgetter("num_computed_tokens")
+_positive = (0).__lt__
+
+
 def f_metric(sum_outputs: int, size: int) -> float:
     """Our reading of the F-metric: sum of outputs over the squared batch size."""
     return sum_outputs / (size * size) if size else float("inf")
@@ -68,10 +96,23 @@ def f_metric(sum_outputs: int, size: int) -> float:
 @register("sorted-f")
 class SortedF(Policy):
     Config = SortedFConfig
+    #: Up to this many waiting requests, sorting them (``decide_whole``) costs less than
+    #: the index's walk and upkeep: the index is dropped at this length and built again
+    #: past twice it (each build amortised over the queue changes since the last drop).
+    #: With it, the sort is taken too while the queue is under ``sort_ratio`` times the
+    #: requests the last step listed (a request sorted costs about a quarter of a walk's
+    #: step). The same decision either way.
+    short_queue: ClassVar[int] = 64
+    sort_ratio: ClassVar[int] = 4
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.kv_tokens = config.kv_tokens
+        self._index: _FootprintIndex | None = None  # the waiting queue (a cache, module doc)
+        self._listed = 0  # requests the last step listed (which path costs less)
+        # The last walk: (index, its version, room, the requests reached, complete)
+        self._walk: tuple[_FootprintIndex, int, int, list[tuple[int, RequestView]],
+                          bool] | None = None
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.kv_tokens is None and cost_model is not None:
@@ -82,6 +123,104 @@ class SortedF(Policy):
         return int(self.config.budget)
 
     def decide(self, view: SchedulerView) -> Decision:
+        log = view.waiting_log
+        idx = self._index
+        if log is None or idx is None:  # (no index kept while the queue is short)
+            d, n_waiting = self._decide_whole(view)
+            if log is not None and n_waiting > 2 * self.short_queue:
+                self._index = _FootprintIndex()  # (built from the next view)
+            return d
+        n_running = idx.sync(view, log)
+        n_waiting = len(idx.live)
+        if n_waiting <= self.short_queue:
+            self._index = None
+            return self.decide_whole(view)
+        if n_waiting <= self.sort_ratio * self._listed:  # a long walk: the sort costs less
+            d = self.decide_whole(view)
+            self._listed = len(d.prefill_order or ())
+            return d
+        cfg = self.config
+        cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
+        # The running requests' sums, as decide_whole's loop adds them up (in C):
+        # footprints (whole blocks of prompt + outputs), outputs left, prompt tokens left.
+        run = view.requests[:n_running]
+        prompts, outputs = list(map(_prompt_tokens, run)), list(map(_max_output_tokens, run))
+        room = cap + BLOCK_SIZE * sum(map(floordiv, map(neg, map(add, prompts, outputs)),
+                                          repeat(BLOCK_SIZE)))
+        size = n_running
+        total = sum(outputs) - sum(map(_num_output_tokens, run))
+        budget = sum(filter(_positive, map(sub, prompts, map(_num_computed_tokens, run))))
+        order: list[str] = []
+        f = cfg.metric == "f"
+        walk = self._walk
+        if size and walk is not None and walk[0] is idx and walk[1] == idx.version and (
+                walk[2] == room):
+            # The index and the room of the last walk: the same requests fit, in the same
+            # order (its ``seq``: each request it reached, the last one the one whose F
+            # test stopped it unless nothing else fitted, ``complete``); only the F test,
+            # on this step's totals, tells where the walk stops.
+            cached, complete = walk[3], walk[4]
+            total0, budget0 = total, budget
+            for o, r in cached:
+                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+                    break
+                order.append(r.request_id)
+                size += 1
+                total += o
+                budget += uncached_prompt_tokens(r)
+            if len(order) < len(cached) or complete:
+                self._listed = len(order)
+                return Decision(min(cfg.budget, budget), tuple(order))
+            order.clear()  # past the last walk's end: walk again
+            size, total, budget = n_running, total0, budget0
+        room0 = room
+        seq: list[tuple[int, RequestView]] = []
+        complete = False
+        try:
+            if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
+                key = idx.first(1 << 62)
+                assert key is not None
+                if idx.tied(key):
+                    return self.decide_whole(view)
+                r = idx.live[key[2]][1]
+                if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
+                    return Decision(min(cfg.budget, budget + uncached_prompt_tokens(r)),
+                                    (r.request_id,))
+                idx.take(key)
+                order.append(r.request_id)
+                room -= key[3] * BLOCK_SIZE
+                size, total = 1, key[0]
+                budget += uncached_prompt_tokens(r)
+            while True:
+                key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
+                if key is None:
+                    complete = True
+                    break
+                if idx.tied(key):
+                    return self.decide_whole(view)
+                o = key[0]
+                r = idx.live[key[2]][1]
+                seq.append((o, r))
+                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+                    break
+                idx.take(key)
+                order.append(r.request_id)
+                room -= key[3] * BLOCK_SIZE
+                size += 1
+                total += o
+                budget += uncached_prompt_tokens(r)
+        finally:
+            idx.restore()
+        self._walk = (idx, idx.version, room0, seq, complete) if n_running else None
+        self._listed = len(order)
+        return Decision(min(cfg.budget, budget), tuple(order))
+
+    def decide_whole(self, view: SchedulerView) -> Decision:
+        """The rule as stated (module doc): every waiting request read and sorted."""
+        return self._decide_whole(view)[0]
+
+    def _decide_whole(self, view: SchedulerView) -> tuple[Decision, int]:
+        """``decide_whole``'s decision and the number of waiting requests."""
         cfg = self.config
         cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
         room = cap
@@ -96,7 +235,7 @@ class SortedF(Policy):
             else:
                 waiting.append(r)
         if not waiting:
-            return Decision(cfg.budget)
+            return Decision(cfg.budget), 0
         waiting.sort(key=lambda r: (r.max_output_tokens, r.arrival_time))
         order: list[str] = []
         for r in waiting:
@@ -115,4 +254,164 @@ class SortedF(Policy):
             size += 1
             total += o
             budget += uncached_prompt_tokens(r)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
+
+
+#: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
+#: sorted order's key first (the id makes keys distinct).
+_Key = tuple[int, float, str, int]
+_NONE: tuple[float] = (math.inf,)  # above every key: an empty subtree
+
+
+class _FootprintIndex(WaitingIndex):
+    """The waiting requests by footprint (whole blocks), each footprint's as a list in
+    the sorted order ``(o_i, arrival)``, under a segment tree of the lists' heads: the
+    first request in the sorted order among footprints up to a bound is a prefix minimum,
+    O(log of the largest footprint). ``live``: id -> (key, request). ``ties``: live
+    requests by ``(o_i, arrival)``, to tell where the order needs the queue's (``tied``).
+    Within a step, ``take`` sets a request aside (its list's head moves on: ``cut``) and
+    ``restore`` undoes the step's changes to the tree (``undo``). Memory: O(waiting
+    requests + largest footprint)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 1  # leaves (footprints 0 .. size - 1), a power of two
+        # tree[size + b]: list b's head (_NONE: empty); tree[i]: min(tree[2i], tree[2i + 1])
+        self.tree: list[tuple[Any, ...]] = [_NONE, _NONE]
+        self.lists: dict[int, list[_Key]] = {}
+        self.ties: dict[tuple[int, float], int] = {}
+        self.cut: dict[int, int] = {}  # footprint -> its requests taken this step
+        self.undo: list[tuple[int, tuple[Any, ...]]] = []  # (node, its value before)
+        self.version = 0  # counts the changes of the set of requests
+
+    def add(self, r: RequestView) -> None:
+        o, arrival, rid = r.max_output_tokens, r.arrival_time, r.request_id
+        if rid in self.live:
+            self.discard(r)
+        blocks = footprint(r) // BLOCK_SIZE
+        key: _Key = (o, arrival, rid, blocks)
+        self.version += 1
+        self.live[rid] = (key, r)
+        t = (o, arrival)
+        self.ties[t] = self.ties.get(t, 0) + 1
+        if blocks >= self.size:
+            self._grow(blocks)
+        lst = self.lists.get(blocks)
+        if lst is None:
+            lst = self.lists[blocks] = []
+        i = bisect_left(lst, key)
+        lst.insert(i, key)
+        if i == 0:
+            self._set(blocks, key)
+
+    def discard(self, r: RequestView) -> None:
+        e = self.live.pop(r.request_id, None)
+        if e is None:
+            return
+        self.version += 1
+        key = e[0]
+        t = (key[0], key[1])
+        n = self.ties[t] - 1
+        if n:
+            self.ties[t] = n
+        else:
+            del self.ties[t]
+        lst = self.lists[key[3]]
+        i = bisect_left(lst, key)
+        del lst[i]
+        if i == 0:
+            self._set(key[3], lst[0] if lst else _NONE)
+
+    def clear(self) -> None:
+        super().clear()
+        self.version += 1
+        self.ties.clear()
+        self.lists.clear()
+        self.tree = [_NONE] * (2 * self.size)
+
+    def compact(self) -> None:
+        """(Nothing stale is kept.)"""
+
+    def _grow(self, blocks: int) -> None:
+        """The tree again, with leaves up to ``blocks`` at least."""
+        size = self.size
+        while size <= blocks:
+            size *= 2
+        tree: list[tuple[Any, ...]] = [_NONE] * (2 * size)
+        for b, lst in self.lists.items():
+            if lst:
+                tree[size + b] = lst[0]
+        for i in range(size - 1, 0, -1):
+            a, c = tree[2 * i], tree[2 * i + 1]
+            tree[i] = a if a < c else c
+        self.size, self.tree = size, tree
+
+    def _set(self, blocks: int, head: tuple[Any, ...]) -> None:
+        """Leaf ``blocks`` is ``head`` now (between steps): it and the minima above."""
+        tree = self.tree
+        i = self.size + blocks
+        tree[i] = head
+        i >>= 1
+        while i:
+            a, c = tree[2 * i], tree[2 * i + 1]
+            v = a if a < c else c
+            if tree[i] is v:
+                break
+            tree[i] = v
+            i >>= 1
+
+    def first(self, blocks: int) -> _Key | None:
+        """The first request in the sorted order, of those not taken, with a footprint of
+        at most ``blocks`` blocks; None: none."""
+        if blocks < 0:
+            return None
+        tree, size = self.tree, self.size
+        if blocks >= size - 1:
+            best = tree[1]
+        else:
+            lo, hi = size, size + blocks + 1
+            best = _NONE
+            while lo < hi:  # the minimum over leaves [0, blocks]
+                if lo & 1:
+                    if tree[lo] < best:
+                        best = tree[lo]
+                    lo += 1
+                if hi & 1:
+                    hi -= 1
+                    if tree[hi] < best:
+                        best = tree[hi]
+                lo >>= 1
+                hi >>= 1
+        return None if best is _NONE else best  # type: ignore[return-value]
+
+    def tied(self, key: _Key) -> bool:
+        """Another live request has ``key``'s ``(o_i, arrival)``."""
+        return self.ties[(key[0], key[1])] > 1
+
+    def take(self, key: _Key) -> None:
+        """Set ``first``'s answer (its list's head) aside for this step."""
+        b = key[3]
+        n = self.cut.get(b, 0) + 1
+        self.cut[b] = n
+        lst = self.lists[b]
+        tree, undo = self.tree, self.undo
+        i = self.size + b
+        undo.append((i, tree[i]))
+        tree[i] = lst[n] if n < len(lst) else _NONE
+        i >>= 1
+        while i:
+            a, c = tree[2 * i], tree[2 * i + 1]
+            v = a if a < c else c
+            if tree[i] is v:
+                break
+            undo.append((i, tree[i]))
+            tree[i] = v
+            i >>= 1
+
+    def restore(self) -> None:
+        """Undo the step's ``take``s."""
+        tree, undo = self.tree, self.undo
+        while undo:
+            i, v = undo.pop()
+            tree[i] = v
+        self.cut.clear()

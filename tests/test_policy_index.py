@@ -1,0 +1,278 @@
+"""``sorted-f`` and ``lprs-apc`` keep the waiting queue indexed between steps and decide
+as the whole-queue rule does.
+
+Where the view carries a ``waiting_log`` (the simulator under FCFS), both policies follow
+it (``ppas.policies.waiting``) instead of sorting the queue every step: ``sorted-f`` asks
+a footprint-indexed order for the next request that fits, ``lprs-apc`` a heap for the
+C_t best-scored. The rules as first written (every waiting request read and sorted) are
+kept here as the reference: on random bursts with tied keys, preemption, prefix caching,
+small KV budgets and admission limits, trimmed logs and priority scheduling (no log), the
+simulator gives the same run under both, request by request and step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppas.core.decision import Decision
+from ppas.core.view import (
+    RequestSnapshot,
+    RequestView,
+    SchedulerView,
+    WaitingLog,
+    is_pending_prefill,
+    pending_prefills,
+    uncached_prompt_tokens,
+)
+from ppas.cost.roofline import RooflineCostModel
+from ppas.engine.simulator import EngineConfig, simulate
+from ppas.policies import make_policy
+from ppas.policies.base import Policy
+from ppas.policies.lprs import LprsApc
+from ppas.policies.sortedf import SortedF, f_metric, footprint
+from ppas.workload import RequestSpec
+
+SMALL = RooflineCostModel("l40s", "qwen2.5-0.5b")
+
+
+# -- the rules as first written: every waiting request read and sorted ------------------------
+class WholeSortedF(SortedF):
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
+        room = cap
+        size = total = budget = 0
+        waiting: list[RequestView] = []
+        for r in view.requests:
+            if r.is_running:
+                room -= footprint(r)
+                size += 1
+                total += r.max_output_tokens - r.num_output_tokens
+                budget += max(0, r.prompt_tokens - r.num_computed_tokens)
+            else:
+                waiting.append(r)
+        if not waiting:
+            return Decision(cfg.budget)
+        waiting.sort(key=lambda r: (r.max_output_tokens, r.arrival_time))
+        order: list[str] = []
+        for r in waiting:
+            need = footprint(r)
+            if need > room:
+                if need > cap and size == 0 and not order:
+                    order.append(r.request_id)
+                    budget += uncached_prompt_tokens(r)
+                    break
+                continue
+            o = r.max_output_tokens
+            if cfg.metric == "f" and size and f_metric(total + o, size + 1) > f_metric(total, size):
+                break
+            order.append(r.request_id)
+            room -= need
+            size += 1
+            total += o
+            budget += uncached_prompt_tokens(r)
+        return Decision(min(cfg.budget, budget), tuple(order))
+
+
+class WholeLprsApc(LprsApc):
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        pending = pending_prefills(view)
+        if not pending:
+            return Decision(cfg.c_max)
+        n_dec = view.num_running_decodes
+        dctx = 0
+        for r in view.requests:
+            if not is_pending_prefill(r):
+                dctx += r.num_computed_tokens
+        step_t, per_tok = self._predictor(view, n_dec, dctx)
+        best_c, best_pen = self.chunks[0], float("inf")
+        for c in self.chunks:
+            t = step_t(c)
+            pen = cfg.under_w * (cfg.target_s - t) if t < cfg.target_s else cfg.over_w * (
+                t - cfg.target_s)
+            if pen <= best_pen:
+                best_c, best_pen = c, pen
+        c_t = min(cfg.max_concurrent, view.max_num_seqs - n_dec,
+                  (view.max_num_batched_tokens - n_dec) // cfg.l_min)
+        active = any(r.is_running and 0 < r.num_computed_tokens for r in pending)
+        if c_t < 1:
+            if active:
+                return Decision(0)
+            c_t, best_c = 1, cfg.l_min
+        now, w = view.now, cfg.rem_weight
+
+        def score(r: RequestView) -> float:
+            return (now - r.arrival_time) - w * per_tok * (r.prompt_tokens - r.num_computed_tokens)
+
+        pending.sort(key=score, reverse=True)
+        top = pending[:c_t]
+        room = sum(r.prompt_tokens - r.num_computed_tokens for r in top)
+        return Decision(min(best_c, room), tuple(r.request_id for r in top))
+
+
+WHOLE: dict[str, type[Policy]] = {"sorted-f": WholeSortedF, "lprs-apc": WholeLprsApc}
+
+
+def fresh(spec: str, whole: bool, short: int = 0) -> Policy:
+    p = make_policy(spec)
+    if isinstance(p, SortedF):  # 0: the index's walk on every queue
+        p.short_queue = short  # type: ignore[misc]
+        p.sort_ratio = 0 if short == 0 else SortedF.sort_ratio  # type: ignore[misc]
+    if whole:
+        cls = WHOLE[p.name]
+        q = cls.__new__(cls)
+        q.__dict__.update(p.__dict__)
+        return q
+    return p
+
+
+def run_of(res: object) -> list[tuple[object, ...]]:
+    steps = [(s.time, s.prefill_budget, s.scheduled, s.preempted)
+             for s in res.steps]  # type: ignore[attr-defined]
+    reqs = [(r.request_id, r.first_scheduled_time, r.first_token_time, r.finish_time,
+             r.num_preemptions) for r in res.requests]  # type: ignore[attr-defined]
+    return steps + reqs
+
+
+# arrivals from a few values (equal keys: the queue's order decides) or anywhere
+burst = st.tuples(st.one_of(st.sampled_from([0.0, 0.05, 0.1]), st.floats(0.0, 0.3)),
+                  st.one_of(st.integers(1, 300), st.integers(1, 6000)),
+                  st.one_of(st.integers(1, 3), st.integers(1, 40)),
+                  st.one_of(st.none(), st.integers(0, 2)))
+
+SPECS = st.one_of(
+    st.builds(lambda kv, m: f"sorted-f:budget=512,kv_tokens={kv},metric={m}",
+              st.sampled_from([800, 2000, 6000, 20000]), st.sampled_from(["f", "none"])),
+    st.builds(lambda b: f"sorted-f:budget={b}", st.sampled_from([256, 8192])),
+    st.builds(lambda c, w, m: f"lprs-apc:max_concurrent={c},rem_weight={w},l_min={m},c_max=4096",
+              st.integers(1, 4), st.sampled_from([0, 1, 1000]), st.sampled_from([16, 256])),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(burst, min_size=2, max_size=40), extra=st.integers(0, 300),
+       seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
+       spare=st.sampled_from([0, 4096]), short=st.sampled_from([0, 0, 2]), spec=SPECS)
+def test_same_run_as_the_whole_queue_rule(
+        reqs: list[tuple[float, int, int, int | None]], extra: int, seqs: int,
+        caching: bool, priority: bool, spare: int, short: int, spec: str) -> None:
+    specs = [RequestSpec(a, p, o, None, None,
+                         prefix=() if g is None else ((f"g{g}", min(p, 512)),),
+                         priority=i % 3)
+             for i, (a, p, o, g) in enumerate(reqs)]
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching,
+                          scheduling_policy="priority" if priority else "fcfs")
+    old = WaitingLog.SPARE
+    WaitingLog.SPARE = spare  # 0: the log is trimmed often, the index read again
+    try:
+        fast = simulate(specs, fresh(spec, False, short), SMALL, engine, record_steps=True)
+        whole = simulate(specs, fresh(spec, True), SMALL, engine, record_steps=True)
+    finally:
+        WaitingLog.SPARE = old
+    assert run_of(fast) == run_of(whole)
+
+
+class Counting(Sequence[RequestView]):
+    """A request list that counts the requests read (a slice: its length)."""
+
+    def __init__(self, reqs: list[RequestView]) -> None:
+        self.reqs, self.read = reqs, 0
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        out = self.reqs[i]
+        self.read += len(out) if isinstance(i, slice) else 1
+        return out
+
+    def __iter__(self) -> Iterator[RequestView]:
+        for r in self.reqs:
+            self.read += 1
+            yield r
+
+
+@pytest.mark.parametrize("spec", ["sorted-f:kv_tokens=40000",
+                                  "sorted-f:kv_tokens=60000,metric=none", "lprs-apc"])
+def test_reads_do_not_grow_with_the_queue(spec: str) -> None:
+    """Behind 8 running requests, 10,000 waiting, in a log: the first steps read them
+    all (the index is built), a later one, after two arrivals and an admission, reads
+    the running requests and the two at the boundary, and decides as the whole rule."""
+    running: list[RequestView] = [
+        RequestSnapshot(f"d{i}", 0.0, 1000, 1000 + i, i + 1, 64, True, 9.99) for i in range(8)]
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i * 1e-3, 1000 + 7 * (i % 13), 0, 0, 1 + i % 97)
+        for i in range(10_000)]
+    log = WaitingLog()
+    log.events.extend((True, r) for r in waiting)
+    p, q = fresh(spec, False, SortedF.short_queue), fresh(spec, True)
+    for x in (p, q):
+        x.bind_cost_model(SMALL)
+
+    def view_of(reqs: Counting, now: float) -> SchedulerView:
+        n_wait = sum(1 for r in reqs.reqs if not r.is_running)
+        return SchedulerView(now, reqs, n_wait + 0, 8, 8192, 16, (), log,
+                             sum(r.prompt_tokens for r in reqs.reqs if not r.is_running))
+
+    reqs = Counting(running + waiting)
+    for _ in range(2):  # (sorted-f: the whole rule's step, then the index built)
+        assert p.decide(view_of(reqs, 10.0)) == q.decide(view_of(Counting(reqs.reqs), 10.0))
+    assert reqs.read >= 10_000
+    admitted = waiting.pop(5)
+    log.events.append((False, admitted))
+    new = [RequestSnapshot(f"n{i}", 10.5 + i * 1e-3, 500, 0, 0, 3) for i in range(2)]
+    waiting.extend(new)
+    log.events.extend((True, r) for r in new)
+    running.append(RequestSnapshot(admitted.request_id, admitted.arrival_time,
+                                   admitted.prompt_tokens, 16, 0, admitted.max_output_tokens,
+                                   True))
+    reqs = Counting(running + waiting)
+    d = p.decide(view_of(reqs, 11.0))
+    assert reqs.read <= 9 + 2, reqs.read
+    assert d == q.decide(view_of(Counting(reqs.reqs), 11.0))
+    assert d.prefill_order, d
+
+
+@pytest.mark.parametrize("spec", [
+    "sorted-f:budget=512,kv_tokens=2000", "sorted-f:budget=512,kv_tokens=6000,metric=none",
+    "lprs-apc:max_concurrent=4,rem_weight=0,l_min=16,c_max=4096",
+    "lprs-apc:max_concurrent=2,rem_weight=1,l_min=16,c_max=4096"])
+def test_equal_keys_go_in_the_queue_order(spec: str) -> None:
+    """Thirty requests at two instants, three prompt lengths, two output lengths: equal
+    keys everywhere (past ten requests, the ids' order is not the queue's), admitted
+    four at a time with preemption; the same run as the whole rule."""
+    specs = [RequestSpec(0.0 if i % 2 else 0.05, 100 + 150 * (i % 3), 5 + 3 * (i % 4 == 0))
+             for i in range(30)]
+    engine = EngineConfig(num_kv_blocks=120, max_num_seqs=4)
+    fast = simulate(specs, fresh(spec, False), SMALL, engine, record_steps=True)
+    whole = simulate(specs, fresh(spec, True), SMALL, engine, record_steps=True)
+    assert run_of(fast) == run_of(whole)
+
+
+@pytest.mark.parametrize("metric,kv", [("f", 20000), ("none", 20000), ("f", 400000)])
+def test_a_finished_request_frees_room(metric: str, kv: int) -> None:
+    """No queue change between two steps, but a running request finished: the room
+    grows and more waiting requests fit (the last walk is not the next); then one
+    replaced by another of the same footprint with more outputs left: the same room, a
+    looser F test (the walk goes past where the last one stopped)."""
+    spec = f"sorted-f:kv_tokens={kv},metric={metric}"
+    big = RequestSnapshot("big", 0.0, 9000, 9000, 5, 1000, True)
+    small = RequestSnapshot("small", 0.0, 100, 100, 49, 50, True)  # (F stops at 3 outputs)
+    other = RequestSnapshot("other", 0.0, 10, 10, 0, 140, True)  # (footprint: 160 too)
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i, 500 + 1500 * (i % 4), 0, 0, 10 + i)
+        for i in range(40)]
+    log = WaitingLog()
+    log.events.extend((True, r) for r in waiting)
+    p, q = fresh(spec, False), fresh(spec, True)
+    for running in ([big, small], [big, small], [small], [small], [other], [other]):
+        reqs = running + waiting
+        view = SchedulerView(5.0, reqs, len(waiting), len(running), 8192, 64, (), log,
+                             sum(r.prompt_tokens for r in waiting))
+        assert p.decide(view) == q.decide(view)
