@@ -187,9 +187,8 @@ class LprsApc(Policy):
                    dctx: int) -> tuple[Callable[[int], float], float]:
         """(T(c), prefill seconds per token) from the cost model or the last step."""
         cm = self.cost_model
-        if cm is not None:
-            st = cm.step_time
-            return (lambda c: st(StepShape.one_chunk(c, 0, n_dec, dctx))), self.per_token_s
+        if cm is not None:  # (chunk_time: step_time of one_chunk(c, 0, n_dec, dctx), exactly)
+            return cm.chunk_time(0, n_dec, dctx), self.per_token_s
         per_tok = last_prefill_token_time(view.recent_steps) or 0.0
         return (lambda c: per_tok * (c + n_dec)), per_tok
 
