@@ -3,7 +3,8 @@
 Each policy here stops reading ``SchedulerView.requests`` once the rest of the queue can
 no longer change its decision (``sloweave``, ``tbt-ladder``), reads the waiting prompts'
 total from the engine (``ppas-auto``, ``SchedulerView.waiting_prompt_tokens``), or lists
-only the waiting requests the step can admit (``flowprefill``). The straightforward rule
+only the waiting requests the step can admit (``flowprefill``, its order's head taken from
+an index of the waiting queue kept between steps). The straightforward rule
 (every request read, every pending prompt listed) is kept here as the reference: on
 random bursts, with preemption, prefix caching and small admission limits, the simulator
 gives the same run under both, request by request and step by step.
@@ -215,3 +216,75 @@ def test_reads_do_not_grow_with_the_queue() -> None:
     fp.bind_cost_model(SMALL)
     d = fp.decide(view)
     assert d.prefill_order is not None and len(d.prefill_order) == 8  # 16 seqs less 8 running
+
+
+# -- flowprefill's index: the order's head without the sort ------------------------------------
+req = st.tuples(st.floats(0.0, 0.2, allow_nan=False),
+                st.one_of(st.integers(1, 300), st.integers(1, 6000)),
+                st.integers(1, 6),
+                st.one_of(st.none(), st.floats(0.005, 0.8),
+                          st.sampled_from([0.05, 0.1, 0.2])),  # (equal deadlines: ties)
+                st.one_of(st.none(), st.integers(0, 2)), st.integers(0, 2))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(req, min_size=2, max_size=40), extra=st.integers(0, 300),
+       seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
+       batch=st.sampled_from([64, 512, 2048]))
+def test_flowprefill_index_same_run(
+        reqs: list[tuple[float, int, int, float | None, int | None, int]], extra: int,
+        seqs: int, caching: bool, priority: bool, batch: int) -> None:
+    """Requests one by one (gaps of 0 included: equal deadlines), with and without TTFT
+    SLOs, slack running out while they wait, preemption (small KV), prefix caching, small
+    admission limits and budgets, FCFS and priority scheduling: the run of the indexed
+    ``flowprefill`` is the straightforward rule's, step by step."""
+    t = 0.0
+    specs = []
+    for gap, p, o, ttft, g, prio in reqs:
+        t += gap
+        specs.append(RequestSpec(t, p, o, ttft, None, priority=prio,
+                                 prefix=() if g is None else ((f"g{g}", min(p, 512)),)))
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching,
+                          scheduling_policy="priority" if priority else "fcfs")
+    name = f"flowprefill:batch_tokens={batch},mbt=4096"
+    fast = simulate(specs, make_policy(name), SMALL, engine, record_steps=True)
+    p = make_policy(name)
+    whole = WholeFlowPrefill.__new__(WholeFlowPrefill)
+    whole.__dict__.update(p.__dict__)
+    ref = simulate(specs, whole, SMALL, engine, record_steps=True)
+    assert run_of(fast) == run_of(ref)
+
+
+def test_flowprefill_index_reads_the_head() -> None:
+    """10,000 waiting requests with TTFT SLOs (distinct deadlines; some late, some without
+    an SLO) behind 8 running: once the index has followed the log, a step reads the
+    running requests and the queue's head only (those without an SLO come from there),
+    and lists what the whole rule lists."""
+    from ppas.core.view import RequestSnapshot, WaitingLog
+    running: list[RequestView] = [
+        RequestSnapshot(f"d{i}", 0.0, 1000, 1000 + i, i + 1, 64, True, 9.99) for i in range(8)]
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i * 1e-3, 1000,
+                        ttft_slo=None if i % 7 == 0 else 11.0 + (i * 7919 % 10_000 - i) * 1e-3)
+        for i in range(10_000)]
+    log = WaitingLog()
+    log.events.extend((True, r) for r in waiting)
+    reqs = Counting(running + waiting)
+    fp = make_policy("flowprefill")
+    fp.bind_cost_model(SMALL)
+    whole = make_policy("flowprefill")
+    whole.bind_cost_model(SMALL)
+    for now, caching in ((10.0, False), (10.5, True), (15.0, False), (25.0, True)):
+        view = SchedulerView(now, reqs, 10_000, 8, 8192, 16, (), log, 10_000 * 1000,
+                             caching)
+        reqs.read = 0
+        d = fp.decide(view)
+        if now > 10.0:
+            # the running requests, then the queue's head: none read while requests on
+            # time fill the list; once all are late, up to the 8th without an SLO (every
+            # 7th request; the queue is read past the running ones again)
+            assert reqs.read <= (9 if now < 20 else 9 + 8 + 7 * 7 + 1), reqs.read
+        assert d == whole.decide_whole(view)  # type: ignore[attr-defined]
+        assert d.prefill_order is not None  # 16 seqs less 8 running; 2048 tokens
+        assert len(d.prefill_order) == (8 if caching else 3)
