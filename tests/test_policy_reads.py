@@ -18,7 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppas.core.decision import Decision
-from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
+from ppas.core.view import (
+    RequestView,
+    SchedulerView,
+    is_pending_prefill,
+    pending_prefills,
+    uncached_prompt_tokens,
+)
 from ppas.cost.base import largest_chunk_within
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, simulate
@@ -26,6 +32,7 @@ from ppas.policies import make_policy
 from ppas.policies.auto import PpasAuto
 from ppas.policies.base import Policy
 from ppas.policies.deflection import TbtLadder, ladder_chunk
+from ppas.policies.feather import ChunkedHashTree, Feather, level_keys
 from ppas.policies.flowprefill import FlowPrefill
 from ppas.policies.sloweave import SloWeave
 from ppas.workload import RequestSpec
@@ -288,3 +295,148 @@ def test_flowprefill_index_reads_the_head() -> None:
         assert d == whole.decide_whole(view)  # type: ignore[attr-defined]
         assert d.prefill_order is not None  # 16 seqs less 8 running; 2048 tokens
         assert len(d.prefill_order) == (8 if caching else 3)
+
+
+# -- feather: the hash tree without the whole queue's keys -------------------------------------
+class WholeFeather(Feather):
+    """Feather as first written: the whole tree built from every request every step."""
+
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        waiting = [r for r in view.requests if not r.is_running]
+        if not waiting:
+            return Decision(cfg.budget)
+        tree = ChunkedHashTree()
+        budget = 0
+        batch = 0
+        for r in view.requests:
+            if r.is_running:
+                batch += 1
+                tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
+                budget += max(0, r.prompt_tokens - r.num_computed_tokens)
+        order: list[str] = []
+        aged = [r for r in waiting if view.now - r.arrival_time >= cfg.max_wait_s]
+        aged.sort(key=lambda r: r.arrival_time)
+        fresh = [r for r in waiting if view.now - r.arrival_time < cfg.max_wait_s]
+        keys = [level_keys(r, cfg.chunk, cfg.block_size) for r in fresh]
+        for r in aged:
+            order.append(r.request_id)
+            tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
+            budget += uncached_prompt_tokens(r)
+            batch += 1
+        for k in keys:
+            tree.add_waiting(k)
+        stopped = False
+        while len(order) < len(waiting):
+            best = tree.pop_best()
+            if best is None:
+                break
+            i, ov = best
+            r = fresh[i]
+            if (batch > 0 and batch >= cfg.min_batch and ov < cfg.min_overlap
+                    and r.num_cached_tokens < cfg.cached_fraction * r.prompt_tokens):
+                stopped = True
+                break
+            order.append(r.request_id)
+            tree.add_batch(keys[i])
+            budget += uncached_prompt_tokens(r)
+            batch += 1
+        if not stopped:
+            return Decision(cfg.budget, tuple(order))
+        return Decision(min(cfg.budget, budget), tuple(order))
+
+
+class Compared(Policy):
+    """``fast``'s decisions, each checked equal to ``whole``'s on the same view."""
+
+    def __init__(self, fast: Policy, whole: Policy) -> None:
+        self.fast, self.whole = fast, whole
+        self.config, self.spec, self.name = fast.config, fast.spec, fast.name
+        self.steps = 0
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.fast.max_num_batched_tokens
+
+    def decide(self, view: SchedulerView) -> Decision:
+        d = self.fast.decide(view)
+        assert d == self.whole.decide(view), self.steps
+        self.steps += 1
+        return d
+
+
+fgroup = st.sampled_from([None, 0, 1, 2])
+freq = st.tuples(st.sampled_from([0.0, 0.005, 0.01, 0.02, 0.05]),
+                 st.one_of(st.integers(1, 200), st.integers(64, 3000)),
+                 st.integers(1, 6), fgroup, fgroup, st.integers(0, 2))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(freq, min_size=2, max_size=40), extra=st.integers(0, 2000),
+       seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
+       budget=st.sampled_from([256, 1024, 8192]), min_batch=st.integers(0, 4),
+       min_overlap=st.integers(0, 2), wait=st.sampled_from([0.01, 0.05, 0.2]),
+       frac=st.sampled_from([0.3, 1.0]))
+def test_feather_same_decisions_as_the_whole_tree(
+        reqs: list[tuple[float, int, int, int | None, int | None, int]], extra: int,
+        seqs: int, caching: bool, priority: bool, budget: int, min_batch: int,
+        min_overlap: int, wait: float, frac: float) -> None:
+    """Shared prefixes two levels deep (a group, then a subgroup), equal arrivals, aging,
+    preemption, prefix caching (``num_cached_tokens`` moving while requests wait), small
+    admission limits, FCFS and priority: every step's Decision is the whole tree's."""
+    t = 0.0
+    specs = []
+    for gap, p, o, g, sub, prio in reqs:
+        t += gap
+        prefix: tuple[tuple[str, int], ...] = ()
+        if g is not None:
+            prefix = ((f"g{g}", min(p, 128)),)
+            if sub is not None and p > 128:
+                prefix += ((f"g{g}s{sub}", min(p - 128, 192)),)
+        specs.append(RequestSpec(t, p, o, None, None, priority=prio, prefix=prefix))
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching,
+                          scheduling_policy="priority" if priority else "fcfs")
+    name = (f"feather:budget={budget},chunk=64,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s={wait},cached_fraction={frac}")
+    p = make_policy(name)
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    compared = Compared(p, whole)
+    simulate(specs, compared, SMALL, engine)
+
+
+fview_req = st.tuples(st.booleans(), st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]),
+                      st.integers(1, 400), st.lists(st.integers(0, 1), max_size=8),
+                      st.integers(0, 400), st.integers(0, 400))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reqs=st.lists(fview_req, min_size=1, max_size=30), budget=st.integers(1, 2000),
+       min_batch=st.integers(0, 6), min_overlap=st.integers(0, 3),
+       frac=st.sampled_from([0.2, 0.5, 1.0]), now=st.sampled_from([2.0, 3.5]))
+def test_feather_decide_is_the_whole_trees_on_views(
+        reqs: list[tuple[bool, float, int, list[int], int, int]], budget: int,
+        min_batch: int, min_overlap: int, frac: float, now: float) -> None:
+    """Hand-made views: prompts on a binary tree of 32-token chunks (equal chunk paths,
+    equal keys), running and waiting, aged (``max_wait_s`` 1) or not, equal arrivals,
+    cached tokens: ``decide`` gives the whole tree's Decision, twice (the keys cached)."""
+    from ppas.core.view import RequestSnapshot
+    views = []
+    for p in range(2):
+        rs: list[RequestView] = []
+        for n, (running, arrival, prompt, path, done, cached) in enumerate(reqs):
+            hashes = tuple(("h", *path[:b // 2 + 1], b % 2) for b in range(2 * len(path)))
+            rs.append(RequestSnapshot(
+                f"r{n}", arrival, prompt + 32 * len(path) * p, min(done, prompt) if running
+                else 0, 0, 4, running, None, block_hashes=hashes,
+                num_cached_tokens=0 if running else min(cached, prompt)))
+        rs.sort(key=lambda r: not r.is_running)  # running first, then waiting
+        views.append(SchedulerView(now, rs, 0, 0, budget, 8))
+    name = (f"feather:budget={budget},chunk=32,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s=1,cached_fraction={frac}")
+    fast = make_policy(name)
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    for view in (*views, *views):
+        assert fast.decide(view) == whole.decide(view)
