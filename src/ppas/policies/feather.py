@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, ge, lt, sub
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
@@ -141,20 +141,19 @@ class Feather(Policy):
     def __init__(self, config: FeatherConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         # A request's level keys by id, with the request and hashes they were read from
-        # (a request's block hashes do not change: read once; a cache of the views).
+        # and the hashes' length (a request's block hashes do not change: read once; a
+        # cache of the views).
         self._keys: dict[str, tuple[RequestView, Sequence[Hashable], int, list[Hashable]]] = {}
 
     def keys_of(self, r: RequestView) -> list[Hashable]:
         """``level_keys(r, chunk, block_size)``, cached by request id (checked against the
-        request and hashes objects and the number of levels)."""
-        cfg = self.config
+        request and hashes objects and the hashes' length)."""
         hashes = r.block_hashes
-        n = min(r.prompt_tokens // cfg.chunk, len(hashes) // (cfg.chunk // cfg.block_size))
         e = self._keys.get(r.request_id)
-        if e is not None and e[0] is r and e[1] is hashes and e[2] == n:
+        if e is not None and e[0] is r and e[1] is hashes and e[2] == len(hashes):
             return e[3]
-        keys = level_keys(r, cfg.chunk, cfg.block_size)
-        self._keys[r.request_id] = (r, hashes, n, keys)
+        keys = level_keys(r, self.config.chunk, self.config.block_size)
+        self._keys[r.request_id] = (r, hashes, len(hashes), keys)
         return keys
 
     def decide(self, view: SchedulerView) -> Decision:
@@ -163,27 +162,29 @@ class Feather(Policy):
         (``fresh``) are indexed; a batch request's keys enter the working set from level 0
         up to the first that no fresh request has (chained keys: no deeper one has one
         either); the prefill budget is summed only where a STOP needs it, until it
-        reaches ``budget``."""
+        reaches ``budget``. The view lists the running requests first."""
         cfg = self.config
         now, max_wait = view.now, cfg.max_wait_s
         batch_reqs: list[RequestView] = []  # running, then aged (their keys: the batch's)
-        aged: list[RequestView] = []
-        fresh: list[RequestView] = []
         left = 0  # the running prompts' tokens left
-        for r in view.requests:
-            if r.is_running:
-                batch_reqs.append(r)
-                left += max(0, r.prompt_tokens - r.num_computed_tokens)
-            elif now - r.arrival_time >= max_wait:
-                aged.append(r)
-            else:
-                fresh.append(r)
-        if not aged and not fresh:
-            return Decision(cfg.budget)
-        if len(self._keys) > 2 * len(view.requests) + 1024:
+        it = iter(view.requests)
+        for r in it:
+            if not r.is_running:
+                break
+            batch_reqs.append(r)
+            left += max(0, r.prompt_tokens - r.num_computed_tokens)
+        else:
+            return Decision(cfg.budget)  # nothing waits
+        waiting = [r]
+        waiting.extend(it)
+        # (the waits now - arrival, tested against max_wait_s as written, in C)
+        waits = list(map(sub, repeat(now), map(_arrival, waiting)))
+        aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
+        fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
+        if len(self._keys) > 2 * (len(batch_reqs) + len(waiting)) + 1024:
             self._keys.clear()  # (requests gone: O(1) amortised per request read)
         aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
-        order = [r.request_id for r in aged]
+        order = list(map(_request_id, aged))
         if not fresh:
             return Decision(cfg.budget, tuple(order))
         keys_of = self.keys_of
@@ -251,3 +252,4 @@ class Feather(Policy):
 
 
 _arrival = attrgetter("arrival_time")
+_request_id = attrgetter("request_id")
