@@ -89,7 +89,11 @@ def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[
     than ``max_num_seqs`` less the running requests. So it never reaches an unlisted one,
     and the step is the one the whole order gives; the next step lists its head again
     (ties in the policy's key keep the queue's relative order either way). O(running +
-    listed) for the engine, whatever waits."""
+    listed) for the engine, whatever waits. Only for an FCFS queue (a view with a
+    ``waiting_log``): under ``--scheduling-policy priority`` the engine ranks the unlisted
+    requests by arrival within their priority level, so an order cut short there could
+    admit another request (the vLLM plugin, whose view has no log, gets the whole
+    order)."""
     n_running = left = 0
     for r in view.requests:
         if not r.is_running:
@@ -157,6 +161,8 @@ class FlowPrefill(Policy):
             return (1.0 if slack >= 0 else -1.0) / max(deadline, 1e-9)
 
         pending.sort(key=key, reverse=True)
+        if view.waiting_log is None:  # (the queue may not be FCFS: every prompt listed)
+            return Decision(cfg.batch_tokens, tuple(r.request_id for r in pending))
         return Decision(cfg.batch_tokens, listed(view, pending, cfg.batch_tokens))
 
     def _decide_indexed(self, view: SchedulerView, log: WaitingLog) -> Decision | None:
