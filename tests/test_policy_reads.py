@@ -442,3 +442,24 @@ def test_feather_decide_is_the_whole_trees_on_views(
     whole.__dict__.update(make_policy(name).__dict__)
     for view in (*views, *views):
         assert fast.decide(view) == whole.decide(view)
+
+
+def test_flowprefill_index_leaves_ties_to_the_queue() -> None:
+    """Two late waiting requests with equal deadlines, in the queue in the opposite order
+    of their entries in the log (an earlier step moved the second ahead): the whole rule
+    keeps the queue's order, and so does ``decide`` (the index sees the tie and sorts the
+    queue); one slot left, so the order decides who is admitted."""
+    from ppas.core.view import RequestSnapshot, WaitingLog
+    run = RequestSnapshot("d", 0.0, 100, 100, 1, 64, True, 0.9)
+    a = RequestSnapshot("a", 0.0, 4000, ttft_slo=0.1)
+    b = RequestSnapshot("b", 0.0, 3000, ttft_slo=0.1)
+    c = RequestSnapshot("c", 0.0, 500, ttft_slo=0.3)  # late, a later deadline: first
+    log = WaitingLog()
+    log.events.extend([(True, a), (True, b), (True, c)])
+    fp = make_policy("flowprefill")
+    fp.bind_cost_model(SMALL)
+    fp.decide(SchedulerView(0.5, [run, a, b, c], 3, 1, 8192, 3, (), log, 7500, True))
+    view = SchedulerView(1.0, [run, b, a, c], 3, 1, 8192, 3, (), log, 7500, True)
+    d = fp.decide(view)  # (the index follows the log: no event since the last step)
+    assert d == fp.decide_whole(view)  # type: ignore[attr-defined]
+    assert d.prefill_order == ("c", "b")  # (two slots: c, then b of the tied pair)
