@@ -3,7 +3,8 @@
 Each policy here stops reading ``SchedulerView.requests`` once the rest of the queue can
 no longer change its decision (``sloweave``, ``tbt-ladder``), reads the waiting prompts'
 total from the engine (``ppas-auto``, ``SchedulerView.waiting_prompt_tokens``), or lists
-only the waiting requests the step can admit (``flowprefill``). The straightforward rule
+only the waiting requests the step can admit (``flowprefill``, its order's head taken from
+an index of the waiting queue kept between steps). The straightforward rule
 (every request read, every pending prompt listed) is kept here as the reference: on
 random bursts, with preemption, prefix caching and small admission limits, the simulator
 gives the same run under both, request by request and step by step.
@@ -17,7 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppas.core.decision import Decision
-from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
+from ppas.core.view import (
+    RequestView,
+    SchedulerView,
+    is_pending_prefill,
+    pending_prefills,
+    uncached_prompt_tokens,
+)
 from ppas.cost.base import largest_chunk_within
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, simulate
@@ -25,6 +32,7 @@ from ppas.policies import make_policy
 from ppas.policies.auto import PpasAuto
 from ppas.policies.base import Policy
 from ppas.policies.deflection import TbtLadder, ladder_chunk
+from ppas.policies.feather import ChunkedHashTree, Feather, level_keys
 from ppas.policies.flowprefill import FlowPrefill
 from ppas.policies.sloweave import SloWeave
 from ppas.workload import RequestSpec
@@ -197,7 +205,7 @@ class Counting(Sequence[RequestView]):
 def test_reads_do_not_grow_with_the_queue() -> None:
     """Behind 8 running requests, 10,000 waiting: ``sloweave`` reads until ``c_max``
     prompt tokens are counted, ``tbt-ladder`` and ``ppas-auto`` (with the engine's total)
-    one past the running requests; ``flowprefill`` lists what the step can admit."""
+    one past the running requests."""
     from ppas.core.view import RequestSnapshot
     running: list[RequestView] = [
         RequestSnapshot(f"d{i}", 0.0, 1000, 1000 + i, i + 1, 64, True, 9.99) for i in range(8)]
@@ -214,4 +222,244 @@ def test_reads_do_not_grow_with_the_queue() -> None:
     fp = make_policy("flowprefill")
     fp.bind_cost_model(SMALL)
     d = fp.decide(view)
-    assert d.prefill_order is not None and len(d.prefill_order) == 8  # 16 seqs less 8 running
+    # without a waiting log the queue may not be FCFS: every pending prompt listed (with
+    # one: test_flowprefill_index_reads_the_head)
+    assert d.prefill_order is not None and len(d.prefill_order) == 10_000
+
+
+# -- flowprefill's index: the order's head without the sort ------------------------------------
+req = st.tuples(st.floats(0.0, 0.2, allow_nan=False),
+                st.one_of(st.integers(1, 300), st.integers(1, 6000)),
+                st.integers(1, 6),
+                st.one_of(st.none(), st.floats(0.005, 0.8),
+                          st.sampled_from([0.05, 0.1, 0.2])),  # (equal deadlines: ties)
+                st.one_of(st.none(), st.integers(0, 2)), st.integers(0, 2))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(req, min_size=2, max_size=40), extra=st.integers(0, 300),
+       seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
+       batch=st.sampled_from([64, 512, 2048]))
+def test_flowprefill_index_same_run(
+        reqs: list[tuple[float, int, int, float | None, int | None, int]], extra: int,
+        seqs: int, caching: bool, priority: bool, batch: int) -> None:
+    """Requests one by one (gaps of 0 included: equal deadlines), with and without TTFT
+    SLOs, slack running out while they wait, preemption (small KV), prefix caching, small
+    admission limits and budgets, FCFS and priority scheduling: the run of the indexed
+    ``flowprefill`` is the straightforward rule's, step by step."""
+    t = 0.0
+    specs = []
+    for gap, p, o, ttft, g, prio in reqs:
+        t += gap
+        specs.append(RequestSpec(t, p, o, ttft, None, priority=prio,
+                                 prefix=() if g is None else ((f"g{g}", min(p, 512)),)))
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching,
+                          scheduling_policy="priority" if priority else "fcfs")
+    name = f"flowprefill:batch_tokens={batch},mbt=4096"
+    fast = simulate(specs, make_policy(name), SMALL, engine, record_steps=True)
+    p = make_policy(name)
+    whole = WholeFlowPrefill.__new__(WholeFlowPrefill)
+    whole.__dict__.update(p.__dict__)
+    ref = simulate(specs, whole, SMALL, engine, record_steps=True)
+    assert run_of(fast) == run_of(ref)
+
+
+def test_flowprefill_index_reads_the_head() -> None:
+    """10,000 waiting requests with TTFT SLOs (distinct deadlines; some late, some without
+    an SLO) behind 8 running: once the index has followed the log, a step reads the
+    running requests and the queue's head only (those without an SLO come from there),
+    and lists what the whole rule lists."""
+    from ppas.core.view import RequestSnapshot, WaitingLog
+    running: list[RequestView] = [
+        RequestSnapshot(f"d{i}", 0.0, 1000, 1000 + i, i + 1, 64, True, 9.99) for i in range(8)]
+    waiting: list[RequestView] = [
+        RequestSnapshot(f"w{i}", 1.0 + i * 1e-3, 1000,
+                        ttft_slo=None if i % 7 == 0 else 11.0 + (i * 7919 % 10_000 - i) * 1e-3)
+        for i in range(10_000)]
+    log = WaitingLog()
+    log.events.extend((True, r) for r in waiting)
+    reqs = Counting(running + waiting)
+    fp = make_policy("flowprefill")
+    fp.bind_cost_model(SMALL)
+    whole = make_policy("flowprefill")
+    whole.bind_cost_model(SMALL)
+    for now, caching in ((10.0, False), (10.5, True), (15.0, False), (25.0, True)):
+        view = SchedulerView(now, reqs, 10_000, 8, 8192, 16, (), log, 10_000 * 1000,
+                             caching)
+        reqs.read = 0
+        d = fp.decide(view)
+        if now > 10.0:
+            # the running requests, then the queue's head: none read while requests on
+            # time fill the list; once all are late, up to the 8th without an SLO (every
+            # 7th request; the queue is read past the running ones again)
+            assert reqs.read <= (9 if now < 20 else 9 + 8 + 7 * 7 + 1), reqs.read
+        assert d == whole.decide_whole(view)  # type: ignore[attr-defined]
+        assert d.prefill_order is not None  # 16 seqs less 8 running; 2048 tokens
+        assert len(d.prefill_order) == (8 if caching else 3)
+
+
+# -- feather: the hash tree without the whole queue's keys -------------------------------------
+class WholeFeather(Feather):
+    """Feather as first written: the whole tree built from every request every step."""
+
+    def decide(self, view: SchedulerView) -> Decision:
+        cfg = self.config
+        waiting = [r for r in view.requests if not r.is_running]
+        if not waiting:
+            return Decision(cfg.budget)
+        tree = ChunkedHashTree()
+        budget = 0
+        batch = 0
+        for r in view.requests:
+            if r.is_running:
+                batch += 1
+                tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
+                budget += max(0, r.prompt_tokens - r.num_computed_tokens)
+        order: list[str] = []
+        aged = [r for r in waiting if view.now - r.arrival_time >= cfg.max_wait_s]
+        aged.sort(key=lambda r: r.arrival_time)
+        fresh = [r for r in waiting if view.now - r.arrival_time < cfg.max_wait_s]
+        keys = [level_keys(r, cfg.chunk, cfg.block_size) for r in fresh]
+        for r in aged:
+            order.append(r.request_id)
+            tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
+            budget += uncached_prompt_tokens(r)
+            batch += 1
+        for k in keys:
+            tree.add_waiting(k)
+        stopped = False
+        while len(order) < len(waiting):
+            best = tree.pop_best()
+            if best is None:
+                break
+            i, ov = best
+            r = fresh[i]
+            if (batch > 0 and batch >= cfg.min_batch and ov < cfg.min_overlap
+                    and r.num_cached_tokens < cfg.cached_fraction * r.prompt_tokens):
+                stopped = True
+                break
+            order.append(r.request_id)
+            tree.add_batch(keys[i])
+            budget += uncached_prompt_tokens(r)
+            batch += 1
+        if not stopped:
+            return Decision(cfg.budget, tuple(order))
+        return Decision(min(cfg.budget, budget), tuple(order))
+
+
+class Compared(Policy):
+    """``fast``'s decisions, each checked equal to ``whole``'s on the same view."""
+
+    def __init__(self, fast: Policy, whole: Policy) -> None:
+        self.fast, self.whole = fast, whole
+        self.config, self.spec, self.name = fast.config, fast.spec, fast.name
+        self.steps = 0
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.fast.max_num_batched_tokens
+
+    def decide(self, view: SchedulerView) -> Decision:
+        d = self.fast.decide(view)
+        assert d == self.whole.decide(view), self.steps
+        self.steps += 1
+        return d
+
+
+fgroup = st.sampled_from([None, 0, 1, 2])
+freq = st.tuples(st.sampled_from([0.0, 0.005, 0.01, 0.02, 0.05]),
+                 st.one_of(st.integers(1, 200), st.integers(64, 3000)),
+                 st.integers(1, 6), fgroup, fgroup, st.integers(0, 2))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(freq, min_size=2, max_size=40), extra=st.integers(0, 2000),
+       seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
+       budget=st.sampled_from([256, 1024, 8192]), min_batch=st.integers(0, 4),
+       min_overlap=st.integers(0, 2), wait=st.sampled_from([0.01, 0.05, 0.2]),
+       frac=st.sampled_from([0.3, 1.0]))
+def test_feather_same_decisions_as_the_whole_tree(
+        reqs: list[tuple[float, int, int, int | None, int | None, int]], extra: int,
+        seqs: int, caching: bool, priority: bool, budget: int, min_batch: int,
+        min_overlap: int, wait: float, frac: float) -> None:
+    """Shared prefixes two levels deep (a group, then a subgroup), equal arrivals, aging,
+    preemption, prefix caching (``num_cached_tokens`` moving while requests wait), small
+    admission limits, FCFS and priority: every step's Decision is the whole tree's."""
+    t = 0.0
+    specs = []
+    for gap, p, o, g, sub, prio in reqs:
+        t += gap
+        prefix: tuple[tuple[str, int], ...] = ()
+        if g is not None:
+            prefix = ((f"g{g}", min(p, 128)),)
+            if sub is not None and p > 128:
+                prefix += ((f"g{g}s{sub}", min(p - 128, 192)),)
+        specs.append(RequestSpec(t, p, o, None, None, priority=prio, prefix=prefix))
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching,
+                          scheduling_policy="priority" if priority else "fcfs")
+    name = (f"feather:budget={budget},chunk=64,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s={wait},cached_fraction={frac}")
+    p = make_policy(name)
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    compared = Compared(p, whole)
+    simulate(specs, compared, SMALL, engine)
+
+
+fview_req = st.tuples(st.booleans(), st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]),
+                      st.integers(1, 400), st.lists(st.integers(0, 1), max_size=8),
+                      st.integers(0, 400), st.integers(0, 400))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reqs=st.lists(fview_req, min_size=1, max_size=30), budget=st.integers(1, 2000),
+       min_batch=st.integers(0, 6), min_overlap=st.integers(0, 3),
+       frac=st.sampled_from([0.2, 0.5, 1.0]), now=st.sampled_from([2.0, 3.5]))
+def test_feather_decide_is_the_whole_trees_on_views(
+        reqs: list[tuple[bool, float, int, list[int], int, int]], budget: int,
+        min_batch: int, min_overlap: int, frac: float, now: float) -> None:
+    """Hand-made views: prompts on a binary tree of 32-token chunks (equal chunk paths,
+    equal keys), running and waiting, aged (``max_wait_s`` 1) or not, equal arrivals,
+    cached tokens: ``decide`` gives the whole tree's Decision, twice (the keys cached)."""
+    from ppas.core.view import RequestSnapshot
+    views = []
+    for p in range(2):
+        rs: list[RequestView] = []
+        for n, (running, arrival, prompt, path, done, cached) in enumerate(reqs):
+            hashes = tuple(("h", *path[:b // 2 + 1], b % 2) for b in range(2 * len(path)))
+            rs.append(RequestSnapshot(
+                f"r{n}", arrival, prompt + 32 * len(path) * p, min(done, prompt) if running
+                else 0, 0, 4, running, None, block_hashes=hashes,
+                num_cached_tokens=0 if running else min(cached, prompt)))
+        rs.sort(key=lambda r: not r.is_running)  # running first, then waiting
+        views.append(SchedulerView(now, rs, 0, 0, budget, 8))
+    name = (f"feather:budget={budget},chunk=32,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s=1,cached_fraction={frac}")
+    fast = make_policy(name)
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    for view in (*views, *views):
+        assert fast.decide(view) == whole.decide(view)
+
+
+def test_flowprefill_index_leaves_ties_to_the_queue() -> None:
+    """Two late waiting requests with equal deadlines, in the queue in the opposite order
+    of their entries in the log (an earlier step moved the second ahead): the whole rule
+    keeps the queue's order, and so does ``decide`` (the index sees the tie and sorts the
+    queue); one slot left, so the order decides who is admitted."""
+    from ppas.core.view import RequestSnapshot, WaitingLog
+    run = RequestSnapshot("d", 0.0, 100, 100, 1, 64, True, 0.9)
+    a = RequestSnapshot("a", 0.0, 4000, ttft_slo=0.1)
+    b = RequestSnapshot("b", 0.0, 3000, ttft_slo=0.1)
+    c = RequestSnapshot("c", 0.0, 500, ttft_slo=0.3)  # late, a later deadline: first
+    log = WaitingLog()
+    log.events.extend([(True, a), (True, b), (True, c)])
+    fp = make_policy("flowprefill")
+    fp.bind_cost_model(SMALL)
+    fp.decide(SchedulerView(0.5, [run, a, b, c], 3, 1, 8192, 3, (), log, 7500, True))
+    view = SchedulerView(1.0, [run, b, a, c], 3, 1, 8192, 3, (), log, 7500, True)
+    d = fp.decide(view)  # (the index follows the log: no event since the last step)
+    assert d == fp.decide_whole(view)  # type: ignore[attr-defined]
+    assert d.prefill_order == ("c", "b")  # (two slots: c, then b of the tied pair)

