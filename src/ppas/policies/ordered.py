@@ -120,8 +120,8 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    it. With a backlog the decision is unchanged. Invariant: every prefill chunk of a step
    taken with one waiting request or none is at most ``L`` tokens; the decision is
    otherwise the one with ``L = 0`` (``tests/test_ordered.py``). Off by default: measured
-   in ``docs/results/real-traffic.md`` ("The idle limit"), it reaches the capacity bar on
-   the Mooncake slice but costs mean E2E at 1x on the H100.
+   in ``docs/results/real-traffic.md`` ("Why capacity misses on the Mooncake slice"), it
+   reaches the capacity bar on the Mooncake slice but costs mean E2E at 1x on the H100.
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
