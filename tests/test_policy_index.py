@@ -12,11 +12,10 @@ simulator gives the same run under both, request by request and step by step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_views import Counting, run_of
 
 from ppas.core.decision import Decision
 from ppas.core.view import (
@@ -131,14 +130,6 @@ def fresh(spec: str, whole: bool, short: int = 0) -> Policy:
     return p
 
 
-def run_of(res: object) -> list[tuple[object, ...]]:
-    steps = [(s.time, s.prefill_budget, s.scheduled, s.preempted)
-             for s in res.steps]  # type: ignore[attr-defined]
-    reqs = [(r.request_id, r.first_scheduled_time, r.first_token_time, r.finish_time,
-             r.num_preemptions) for r in res.requests]  # type: ignore[attr-defined]
-    return steps + reqs
-
-
 # arrivals from a few values (equal keys: the queue's order decides) or anywhere
 burst = st.tuples(st.one_of(st.sampled_from([0.0, 0.05, 0.1]), st.floats(0.0, 0.3)),
                   st.one_of(st.integers(1, 300), st.integers(1, 6000)),
@@ -176,26 +167,6 @@ def test_same_run_as_the_whole_queue_rule(
     finally:
         WaitingLog.SPARE = old
     assert run_of(fast) == run_of(whole)
-
-
-class Counting(Sequence[RequestView]):
-    """A request list that counts the requests read (a slice: its length)."""
-
-    def __init__(self, reqs: list[RequestView]) -> None:
-        self.reqs, self.read = reqs, 0
-
-    def __len__(self) -> int:
-        return len(self.reqs)
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        out = self.reqs[i]
-        self.read += len(out) if isinstance(i, slice) else 1
-        return out
-
-    def __iter__(self) -> Iterator[RequestView]:
-        for r in self.reqs:
-            self.read += 1
-            yield r
 
 
 @pytest.mark.parametrize("spec", ["sorted-f:kv_tokens=40000",

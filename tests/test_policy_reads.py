@@ -12,10 +12,9 @@ gives the same run under both, request by request and step by step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_views import Counting, run_of
 
 from ppas.core.decision import Decision
 from ppas.core.view import (
@@ -153,14 +152,6 @@ def fresh(name: str, whole: bool) -> Policy:
     return p
 
 
-def run_of(res: object) -> list[tuple[object, ...]]:
-    steps = [(s.time, s.prefill_budget, s.scheduled, s.preempted)
-             for s in res.steps]  # type: ignore[attr-defined]
-    reqs = [(r.request_id, r.first_scheduled_time, r.first_token_time, r.finish_time,
-             r.num_preemptions) for r in res.requests]  # type: ignore[attr-defined]
-    return steps + reqs
-
-
 burst = st.tuples(st.floats(0.0, 0.3, allow_nan=False),
                   st.one_of(st.integers(1, 300), st.integers(1, 6000)),
                   st.integers(1, 6), st.one_of(st.none(), st.floats(0.01, 0.5)),
@@ -181,25 +172,6 @@ def test_same_run_as_the_whole_queue_read(
     fast = simulate(specs, Checked(fresh(name, False)), SMALL, engine, record_steps=True)
     whole = simulate(specs, fresh(name, True), SMALL, engine, record_steps=True)
     assert run_of(fast) == run_of(whole)
-
-
-class Counting(Sequence[RequestView]):
-    """A request list that counts the requests read."""
-
-    def __init__(self, reqs: list[RequestView]) -> None:
-        self.reqs, self.read = reqs, 0
-
-    def __len__(self) -> int:
-        return len(self.reqs)
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        self.read += 1
-        return self.reqs[i]
-
-    def __iter__(self) -> Iterator[RequestView]:
-        for r in self.reqs:
-            self.read += 1
-            yield r
 
 
 def test_reads_do_not_grow_with_the_queue() -> None:
