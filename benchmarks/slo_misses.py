@@ -97,10 +97,13 @@ def main(argv: list[str] | None = None) -> None:
         fail(prog, "--configs must name at least one config string")
     ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
                             mooncake=args.mooncake)  # real_traffic's workload arguments
+    path = args.azure if args.trace == "azure" else args.mooncake
+    if not Path(path).is_file():
+        fail(prog, f"trace file {path!r} not found (give --{args.trace})")
+    w = workloads(ns)[0]
     start(args)
     try:
         slo = SloSpec.parse(args.slo)
-        w = workloads(ns)[0]
         raw = load_trace(w.path, "auto", 512)
         base = w.transform.apply(raw)
         engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(args.model))

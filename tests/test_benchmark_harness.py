@@ -134,7 +134,8 @@ def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
         assert r["mean_e2e_x1"] > 0
     assert any(r["ttft_miss"] > 0 for r in rows)  # the slice is busy enough to miss
     for argv in (["--configs", "nope:1"], ["--configs", "ordered", "--scales", "x"],
-                 ["--configs", "ordered", "--slo", "ttft=zz"]):
+                 ["--configs", "ordered", "--slo", "ttft=zz"],
+                 ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")]):
         bad = bench("slo_misses.py", *argv)
         assert bad.returncode == 2 and bad.stdout == "", bad.stderr
         assert bad.stderr.startswith("slo_misses.py: error: ") and bad.stderr.count("\n") == 1
