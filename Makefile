@@ -40,14 +40,18 @@ demo: $(STAMP) $(DEMO_MODEL)/config.json
 demo-rates: $(STAMP) $(DEMO_MODEL)/config.json
 	$(BIN)/ppas experiment experiments/demo-cpu.toml --out-dir $(DEMO_RATES_OUT)
 
-test: $(STAMP) $(MODEL_DIR)/config.json
+# Both venvs build at once (pip is mostly unpacking wheels), then the main suite runs on two
+# workers (pytest-xdist; the tests that start a real `vllm serve` one after another on one
+# of them: tests/conftest.py), then the vLLM 0.33 suite.
+test:
+	$(MAKE) -j2 $(MODEL_DIR)/config.json $(STAMP033)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	PPAS_TINY_MODEL=$(MODEL_DIR) $(BIN)/pytest -q -x
+	PPAS_TINY_MODEL=$(MODEL_DIR) $(BIN)/pytest -q -x -n 2 --dist loadgroup
 	$(MAKE) test-vllm033
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -x -m "not vllm and not e2e"
+	$(BIN)/pytest -q -x -n 2 -m "not vllm and not e2e"
 
 # The scheduler-level tests again on vLLM 0.33.0's real Scheduler, in a second venv built
 # from nothing: CPU torch, the vllm wheel without its dependencies, and only the pinned
@@ -67,7 +71,7 @@ $(STAMP033): requirements/vllm033.txt
 test-vllm033: $(STAMP033)
 	$(VENV033)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall .
 	VLLM_TARGET_DEVICE=cpu PPAS_TINY_MODEL=$(MODEL_DIR) $(VENV033)/bin/python -m pytest -q -x \
-		-p no:cacheprovider $(VLLM033_TESTS)
+		-n 2 -p no:cacheprovider $(VLLM033_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                          "avg_latency": e2e, "digest": "" if res is None else digest(res)})
             if args.split:
                 rows[-1]["policy_cpu_s"] = in_policy["decide"]
+                rows[-1]["policy_calls"] = int(in_policy["decide_n"])
                 rows[-1]["policy_cpu_s_per_hour"] = in_policy["decide"] * HOUR_S / span
             t.print_row(name, c, span, len(trace), wall, cpu, span / wall, per_hour,
                         cpu_per_hour,

@@ -17,3 +17,12 @@ def model(tmp_path: Path) -> Path:
     (m / "config.json").write_text(json.dumps({"vocab_size": 5000,
                                                "max_position_embeddings": 4096}))
     return m
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n 2 --dist loadgroup`` (``make test``) the tests that start a real
+    ``vllm serve`` run one after another on one worker, so that at most one server shares
+    the two cores with the other worker's tests (each server uses every core it sees)."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group("vllm-serve"))

@@ -69,7 +69,9 @@ def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
         assert r["cpu_s_per_hour"] == r["cpu_s"] * 3600 / r["span_s"]
         assert r["avg_latency"] > 0 and r["target_s_per_hour"] == 10
         assert 0 <= r["policy_cpu_s"] <= r["cpu_s"] + 1e-3  # --split: the policy's share
-    assert all(r["policy_cpu_s"] > 0 for r in rows if r["config"] == "predictive")
+    # (the CPU clock may tick in 4 ms here, more than a tiny slice's decisions take: the
+    # calls are counted instead)
+    assert all(r["policy_calls"] > 0 for r in rows if r["config"] == "predictive")
     assert abs(rows[2]["span_s"] * 3 - rows[0]["span_s"]) < 1e-6  # x3: a third of the span
     assert "bar" in proc.stdout.splitlines()[2] and "policy s/h" in proc.stdout.splitlines()[2]
     proc = bench("trace_speed.py", "--azure", str(tmp_path / "missing.csv"))
