@@ -71,7 +71,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -424,25 +424,23 @@ class EngineSim:
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
         scheduled = self._schedule(cap, held, decision.chunk_limit)
         decodes, sched, _, preempted, _ = scheduled
-        any_scheduled = bool(decodes or sched)
         if cadence is not None:
-            cadence.after_step(held, any_scheduled, self._carried, not preempted,
+            cadence.after_step(held, bool(decodes or sched), self._carried, not preempted,
                                len(self.waiting))
-        if not any_scheduled and not preempted and self.num_held:
-            self.stalled = True  # waits for release_kv: held KV leaves no room to admit
-            return
-        if not any_scheduled and preempted:
+        if decodes or sched:
+            self._advance(view, cap, scheduled)
+        elif preempted:
             # Only under priority (vLLM 0.32, or every running chunk capped away): the
             # request that preempted itself ended the loop before anything was scheduled.
             # vLLM runs no model step for an output without tokens (nor does the plugin
             # log one); the next schedule() follows at once.
             self.num_preemptions += len(preempted)
-            return
-        if not any_scheduled:
+        elif self.num_held:
+            self.stalled = True  # waits for release_kv: held KV leaves no room to admit
+        else:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
-        self._advance(view, cap, scheduled)
 
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
@@ -648,35 +646,26 @@ class EngineSim:
                 budget -= k
         scheduled_decode = decodes.append
         while i < n_run and budget > 0:
-            if counts_only:
-                # A streak of decodes (most of a busy step): one token each, never held,
-                # limited or capped (rules 3-4: not mid_chunk, past the prompt), each
-                # scheduled while the budget lasts and its block fits. A running request
-                # holds ceil(num_computed_tokens / block_size) blocks (KvPool.grow before
-                # each step's tokens, block counts only), so a decode takes one more block
-                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
-                # The streak stops at the first request that is not such a decode (the
-                # general path below takes it: a chunk, or a decode to preempt for).
-                before = len(decodes)
-                for r in islice(running, i, i + budget):
-                    c = r.num_computed_tokens
-                    if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
-                        break
-                    if not c % bs:
-                        if pool.num_free < 1:
-                            break
-                        r.blocks += 1
-                        pool.num_free -= 1
-                    scheduled_decode(r)
-                    decode_ctx += c
-                streak = len(decodes) - before
-                i += streak
-                budget -= streak
-                if i >= n_run or budget <= 0:
-                    break
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
+            if counts_only and need == 1 and c >= p and (c % bs or pool.num_free >= 1):
+                # A decode the group did not take: one token, never held, limited or capped
+                # (rules 3-4: not mid_chunk, past the prompt), scheduled while the budget
+                # lasts and its block fits. A running request holds
+                # ceil(num_computed_tokens / block_size) blocks (KvPool.grow before each
+                # step's tokens, block counts only), so a decode takes one more block
+                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
+                # A decode whose block does not fit takes the general path below (one to
+                # preempt for), as every other chunk does.
+                if not c % bs:
+                    r.blocks += 1
+                    pool.num_free -= 1
+                scheduled_decode(r)
+                decode_ctx += c
+                i += 1
+                budget -= 1
+                continue
             mid = c < p or need > 1  # step_rules.mid_chunk(c, p, num_tokens), inlined
             if held and mid:
                 i += 1
@@ -824,7 +813,7 @@ class EngineSim:
         if fast:
             # The decode group's members lead the decodes (``_schedule``) and each sampled
             # its last token at ``_group_time``: their gaps are one value, in their order.
-            self.gaps.one.extend(repeat(now - self._group_time, fast))
+            self.gaps.repeat(now - self._group_time, fast)
             for r in decodes if fast == num_decodes else decodes[:fast]:
                 r.num_computed_tokens += 1
                 r.num_output_tokens = o = r.num_output_tokens + 1
@@ -877,22 +866,26 @@ class EngineSim:
         # follow it: kept from the last step's when this one took the group at once (its
         # finished members out, the rest of the streak in), else made again.
         g = self._gstep = self._gstep + 1
-        group = (decodes if not num_chunks else decodes[:places[0]]) if (
-            not preempted and not self.by_priority) else []
+        # (``decodes`` itself when the streak is all of them: copied below before a
+        # member is removed, and never changed otherwise)
+        group = (decodes if not num_chunks or places[0] == num_decodes
+                 else decodes[:places[0]]) if not preempted and not self.by_priority else []
         bs = self.block_size
         if fast and group:
             buckets = self._buckets
             assert buckets is not None  # (made by _schedule, which took the group)
             ctx = self._group_ctx + fast
-            for r in done[:fast_done]:
-                c = r.num_computed_tokens
-                buckets[(c - g) % bs].remove(r)
-                ctx -= c
-            for r in islice(group, fast, None):
-                if r.is_running:
+            if fast_done:
+                for r in done[:fast_done]:
                     c = r.num_computed_tokens
-                    buckets[(c - g) % bs].append(r)
-                    ctx += c
+                    buckets[(c - g) % bs].remove(r)
+                    ctx -= c
+            if len(group) > fast:
+                for r in islice(group, fast, None):
+                    if r.is_running:
+                        c = r.num_computed_tokens
+                        buckets[(c - g) % bs].append(r)
+                        ctx += c
             self._group_ctx = ctx
         if done:  # (each scheduled, so running once; past its prompt)
             running = self.running
