@@ -157,6 +157,21 @@ def test_simulator_queue_moves_an_order_to_the_front(waiting: list[Req],
     assert [ok for ok, _ in q.log.events] == [True] * len(waiting)  # reordering logs nothing
 
 
+@given(waiting=queues, k=st.integers(0, 16), extra=st.sampled_from([(), ("x",), ("3", "3")]))
+def test_simulator_queue_order_already_at_its_front(waiting: list[Req], k: int,
+                                                    extra: tuple[str, ...]) -> None:
+    """An order that is the queue's own front (as a policy that keeps its order lists it
+    step after step), alone or followed by an unknown or repeated id: the same queue as the
+    stable sort."""
+    order = tuple(r.request_id for r in waiting[:k]) + extra
+    d = Decision(100, order or None)
+    w: deque[Req] = deque(waiting)
+    order_waiting(w, d)
+    q = WaitingQueue(waiting)  # type: ignore[arg-type]  # request_id is all it reads
+    order_waiting(q, d)
+    assert list(q) == list(w)
+
+
 @dataclass
 class PReq(Req):
     priority: int

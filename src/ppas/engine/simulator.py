@@ -196,14 +196,17 @@ class WaitingQueue:
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
         of ids listed), O(n log n)."""
         d = self._d
-        rank = {rid: i for i, rid in enumerate(order)}
-        if len(rank) != len(order):
+        n = len(order)
+        if len(set(order)) != n:
+            rank = {rid: i for i, rid in enumerate(order)}
             last = len(rank)
             items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
             d.clear()
             for r in items:
                 d[r.request_id] = r
             return
+        if list(islice(d, n)) == list(order):
+            return  # the queue's first n ids are the order's: moving them changes nothing
         move = d.move_to_end
         for rid in reversed(order):
             if rid in d:
