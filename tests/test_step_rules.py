@@ -172,6 +172,31 @@ def test_simulator_queue_order_already_at_its_front(waiting: list[Req], k: int,
     assert list(q) == list(w)
 
 
+@given(waiting=queues, ops=st.lists(st.tuples(
+    st.sampled_from(["append", "appendleft", "popleft", "clear", "order"]),
+    st.lists(st.sampled_from([str(i) for i in range(15)]), max_size=6)), max_size=25))
+def test_simulator_queue_keeps_its_head(waiting: list[Req],
+                                        ops: list[tuple[str, list[str]]]) -> None:
+    """``WaitingQueue.head`` is its first member (None when empty) after every change:
+    appends at either end, admissions, clearing, orders (repeated ids included)."""
+    q = WaitingQueue(waiting[:len(waiting) // 2])  # type: ignore[arg-type]
+    out = list(waiting[len(waiting) // 2:])  # the requests not in the queue
+    assert q.head is (waiting[0] if q else None)
+    for op, order in ops:
+        if op in ("append", "appendleft") and out:
+            getattr(q, op)(out.pop())
+        elif op == "popleft" and q:
+            out.append(q.popleft())
+        elif op == "clear":
+            out.extend(q)
+            q.clear()
+        elif op == "order":
+            order_waiting(q, Decision(100, tuple(order) or None))
+        assert q.head is (next(iter(list(q)), None))
+        if q:
+            assert q[0] is q.head
+
+
 @dataclass
 class PReq(Req):
     priority: int

@@ -133,14 +133,17 @@ class WaitingQueue:
     O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
     membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``), and
     ``prompt_tokens`` is the sum of the members' prompt tokens
-    (``SchedulerView.waiting_prompt_tokens``)."""
+    (``SchedulerView.waiting_prompt_tokens``). ``head`` is the first member (None when
+    empty), kept by every method that changes the queue (``_d`` is changed by nothing
+    else), so that a step reads it without an iterator over the dict."""
 
-    __slots__ = ("_d", "log", "prompt_tokens")
+    __slots__ = ("_d", "log", "prompt_tokens", "head")
 
     def __init__(self, items: Iterable[SimRequest] = ()) -> None:
         self._d: OrderedDict[str, SimRequest] = OrderedDict()
         self.log = WaitingLog()
         self.prompt_tokens = 0
+        self.head: SimRequest | None = None
         self.extend(items)
 
     def __len__(self) -> int:
@@ -159,11 +162,14 @@ class WaitingQueue:
         if not 0 <= i < n:
             raise IndexError("waiting queue index out of range")
         if i == 0:
-            return next(iter(self._d.values()))
+            return self.head  # type: ignore[return-value]  # (the queue is not empty)
         return next(islice(self._d.values(), i, None))
 
     def append(self, r: SimRequest) -> None:
-        self._d[r.request_id] = r
+        d = self._d
+        if not d:
+            self.head = r
+        d[r.request_id] = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
@@ -171,11 +177,14 @@ class WaitingQueue:
         d = self._d
         d[r.request_id] = r
         d.move_to_end(r.request_id, last=False)
+        self.head = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
     def popleft(self) -> SimRequest:
-        r = self._d.popitem(last=False)[1]
+        d = self._d
+        r = d.popitem(last=False)[1]
+        self.head = next(iter(d.values())) if d else None
         self.log.events.append((False, r))
         self.prompt_tokens -= r.prompt_tokens
         return r
@@ -187,6 +196,7 @@ class WaitingQueue:
     def clear(self) -> None:
         self.log.events.extend((False, r) for r in self._d.values())
         self._d.clear()
+        self.head = None
         self.prompt_tokens = 0
 
     def move_to_front(self, order: Sequence[str]) -> None:
@@ -204,6 +214,7 @@ class WaitingQueue:
             d.clear()
             for r in items:
                 d[r.request_id] = r
+            self.head = items[0] if items else None
             return
         if list(islice(d, n)) == list(order):
             return  # the queue's first n ids are the order's: moving them changes nothing
@@ -211,6 +222,7 @@ class WaitingQueue:
         for rid in reversed(order):
             if rid in d:
                 move(rid, last=False)
+        self.head = next(iter(d.values())) if d else None
 
 
 class _Chain(Sequence[SimRequest]):
@@ -237,7 +249,7 @@ class _Chain(Sequence[SimRequest]):
         if i < n:
             return self.a[i]
         if i == n and self.d:  # the queue's head
-            return next(iter(self.d.values()))
+            return self.b.head  # type: ignore[return-value]  # (the queue is not empty)
         return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
@@ -741,7 +753,7 @@ class EngineSim:
         max_num_seqs = self.max_num_seqs
         no_hit: list[int] = []
         while queued and budget > 0 and len(running) < max_num_seqs:
-            r = next(iter(queued.values()))  # waiting[0]
+            r = waiting.head  # type: ignore[assignment]  # waiting[0] (the queue is not empty)
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
             # cost neither token budget nor prefill cap (none without a cache: KvPool.lookup).
             hit = no_hit if counts_only else pool.lookup(r)
