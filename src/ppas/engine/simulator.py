@@ -207,7 +207,7 @@ class WaitingQueue:
         of ids listed), O(n log n)."""
         d = self._d
         n = len(order)
-        if len(set(order)) != n:
+        if n > 1 and len(set(order)) != n:
             rank = {rid: i for i, rid in enumerate(order)}
             last = len(rank)
             items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
@@ -216,13 +216,17 @@ class WaitingQueue:
                 d[r.request_id] = r
             self.head = items[0] if items else None
             return
-        if list(islice(d, n)) == list(order):
+        head = self.head
+        if head is not None and head.request_id == order[0] and list(islice(d, n)) == list(order):
             return  # the queue's first n ids are the order's: moving them changes nothing
         move = d.move_to_end
+        front = None  # the last id moved to the front: the new head
         for rid in reversed(order):
             if rid in d:
                 move(rid, last=False)
-        self.head = next(iter(d.values())) if d else None
+                front = rid
+        if front is not None:
+            self.head = d[front]
 
 
 class _Chain(Sequence[SimRequest]):
