@@ -620,14 +620,12 @@ class EngineSim:
         lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting),
                                             self.mbt) if self._long_prefill else 0
         carried = False
-        clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
         decodes: list[SimRequest] = []
         sched: list[tuple[SimRequest, int]] = []  # every other chunk, in vLLM's order
         places: list[int] = []  # places[k]: the decodes scheduled before sched[k]
         preempted: list[SimRequest] = []
         tally = step_rules.StepTally()
-        add = tally.add
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
         decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
@@ -663,7 +661,6 @@ class EngineSim:
                 self._fast = k
                 i = k
                 budget -= k
-        scheduled_decode = decodes.append
         while i < n_run and budget > 0:
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
@@ -680,7 +677,7 @@ class EngineSim:
                 if not c % bs:
                     r.blocks += 1
                     pool.num_free -= 1
-                scheduled_decode(r)
+                decodes.append(r)
                 decode_ctx += c
                 i += 1
                 budget -= 1
@@ -691,7 +688,7 @@ class EngineSim:
                 continue
             if 0 < lim < need:
                 need = lim
-            n = clamp(c, p, need if need < budget else budget)
+            n = cap.clamp(c, p, need if need < budget else budget)
             if n <= 0:
                 i += 1
                 continue
@@ -702,9 +699,9 @@ class EngineSim:
                     pool.num_free -= extra
                     places.append(len(decodes))
                     sched.append((r, n))
-                    add(c, p, n)
+                    tally.add(c, p, n)
                     budget -= n
-                    charge(c, p, n)
+                    cap.charge(c, p, n)
                     carried |= mid
                     i += 1
                     continue
@@ -739,9 +736,9 @@ class EngineSim:
             pool.grow(r, n)
             places.append(len(decodes))
             sched.append((r, n))
-            add(c, p, n)
+            tally.add(c, p, n)
             budget -= n
-            charge(c, p, n)
+            cap.charge(c, p, n)
             carried |= mid
             i += 1
         tally.add_decodes(len(decodes), decode_ctx)  # (re-tallied if taken back)
@@ -755,19 +752,18 @@ class EngineSim:
             return decodes, sched, places, preempted, tally
         queued = waiting._d  # (WaitingQueue's dict: its truth and its head, read directly)
         max_num_seqs = self.max_num_seqs
-        no_hit: list[int] = []
         while queued and budget > 0 and len(running) < max_num_seqs:
             r = waiting.head  # type: ignore[assignment]  # waiting[0] (the queue is not empty)
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
             # cost neither token budget nor prefill cap (none without a cache: KvPool.lookup).
-            hit = no_hit if counts_only else pool.lookup(r)
+            hit: Sequence[int] = () if counts_only else pool.lookup(r)
             c, p = r.num_computed_tokens + len(hit) * bs, r.prompt_tokens
             total = p + r.num_output_tokens
             need = total - c
             if held and need > 1:
                 break  # the cadence holds admissions with prompt left to compute
             m = lim if 0 < lim < need else need
-            n = clamp(c, p, m if m < budget else budget)
+            n = cap.clamp(c, p, m if m < budget else budget)
             if n <= 0:
                 break  # capped to nothing
             if counts_only:  # KvPool.needed/grow inlined (block counts, no hit)
@@ -791,9 +787,9 @@ class EngineSim:
                 self._past_prompt += 1
             places.append(len(decodes))
             sched.append((r, n))
-            add(c, p, n)
+            tally.add(c, p, n)
             budget -= n
-            charge(c, p, n)
+            cap.charge(c, p, n)
             carried |= need > 1
         self._carried = carried
         return decodes, sched, places, preempted, tally
@@ -822,9 +818,6 @@ class EngineSim:
                                             tally.decode_reqs))
 
         done: list[SimRequest] = []  # the requests finished, in order
-        finished = done.append
-        gap = self.gaps.one.append
-        finish = self._finish
         num_decodes = len(decodes)
         num_chunks = len(sched)
         j = k = 0  # the decodes and the chunks done
@@ -838,8 +831,8 @@ class EngineSim:
                 r.num_output_tokens = o = r.num_output_tokens + 1
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
-                    finish(r, now)
-                    finished(r)
+                    self._finish(r, now)
+                    done.append(r)
             j = fast
         fast_done = len(done)  # (the group's members that finished lead ``done``)
         while True:
@@ -848,14 +841,15 @@ class EngineSim:
                 # Decodes: one token past the prompt, so each samples one (its computed
                 # tokens reach prompt + outputs: step_rules.samples_token) after an earlier
                 # token (outputs >= 1: first_token_time is set).
+                gap = self.gaps.one.append
                 for r in decodes if j == 0 and end == num_decodes else decodes[j:end]:
                     r.num_computed_tokens += 1
                     r.num_output_tokens = o = r.num_output_tokens + 1
                     gap(now - r.last_token_time)  # type: ignore[operator]
                     r.last_token_time = now
                     if o >= r.max_output_tokens:
-                        finish(r, now)
-                        finished(r)
+                        self._finish(r, now)
+                        done.append(r)
                 j = end
             if k == num_chunks:
                 break
@@ -873,11 +867,11 @@ class EngineSim:
                 if r.first_token_time is None:
                     r.first_token_time = now
                 else:
-                    gap(now - r.last_token_time)  # type: ignore[operator]
+                    self.gaps.one.append(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
-                    finish(r, now)
-                    finished(r)
+                    self._finish(r, now)
+                    done.append(r)
         # The next step's decode group (``_group``): this step's first streak of decodes,
         # running[:places[0]] (the streak starts at running[0]), less those that finished;
         # none after a preemption (the running list moved) or under priority.
