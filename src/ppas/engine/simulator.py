@@ -38,19 +38,22 @@ jump the clock to the next arrival when idle); ``ppas.cluster`` drives several
 ``EngineSim``\\ s on one event clock the same way.
 
 **Cost per step.** A busy step is mostly running decodes (tens of them beside a prompt
-chunk): ``_schedule`` takes them as a streak (each a few integer tests, its block taken
-once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
-chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
-the inter-token gaps and the finishing order; the step's records are built without the
-frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
-pool's block counts are done in place for a chunk that fits and for every admission
+chunk): ``_schedule`` takes each with a few integer tests (its block taken once in
+``block_size`` steps) and ``_advance`` gives each its token apart from the other chunks,
+keeping vLLM's order (the decodes before each chunk's place, then the chunk) for the
+inter-token gaps and the finishing order; the step's records are built without the frozen
+dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV pool's
+block counts are done in place for a chunk that fits and for every admission
 (``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
 with an order to apply. The same decodes run step after step, so the last step's first
-streak, less those that finished (the *decode group*, ``_group``), is taken at once while
-it still leads ``running``: the blocks its members take this step come from a bucket by
-residue (``_buckets``), its context from a running sum, its gaps are one value (each
-member's last token came at the same step's end). ``tests/test_engine_reference.py``
-holds this loop to its earlier form (same steps, floats and gaps on random runs).
+streak of decodes (those before its first other chunk), less those that finished (the
+*decode group*, ``_group``), is taken at once while it still leads ``running``: the blocks
+its members take this step come from a bucket by residue (``_buckets``), its context from
+a running sum, its gaps are one value written at once (each member's last token came at
+the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
+it every step) and leaves an order that already is its front as it is.
+``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
+and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
 a decode, each step's schedule is fixed (one token each) and only the cost model is
@@ -637,7 +640,7 @@ class EngineSim:
         self._fast = 0
         k = len(group)
         if counts_only and k and k <= budget and running[:k] == group:
-            # The decode group (``_group``): the streak below would take its k members
+            # The decode group (``_group``): the loop below would take its k members
             # (each a decode, within the budget), each taking a block exactly when its
             # computed tokens fill their last one, unless the free blocks run out first;
             # when they do not, the members are scheduled at once, in C-level passes.
