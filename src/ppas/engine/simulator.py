@@ -336,6 +336,8 @@ class EngineSim:
         #: past its prompt: it was one and got exactly its one token since) and the
         #: members are, in order, the first ``len(_group)`` running requests (``_schedule``
         #: checks this by identity, so a reordering of ``running`` only costs the group).
+        #: The list itself is held by nothing else (``_schedule`` takes it as the step's
+        #: decodes list and appends to it).
         self._group: list[SimRequest] = []
         #: The steps advanced (``_advance``), and the group's members by residue: a member
         #: with c computed tokens is in ``_buckets[(c - _gstep) % block_size]`` (both grow
@@ -659,7 +661,7 @@ class EngineSim:
                 for r in grow:
                     r.blocks += 1
                 pool.num_free -= len(grow)
-                decodes = group[:]
+                decodes = group  # (its list: taken from _group above, held by nothing else)
                 decode_ctx = self._group_ctx
                 self._fast = k
                 i = k
