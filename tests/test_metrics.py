@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ppas.core.metrics import RUN_KEYS, RequestMetrics, RunSummary
+from ppas.core.metrics import RUN_KEYS, Gaps, RequestMetrics, RunSummary
 
 
 def req(arrival: float, e2e: float, **kw: float) -> RequestMetrics:
@@ -45,3 +45,19 @@ def test_a_run_with_no_completed_request_is_nan() -> None:
     s = RunSummary.of([], failed=3)
     assert (s.num_requests, s.failed) == (3, 3)
     assert math.isnan(s.makespan) and math.isnan(s.mean_e2e) and s.good is None
+
+
+def test_gaps_repeat_is_that_many_appends() -> None:
+    # Gaps.repeat writes a step's equal gaps at once: the same doubles, in the same place
+    # of ``one``, as appending each (so every mean and quantile is the same float).
+    a, b = Gaps(), Gaps()
+    odd = float.fromhex("0x1.fffffffffffffp-2")
+    for value, count in ((0.1, 3), (1 / 3, 1), (2.5e-7, 0), (odd, 5)):
+        a.repeat(value, count)
+        for _ in range(count):
+            b.one.append(value)
+        a.add(7.0, 4)
+        b.add(7.0, 4)
+    assert a.one.tobytes() == b.one.tobytes()
+    assert (a.values, a.counts) == (b.values, b.counts)
+    assert a.mean() == b.mean() and a.quantiles((50, 99)) == b.quantiles((50, 99))

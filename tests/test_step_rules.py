@@ -157,6 +157,46 @@ def test_simulator_queue_moves_an_order_to_the_front(waiting: list[Req],
     assert [ok for ok, _ in q.log.events] == [True] * len(waiting)  # reordering logs nothing
 
 
+@given(waiting=queues, k=st.integers(0, 16), extra=st.sampled_from([(), ("x",), ("3", "3")]))
+def test_simulator_queue_order_already_at_its_front(waiting: list[Req], k: int,
+                                                    extra: tuple[str, ...]) -> None:
+    """An order that is the queue's own front (as a policy that keeps its order lists it
+    step after step), alone or followed by an unknown or repeated id: the same queue as the
+    stable sort."""
+    order = tuple(r.request_id for r in waiting[:k]) + extra
+    d = Decision(100, order or None)
+    w: deque[Req] = deque(waiting)
+    order_waiting(w, d)
+    q = WaitingQueue(waiting)  # type: ignore[arg-type]  # request_id is all it reads
+    order_waiting(q, d)
+    assert list(q) == list(w)
+
+
+@given(waiting=queues, ops=st.lists(st.tuples(
+    st.sampled_from(["append", "appendleft", "popleft", "clear", "order"]),
+    st.lists(st.sampled_from([str(i) for i in range(15)]), max_size=6)), max_size=25))
+def test_simulator_queue_keeps_its_head(waiting: list[Req],
+                                        ops: list[tuple[str, list[str]]]) -> None:
+    """``WaitingQueue.head`` is its first member (None when empty) after every change:
+    appends at either end, admissions, clearing, orders (repeated ids included)."""
+    q = WaitingQueue(waiting[:len(waiting) // 2])  # type: ignore[arg-type]
+    out = list(waiting[len(waiting) // 2:])  # the requests not in the queue
+    assert q.head is (waiting[0] if q else None)
+    for op, order in ops:
+        if op in ("append", "appendleft") and out:
+            getattr(q, op)(out.pop())
+        elif op == "popleft" and q:
+            out.append(q.popleft())
+        elif op == "clear":
+            out.extend(q)
+            q.clear()
+        elif op == "order":
+            order_waiting(q, Decision(100, tuple(order) or None))
+        assert q.head is (next(iter(list(q)), None))
+        if q:
+            assert q[0] is q.head
+
+
 @dataclass
 class PReq(Req):
     priority: int

@@ -16,6 +16,7 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from struct import Struct
 
 import numpy as np
 
@@ -53,6 +54,10 @@ def tpot_of(first_token_s: float, completion_s: float, output_tokens: int) -> fl
     return (completion_s - first_token_s) / max(output_tokens - 1, 1)
 
 
+#: A float as ``array('d')`` stores it (a native C double).
+_DOUBLE = Struct("d").pack
+
+
 class Gaps:
     """Inter-token latencies (ITL, seconds): single gaps (``one``), and (value, count)
     pairs, so that a simulated decode run of k steps over n requests adds k values counted
@@ -74,6 +79,13 @@ class Gaps:
         else:
             self.values.append(value)
             self.counts.append(count)
+
+    def repeat(self, value: float, count: int) -> None:
+        """``count`` single gaps of ``value``: the same as ``count`` appends to ``one``
+        (a run of equal gaps from one step, kept apart from the (value, count) pairs so
+        that every sum over the gaps adds the same floats in the same order), written at
+        once as the double's bytes (``array('d')`` holds native doubles: exact)."""
+        self.one.frombytes(_DOUBLE(value) * count)
 
     def extend(self, values: Sequence[float], count: int) -> None:
         """Each of ``values`` counted ``count`` times."""

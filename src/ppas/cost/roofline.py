@@ -201,6 +201,7 @@ class RooflineCostModel(CostModel):
                 f"on {hw.name} ({hw.mem_gb:g} GB) at tensor-parallel degree {tp}; raise --tp"
             )
         self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
+        self._one_chunk = self._chunk_timers()  # (chunk_time's body, constants bound)
 
     def gemm_time(self, n: int, index: int) -> float:
         """One layer's GEMM ``index`` (0 qkv, 1 o, 2 gate-up, 3 down) over ``n`` tokens."""
@@ -349,10 +350,16 @@ class RooflineCostModel(CostModel):
         request: ``reqs`` is 1; ``causal_pairs`` written out; ``min``/``max`` as
         comparisons that pick the same float), without building shapes.
         ``tests/test_roofline.py`` checks the equality. A subclass that overrides
-        ``step_time`` or ``prefill_attention_time`` gets the generic one (``_plain``)."""
+        ``step_time`` or ``prefill_attention_time`` gets the generic one (``_plain``); the
+        model's constants are bound once (``_chunk_timers``)."""
         if not self._plain():
             return super().chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
-        p, nd = prefill_ctx, num_decodes
+        return self._one_chunk(prefill_ctx, num_decodes, decode_ctx_tokens)
+
+    def _chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
+        """``chunk_time``'s body for this class's own pricing: the model's constants bound
+        once (``__init__`` calls this after setting them; nothing changes them after), so
+        that a call binds only its own three arguments."""
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
         gemm_memo = self._gemm_memo
         act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
@@ -360,41 +367,45 @@ class RooflineCostModel(CostModel):
         rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
         half_rows = 1 * (rows - 1) / 2  # reqs * (rows - 1) / 2 with reqs = 1
         app = self._attn_per_pair
-        d_kv = kv * decode_ctx_tokens
         split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
-        # With a chunk the step has 1 + nd requests: its LM head and per-request costs
-        # are the same for every c (step_time's lm and per_req * reqs, computed once).
-        lm1 = self.lm_head_time(1 + nd)
-        per_req1 = per_req * (1 + nd)
 
-        def t(c: int) -> float:
-            n = c + nd
-            if not c:  # the decode-only step
-                return self.step_time(StepShape(0, 0, 0.0, 0, nd, decode_ctx_tokens))
-            fixed = fixed0 + (eager if n > graph_max else 0.0)
-            gemms = gemm_memo.get(n)
-            if gemms is None:
-                gemms = self.layer_gemm_time(n)
-            layer = n * act + gemms
-            # prefill_attention_time(one_chunk(c, p, ...)): one request
-            kv_tokens = p + c
-            cf = c / 1
-            ctx = kv_tokens / 1 - cf
-            w = (c + half_rows) * bpr
-            if split and w < split_waves:
-                # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
-                x = (ctx + cf) / kv_block
-                x = w * (x if x > 1.0 else 1.0)
-                w = x if x < split_waves else split_waves
-            u = (ctx + rows) / (ctx + (cf + 1) / 2)
-            waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
-            t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
-            t_kv = kv * kv_tokens
-            layer += t_flop if t_flop > t_kv else t_kv
-            layer += d_kv
-            return layers * layer + lm1 + fixed + per_req1
+        def one_chunk(p: int, nd: int, decode_ctx_tokens: int) -> Callable[[int], float]:
+            d_kv = kv * decode_ctx_tokens
+            # With a chunk the step has 1 + nd requests: its LM head and per-request costs
+            # are the same for every c (step_time's lm and per_req * reqs, computed once).
+            lm1 = self.lm_head_time(1 + nd)
+            per_req1 = per_req * (1 + nd)
 
-        return t
+            def t(c: int) -> float:
+                n = c + nd
+                if not c:  # the decode-only step
+                    return self.step_time(StepShape(0, 0, 0.0, 0, nd, decode_ctx_tokens))
+                fixed = fixed0 + (eager if n > graph_max else 0.0)
+                gemms = gemm_memo.get(n)
+                if gemms is None:
+                    gemms = self.layer_gemm_time(n)
+                layer = n * act + gemms
+                # prefill_attention_time(one_chunk(c, p, ...)): one request
+                kv_tokens = p + c
+                cf = c / 1
+                ctx = kv_tokens / 1 - cf
+                w = (c + half_rows) * bpr
+                if split and w < split_waves:
+                    # min(SPLIT_KV_WAVES, w * max(1.0, x)) as comparisons (same floats)
+                    x = (ctx + cf) / kv_block
+                    x = w * (x if x > 1.0 else 1.0)
+                    w = x if x < split_waves else split_waves
+                u = (ctx + rows) / (ctx + (cf + 1) / 2)
+                waves = w + tau * (u if u < 1.0 else 1.0) if w > 1.0 else 1.0
+                t_flop = app * (c * (p + (c + 1) / 2)) * waves / w
+                t_kv = kv * kv_tokens
+                layer += t_flop if t_flop > t_kv else t_kv
+                layer += d_kv
+                return layers * layer + lm1 + fixed + per_req1
+
+            return t
+
+        return one_chunk
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

@@ -38,19 +38,22 @@ jump the clock to the next arrival when idle); ``ppas.cluster`` drives several
 ``EngineSim``\\ s on one event clock the same way.
 
 **Cost per step.** A busy step is mostly running decodes (tens of them beside a prompt
-chunk): ``_schedule`` takes them as a streak (each a few integer tests, its block taken
-once in ``block_size`` steps) and ``_advance`` gives each its token apart from the other
-chunks, keeping vLLM's order (the decodes before each chunk's place, then the chunk) for
-the inter-token gaps and the finishing order; the step's records are built without the
-frozen dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV
-pool's block counts are done in place for a chunk that fits and for every admission
+chunk): ``_schedule`` takes each with a few integer tests (its block taken once in
+``block_size`` steps) and ``_advance`` gives each its token apart from the other chunks,
+keeping vLLM's order (the decodes before each chunk's place, then the chunk) for the
+inter-token gaps and the finishing order; the step's records are built without the frozen
+dataclasses' ``__init__`` (``ppas.core.slots``). Without a prefix cache the KV pool's
+block counts are done in place for a chunk that fits and for every admission
 (``KvPool.needed``/``grow``: the same arithmetic), and the ordering rules are called only
 with an order to apply. The same decodes run step after step, so the last step's first
-streak, less those that finished (the *decode group*, ``_group``), is taken at once while
-it still leads ``running``: the blocks its members take this step come from a bucket by
-residue (``_buckets``), its context from a running sum, its gaps are one value (each
-member's last token came at the same step's end). ``tests/test_engine_reference.py``
-holds this loop to its earlier form (same steps, floats and gaps on random runs).
+streak of decodes (those before its first other chunk), less those that finished (the
+*decode group*, ``_group``), is taken at once while it still leads ``running``: the blocks
+its members take this step come from a bucket by residue (``_buckets``), its context from
+a running sum, its gaps are one value written at once (each member's last token came at
+the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
+it every step) and leaves an order that already is its front as it is.
+``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
+and gaps on random runs).
 
 **Decode runs** (``advance``, ``rewind``): when nothing waits and every running request is
 a decode, each step's schedule is fixed (one token each) and only the cost model is
@@ -71,7 +74,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
@@ -133,14 +136,17 @@ class WaitingQueue:
     O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
     membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``), and
     ``prompt_tokens`` is the sum of the members' prompt tokens
-    (``SchedulerView.waiting_prompt_tokens``)."""
+    (``SchedulerView.waiting_prompt_tokens``). ``head`` is the first member (None when
+    empty), kept by every method that changes the queue (``_d`` is changed by nothing
+    else), so that a step reads it without an iterator over the dict."""
 
-    __slots__ = ("_d", "log", "prompt_tokens")
+    __slots__ = ("_d", "log", "prompt_tokens", "head")
 
     def __init__(self, items: Iterable[SimRequest] = ()) -> None:
         self._d: OrderedDict[str, SimRequest] = OrderedDict()
         self.log = WaitingLog()
         self.prompt_tokens = 0
+        self.head: SimRequest | None = None
         self.extend(items)
 
     def __len__(self) -> int:
@@ -159,11 +165,14 @@ class WaitingQueue:
         if not 0 <= i < n:
             raise IndexError("waiting queue index out of range")
         if i == 0:
-            return next(iter(self._d.values()))
+            return self.head  # type: ignore[return-value]  # (the queue is not empty)
         return next(islice(self._d.values(), i, None))
 
     def append(self, r: SimRequest) -> None:
-        self._d[r.request_id] = r
+        d = self._d
+        if not d:
+            self.head = r
+        d[r.request_id] = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
@@ -171,11 +180,14 @@ class WaitingQueue:
         d = self._d
         d[r.request_id] = r
         d.move_to_end(r.request_id, last=False)
+        self.head = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
     def popleft(self) -> SimRequest:
-        r = self._d.popitem(last=False)[1]
+        d = self._d
+        r = d.popitem(last=False)[1]
+        self.head = next(iter(d.values())) if d else None
         self.log.events.append((False, r))
         self.prompt_tokens -= r.prompt_tokens
         return r
@@ -187,6 +199,7 @@ class WaitingQueue:
     def clear(self) -> None:
         self.log.events.extend((False, r) for r in self._d.values())
         self._d.clear()
+        self.head = None
         self.prompt_tokens = 0
 
     def move_to_front(self, order: Sequence[str]) -> None:
@@ -196,18 +209,27 @@ class WaitingQueue:
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
         of ids listed), O(n log n)."""
         d = self._d
-        rank = {rid: i for i, rid in enumerate(order)}
-        if len(rank) != len(order):
+        n = len(order)
+        if n > 1 and len(set(order)) != n:
+            rank = {rid: i for i, rid in enumerate(order)}
             last = len(rank)
             items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
             d.clear()
             for r in items:
                 d[r.request_id] = r
+            self.head = items[0] if items else None
             return
+        head = self.head
+        if head is not None and head.request_id == order[0] and list(islice(d, n)) == list(order):
+            return  # the queue's first n ids are the order's: moving them changes nothing
         move = d.move_to_end
+        front = None  # the last id moved to the front: the new head
         for rid in reversed(order):
             if rid in d:
                 move(rid, last=False)
+                front = rid
+        if front is not None:
+            self.head = d[front]
 
 
 class _Chain(Sequence[SimRequest]):
@@ -234,7 +256,7 @@ class _Chain(Sequence[SimRequest]):
         if i < n:
             return self.a[i]
         if i == n and self.d:  # the queue's head
-            return next(iter(self.d.values()))
+            return self.b.head  # type: ignore[return-value]  # (the queue is not empty)
         return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
@@ -314,6 +336,8 @@ class EngineSim:
         #: past its prompt: it was one and got exactly its one token since) and the
         #: members are, in order, the first ``len(_group)`` running requests (``_schedule``
         #: checks this by identity, so a reordering of ``running`` only costs the group).
+        #: The list itself is held by nothing else (``_schedule`` takes it as the step's
+        #: decodes list and appends to it).
         self._group: list[SimRequest] = []
         #: The steps advanced (``_advance``), and the group's members by residue: a member
         #: with c computed tokens is in ``_buckets[(c - _gstep) % block_size]`` (both grow
@@ -424,25 +448,23 @@ class EngineSim:
         held = cadence is not None and cadence.holds(self.running, _num_tokens)
         scheduled = self._schedule(cap, held, decision.chunk_limit)
         decodes, sched, _, preempted, _ = scheduled
-        any_scheduled = bool(decodes or sched)
         if cadence is not None:
-            cadence.after_step(held, any_scheduled, self._carried, not preempted,
+            cadence.after_step(held, bool(decodes or sched), self._carried, not preempted,
                                len(self.waiting))
-        if not any_scheduled and not preempted and self.num_held:
-            self.stalled = True  # waits for release_kv: held KV leaves no room to admit
-            return
-        if not any_scheduled and preempted:
+        if decodes or sched:
+            self._advance(view, cap, scheduled)
+        elif preempted:
             # Only under priority (vLLM 0.32, or every running chunk capped away): the
             # request that preempted itself ended the loop before anything was scheduled.
             # vLLM runs no model step for an output without tokens (nor does the plugin
             # log one); the next schedule() follows at once.
             self.num_preemptions += len(preempted)
-            return
-        if not any_scheduled:
+        elif self.num_held:
+            self.stalled = True  # waits for release_kv: held KV leaves no room to admit
+        else:
             # step_rules.enforced_budget and the arrival check make this unreachable: a
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
-        self._advance(view, cap, scheduled)
 
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
@@ -603,14 +625,12 @@ class EngineSim:
         lim = step_rules.long_prefill_limit(self.knobs, len(running) + len(waiting),
                                             self.mbt) if self._long_prefill else 0
         carried = False
-        clamp, charge = cap.clamp, cap.charge
         budget = self.mbt
         decodes: list[SimRequest] = []
         sched: list[tuple[SimRequest, int]] = []  # every other chunk, in vLLM's order
         places: list[int] = []  # places[k]: the decodes scheduled before sched[k]
         preempted: list[SimRequest] = []
         tally = step_rules.StepTally()
-        add = tally.add
         counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
         decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
@@ -622,7 +642,7 @@ class EngineSim:
         self._fast = 0
         k = len(group)
         if counts_only and k and k <= budget and running[:k] == group:
-            # The decode group (``_group``): the streak below would take its k members
+            # The decode group (``_group``): the loop below would take its k members
             # (each a decode, within the budget), each taking a block exactly when its
             # computed tokens fill their last one, unless the free blocks run out first;
             # when they do not, the members are scheduled at once, in C-level passes.
@@ -641,49 +661,39 @@ class EngineSim:
                 for r in grow:
                     r.blocks += 1
                 pool.num_free -= len(grow)
-                decodes = group[:]
+                decodes = group  # (its list: taken from _group above, held by nothing else)
                 decode_ctx = self._group_ctx
                 self._fast = k
                 i = k
                 budget -= k
-        scheduled_decode = decodes.append
         while i < n_run and budget > 0:
-            if counts_only:
-                # A streak of decodes (most of a busy step): one token each, never held,
-                # limited or capped (rules 3-4: not mid_chunk, past the prompt), each
-                # scheduled while the budget lasts and its block fits. A running request
-                # holds ceil(num_computed_tokens / block_size) blocks (KvPool.grow before
-                # each step's tokens, block counts only), so a decode takes one more block
-                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
-                # The streak stops at the first request that is not such a decode (the
-                # general path below takes it: a chunk, or a decode to preempt for).
-                before = len(decodes)
-                for r in islice(running, i, i + budget):
-                    c = r.num_computed_tokens
-                    if c < r.prompt_tokens or r.prompt_tokens + r.num_output_tokens - c != 1:
-                        break
-                    if not c % bs:
-                        if pool.num_free < 1:
-                            break
-                        r.blocks += 1
-                        pool.num_free -= 1
-                    scheduled_decode(r)
-                    decode_ctx += c
-                streak = len(decodes) - before
-                i += streak
-                budget -= streak
-                if i >= n_run or budget <= 0:
-                    break
             r = running[i]
             c, p = r.num_computed_tokens, r.prompt_tokens
             need = p + r.num_output_tokens - c
+            if counts_only and need == 1 and c >= p and (c % bs or pool.num_free >= 1):
+                # A decode the group did not take: one token, never held, limited or capped
+                # (rules 3-4: not mid_chunk, past the prompt), scheduled while the budget
+                # lasts and its block fits. A running request holds
+                # ceil(num_computed_tokens / block_size) blocks (KvPool.grow before each
+                # step's tokens, block counts only), so a decode takes one more block
+                # exactly when its computed tokens fill their last one (KvPool.needed: 1).
+                # A decode whose block does not fit takes the general path below (one to
+                # preempt for), as every other chunk does.
+                if not c % bs:
+                    r.blocks += 1
+                    pool.num_free -= 1
+                decodes.append(r)
+                decode_ctx += c
+                i += 1
+                budget -= 1
+                continue
             mid = c < p or need > 1  # step_rules.mid_chunk(c, p, num_tokens), inlined
             if held and mid:
                 i += 1
                 continue
             if 0 < lim < need:
                 need = lim
-            n = clamp(c, p, need if need < budget else budget)
+            n = cap.clamp(c, p, need if need < budget else budget)
             if n <= 0:
                 i += 1
                 continue
@@ -694,9 +704,9 @@ class EngineSim:
                     pool.num_free -= extra
                     places.append(len(decodes))
                     sched.append((r, n))
-                    add(c, p, n)
+                    tally.add(c, p, n)
                     budget -= n
-                    charge(c, p, n)
+                    cap.charge(c, p, n)
                     carried |= mid
                     i += 1
                     continue
@@ -731,9 +741,9 @@ class EngineSim:
             pool.grow(r, n)
             places.append(len(decodes))
             sched.append((r, n))
-            add(c, p, n)
+            tally.add(c, p, n)
             budget -= n
-            charge(c, p, n)
+            cap.charge(c, p, n)
             carried |= mid
             i += 1
         tally.add_decodes(len(decodes), decode_ctx)  # (re-tallied if taken back)
@@ -747,19 +757,18 @@ class EngineSim:
             return decodes, sched, places, preempted, tally
         queued = waiting._d  # (WaitingQueue's dict: its truth and its head, read directly)
         max_num_seqs = self.max_num_seqs
-        no_hit: list[int] = []
         while queued and budget > 0 and len(running) < max_num_seqs:
-            r = next(iter(queued.values()))  # waiting[0]
+            r = waiting.head  # type: ignore[assignment]  # waiting[0] (the queue is not empty)
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
             # cost neither token budget nor prefill cap (none without a cache: KvPool.lookup).
-            hit = no_hit if counts_only else pool.lookup(r)
+            hit: Sequence[int] = () if counts_only else pool.lookup(r)
             c, p = r.num_computed_tokens + len(hit) * bs, r.prompt_tokens
             total = p + r.num_output_tokens
             need = total - c
             if held and need > 1:
                 break  # the cadence holds admissions with prompt left to compute
             m = lim if 0 < lim < need else need
-            n = clamp(c, p, m if m < budget else budget)
+            n = cap.clamp(c, p, m if m < budget else budget)
             if n <= 0:
                 break  # capped to nothing
             if counts_only:  # KvPool.needed/grow inlined (block counts, no hit)
@@ -783,9 +792,9 @@ class EngineSim:
                 self._past_prompt += 1
             places.append(len(decodes))
             sched.append((r, n))
-            add(c, p, n)
+            tally.add(c, p, n)
             budget -= n
-            charge(c, p, n)
+            cap.charge(c, p, n)
             carried |= need > 1
         self._carried = carried
         return decodes, sched, places, preempted, tally
@@ -814,9 +823,6 @@ class EngineSim:
                                             tally.decode_reqs))
 
         done: list[SimRequest] = []  # the requests finished, in order
-        finished = done.append
-        gap = self.gaps.one.append
-        finish = self._finish
         num_decodes = len(decodes)
         num_chunks = len(sched)
         j = k = 0  # the decodes and the chunks done
@@ -824,14 +830,14 @@ class EngineSim:
         if fast:
             # The decode group's members lead the decodes (``_schedule``) and each sampled
             # its last token at ``_group_time``: their gaps are one value, in their order.
-            self.gaps.one.extend(repeat(now - self._group_time, fast))
+            self.gaps.repeat(now - self._group_time, fast)
             for r in decodes if fast == num_decodes else decodes[:fast]:
                 r.num_computed_tokens += 1
                 r.num_output_tokens = o = r.num_output_tokens + 1
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
-                    finish(r, now)
-                    finished(r)
+                    self._finish(r, now)
+                    done.append(r)
             j = fast
         fast_done = len(done)  # (the group's members that finished lead ``done``)
         while True:
@@ -840,14 +846,15 @@ class EngineSim:
                 # Decodes: one token past the prompt, so each samples one (its computed
                 # tokens reach prompt + outputs: step_rules.samples_token) after an earlier
                 # token (outputs >= 1: first_token_time is set).
+                gap = self.gaps.one.append
                 for r in decodes if j == 0 and end == num_decodes else decodes[j:end]:
                     r.num_computed_tokens += 1
                     r.num_output_tokens = o = r.num_output_tokens + 1
                     gap(now - r.last_token_time)  # type: ignore[operator]
                     r.last_token_time = now
                     if o >= r.max_output_tokens:
-                        finish(r, now)
-                        finished(r)
+                        self._finish(r, now)
+                        done.append(r)
                 j = end
             if k == num_chunks:
                 break
@@ -865,11 +872,11 @@ class EngineSim:
                 if r.first_token_time is None:
                     r.first_token_time = now
                 else:
-                    gap(now - r.last_token_time)  # type: ignore[operator]
+                    self.gaps.one.append(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
                 if o >= r.max_output_tokens:
-                    finish(r, now)
-                    finished(r)
+                    self._finish(r, now)
+                    done.append(r)
         # The next step's decode group (``_group``): this step's first streak of decodes,
         # running[:places[0]] (the streak starts at running[0]), less those that finished;
         # none after a preemption (the running list moved) or under priority.
@@ -877,22 +884,26 @@ class EngineSim:
         # follow it: kept from the last step's when this one took the group at once (its
         # finished members out, the rest of the streak in), else made again.
         g = self._gstep = self._gstep + 1
-        group = (decodes if not num_chunks else decodes[:places[0]]) if (
-            not preempted and not self.by_priority) else []
+        # (``decodes`` itself when the streak is all of them: copied below before a
+        # member is removed, and never changed otherwise)
+        group = (decodes if not num_chunks or places[0] == num_decodes
+                 else decodes[:places[0]]) if not preempted and not self.by_priority else []
         bs = self.block_size
         if fast and group:
             buckets = self._buckets
             assert buckets is not None  # (made by _schedule, which took the group)
             ctx = self._group_ctx + fast
-            for r in done[:fast_done]:
-                c = r.num_computed_tokens
-                buckets[(c - g) % bs].remove(r)
-                ctx -= c
-            for r in islice(group, fast, None):
-                if r.is_running:
+            if fast_done:
+                for r in done[:fast_done]:
                     c = r.num_computed_tokens
-                    buckets[(c - g) % bs].append(r)
-                    ctx += c
+                    buckets[(c - g) % bs].remove(r)
+                    ctx -= c
+            if len(group) > fast:
+                for r in islice(group, fast, None):
+                    if r.is_running:
+                        c = r.num_computed_tokens
+                        buckets[(c - g) % bs].append(r)
+                        ctx += c
             self._group_ctx = ctx
         if done:  # (each scheduled, so running once; past its prompt)
             running = self.running
