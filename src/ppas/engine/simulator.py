@@ -196,8 +196,8 @@ class WaitingQueue:
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
         of ids listed), O(n log n)."""
         d = self._d
-        rank = {rid: i for i, rid in enumerate(order)}
-        if len(rank) != len(order):
+        if len(set(order)) != len(order):  # (an id listed twice; the set built in C)
+            rank = {rid: i for i, rid in enumerate(order)}
             last = len(rank)
             items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))
             d.clear()
