@@ -36,7 +36,9 @@ view is read whole every step (O(queue), in C). Where the view has a ``waiting_l
 last step's aged list is kept and checked against the view (``_Aged``): the requests
 that left it are its head and the rest still heads the queue, so only the requests
 behind them are tested for age and sorted, and the aged requests' keys are kept in a
-trie (O(the changes) a step, not O(aged)).
+trie (O(the changes) a step, not O(aged)). Without block hashes (no prefix caching) no
+request has keys: the fresh requests' are not read, and the greedy takes them in the
+queue's order (every overlap 0), with the same heap.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import chain, compress, repeat
 from operator import attrgetter, ge, lt, sub
+from operator import neg as negated
 from typing import Any
 
 from ppas.core.config import check_times, require
@@ -203,37 +206,42 @@ class Feather(Policy):
         if not fresh:
             return Decision(cfg.budget, tuple(order))
         keys_of = self.keys_of
-        keys = [keys_of(r) for r in fresh]
+        n_fresh = len(fresh)
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
-        for i, ks in enumerate(keys):
-            for j, k in enumerate(ks):
-                lst = index.get(k)
-                if lst is None:
-                    index[k] = [(i, j)]
-                else:
-                    lst.append((i, j))
+        if any(map(_block_hashes, fresh)):
+            keys = [keys_of(r) for r in fresh]
+            for i, ks in enumerate(keys):
+                for j, k in enumerate(ks):
+                    lst = index.get(k)
+                    if lst is None:
+                        index[k] = [(i, j)]
+                    else:
+                        lst.append((i, j))
+        else:  # no block hashes, no keys (level_keys): one empty list, never written
+            keys = [[]] * n_fresh
         working: set[Hashable] = set()  # the batch's keys that fresh requests have
-        for r in batch_reqs:
-            for k in keys_of(r):
-                if k not in index:
-                    break
-                working.add(k)
-        if log is not None:
-            kept.reach(index, working)  # (the aged requests' keys, as the loop below)
-        else:
-            for r in aged:
+        if index:  # (none without an index: each loop stops at its first key)
+            for r in batch_reqs:
                 for k in keys_of(r):
                     if k not in index:
                         break
                     working.add(k)
-        overlap = [0] * len(fresh)
+            if log is not None:
+                kept.reach(index, working)  # (the aged requests' keys, as the loop below)
+            else:
+                for r in aged:
+                    for k in keys_of(r):
+                        if k not in index:
+                            break
+                        working.add(k)
+        overlap = [0] * n_fresh
         for k in working:
             for i, j in index[k]:
                 if j >= overlap[i]:
                     overlap[i] = j + 1
-        heap = [(-ov, i) for i, ov in enumerate(overlap)]
+        heap = list(zip(map(negated, overlap), range(n_fresh), strict=True))  # (-ov, i), in C
         heapify(heap)
-        taken = [False] * len(fresh)
+        taken = [False] * n_fresh
         batch = len(batch_reqs) + len(aged)
         added: list[RequestView] = []
         stopped = False
@@ -406,4 +414,5 @@ class _Aged:
 
 
 _arrival = attrgetter("arrival_time")
+_block_hashes = attrgetter("block_hashes")
 _request_id = attrgetter("request_id")
