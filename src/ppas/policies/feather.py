@@ -240,7 +240,8 @@ class Feather(Policy):
                 if j >= overlap[i]:
                     overlap[i] = j + 1
         heap = list(zip(map(negated, overlap), range(n_fresh), strict=True))  # (-ov, i), in C
-        heapify(heap)
+        if working:
+            heapify(heap)  # (else every overlap is 0: the list is sorted, a heap already)
         taken = [False] * n_fresh
         batch = len(batch_reqs) + len(aged)
         added: list[RequestView] = []
@@ -280,9 +281,12 @@ class Feather(Policy):
 def age(now: float, max_wait: float, waiting: list[RequestView]
         ) -> tuple[list[RequestView], list[RequestView]]:
     """The waiting requests aged (``now - arrival >= max_wait``), FCFS (a stable sort:
-    the queue's order among equal arrivals), and the others in the queue's order."""
+    the queue's order among equal arrivals), and the others in the queue's order
+    (``waiting`` itself where none is aged)."""
     # (the waits now - arrival, tested against max_wait_s as written, in C)
     waits = list(map(sub, repeat(now), map(_arrival, waiting)))
+    if not waits or max(waits) < max_wait:
+        return [], waiting  # (none aged: every wait tested by the max's)
     aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
     fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
     aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
