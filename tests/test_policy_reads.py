@@ -416,6 +416,109 @@ def test_feather_decide_is_the_whole_trees_on_views(
         assert fast.decide(view) == whole.decide(view)
 
 
+# bursts at a few instants (equal arrivals), prompts in a few groups sharing a prefix
+kreq = st.tuples(st.sampled_from([0.0, 0.0, 0.0005, 0.002, 0.01]),
+                 st.one_of(st.integers(1, 300), st.integers(100, 2500)),
+                 st.integers(1, 12), fgroup)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(kreq, min_size=8, max_size=70), extra=st.integers(0, 400),
+       seqs=st.integers(1, 6), caching=st.booleans(), spare=st.sampled_from([0, 4096]),
+       budget=st.sampled_from([256, 2048]), min_batch=st.integers(0, 4),
+       min_overlap=st.integers(0, 2), wait=st.sampled_from([0.002, 0.01, 0.05]))
+def test_feather_kept_aged_list_is_the_whole_trees(
+        reqs: list[tuple[float, int, int, int | None]], extra: int, seqs: int,
+        caching: bool, spare: int, budget: int, min_batch: int, min_overlap: int,
+        wait: float) -> None:
+    """Long queues under FCFS (a waiting log): most requests age while they wait, behind
+    few admission slots and a small KV cache (preemption puts a request back in front
+    of the aged ones), arrivals equal in bursts, prefixes shared, the log trimmed or
+    not: every step's Decision is the whole tree's, where ``Feather`` keeps the last
+    step's aged list and its keys (``feather._Aged``)."""
+    from ppas.core.view import WaitingLog
+    t = 0.0
+    specs = []
+    for gap, p, o, g in reqs:
+        t += gap
+        prefix = () if g is None else ((f"g{g}", min(p, 96)),)
+        specs.append(RequestSpec(t, p, o, None, None, prefix=prefix))
+    blocks = max(-(-(s.prompt_tokens + s.output_tokens) // 16) for s in specs) + extra
+    engine = EngineConfig(num_kv_blocks=blocks, max_num_seqs=seqs, prefix_caching=caching)
+    name = (f"feather:budget={budget},chunk=32,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s={wait}")
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    old = WaitingLog.SPARE
+    WaitingLog.SPARE = spare  # 0: the log is trimmed often, the aged list read again
+    try:
+        simulate(specs, Compared(make_policy(name), whole), SMALL, engine)
+    finally:
+        WaitingLog.SPARE = old
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), n_run=st.integers(0, 3), budget=st.integers(1, 600),
+       min_batch=st.integers(0, 5), min_overlap=st.integers(0, 2))
+def test_feather_kept_aged_list_on_any_engine(data: st.DataObject, n_run: int, budget: int,
+                                              min_batch: int, min_overlap: int) -> None:
+    """Hand-made views and log of an engine that may not follow the order: arrivals
+    (equal, or older than requests aged), admissions from the head or anywhere,
+    admitted requests back in front (preemption), the queue shuffled, the clock still or
+    going back: every step's Decision is the whole tree's (``feather._Aged`` checks
+    the kept list against each view)."""
+    from ppas.core.view import RequestSnapshot, WaitingLog
+    n = 0
+
+    def request(arrival: float, running: bool = False) -> RequestSnapshot:
+        nonlocal n
+        n += 1
+        path = data.draw(st.lists(st.integers(0, 1), max_size=4))
+        hashes = tuple(("h", *path[:b // 2 + 1], b % 2) for b in range(2 * len(path)))
+        prompt = data.draw(st.integers(1, 200)) + 32 * len(path)
+        return RequestSnapshot(f"r{n}", arrival, prompt, 5 if running else 0, 0, 4, running,
+                               None, block_hashes=hashes,
+                               num_cached_tokens=0 if running else data.draw(
+                                   st.integers(0, prompt)))
+
+    name = (f"feather:budget={budget},chunk=32,min_batch={min_batch},"
+            f"min_overlap={min_overlap},max_wait_s=1")
+    fast = make_policy(name)
+    whole = WholeFeather.__new__(WholeFeather)
+    whole.__dict__.update(make_policy(name).__dict__)
+    log = WaitingLog()
+    running: list[RequestView] = [request(0.0, True) for _ in range(n_run)]
+    queue: list[RequestView] = []
+    now = 2.0
+    for _ in range(data.draw(st.integers(1, 12))):
+        for _ in range(data.draw(st.integers(0, 6))):
+            r = request(now - data.draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0])))
+            queue.append(r)
+            log.events.append((True, r))
+        view = SchedulerView(now, running + queue, len(queue), n_run, budget, 8, (), log)
+        d = fast.decide(view)
+        assert d == whole.decide(view)
+        how = data.draw(st.sampled_from(["follow", "follow", "keep", "shuffle"]))
+        if how == "follow":  # the order's requests first (order_waiting)
+            rank = {rid: i for i, rid in enumerate(d.prefill_order or ())}
+            queue.sort(key=lambda r: rank.get(r.request_id, len(rank)))
+        elif how == "shuffle":
+            queue = list(data.draw(st.permutations(queue)))
+        k = data.draw(st.integers(0, len(queue)))
+        if data.draw(st.booleans()):
+            gone, queue = queue[:k], queue[k:]
+        else:
+            picked = data.draw(st.sets(st.integers(0, len(queue) - 1), max_size=k)
+                               if queue else st.just(set()))
+            gone = [r for i, r in enumerate(queue) if i in picked]
+            queue = [r for i, r in enumerate(queue) if i not in picked]
+        log.events.extend((False, r) for r in gone)
+        if gone and data.draw(st.booleans()):  # preempted: back in front
+            queue.insert(0, gone[0])
+            log.events.append((True, gone[0]))
+        now += data.draw(st.sampled_from([0.0, 0.3, 0.5, 1.0, -0.4]))
+
+
 def test_flowprefill_index_leaves_ties_to_the_queue() -> None:
     """Two late waiting requests with equal deadlines, in the queue in the opposite order
     of their entries in the log (an earlier step moved the second ahead): the whole rule

@@ -210,7 +210,7 @@ class WaitingQueue:
         of ids listed), O(n log n)."""
         d = self._d
         n = len(order)
-        if n > 1 and len(set(order)) != n:
+        if n > 1 and len(set(order)) != n:  # (an id listed twice; the set built in C)
             rank = {rid: i for i, rid in enumerate(order)}
             last = len(rank)
             items = sorted(d.values(), key=lambda r: rank.get(r.request_id, last))

@@ -32,20 +32,34 @@ incrementally across steps. Per step: one pass over the view, the level keys of 
 waiting requests not yet aged (read once per request: ``Feather.keys_of``), and O(1 +
 shared levels) per batch request (``Feather.decide``). The aged requests' FCFS order
 keeps the queue's order among equal arrivals, which depends on earlier steps, so the
-view is read whole every step (O(queue)).
+view is read whole every step (O(queue), in C). Where the view has a ``waiting_log``, the
+last step's aged list is kept and checked against the view (``_Aged``): the requests
+that left it are its head and the rest still heads the queue, so only the requests
+behind them are tested for age and sorted, and the aged requests' keys are kept in a
+trie (O(the changes) a step, not O(aged)). Without block hashes (no prefix caching) no
+request has keys: the fresh requests' are not read, and the greedy takes them in the
+queue's order (every overlap 0), with the same heap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from itertools import chain, compress, repeat
 from operator import attrgetter, ge, lt, sub
+from operator import neg as negated
+from typing import Any
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
-from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
+from ppas.core.view import (
+    BLOCK_SIZE,
+    RequestView,
+    SchedulerView,
+    WaitingLog,
+    uncached_prompt_tokens,
+)
 from ppas.policies.base import Policy
 from ppas.policies.registry import register
 
@@ -144,6 +158,9 @@ class Feather(Policy):
         # and the hashes' length (a request's block hashes do not change: read once; a
         # cache of the views).
         self._keys: dict[str, tuple[RequestView, Sequence[Hashable], int, list[Hashable]]] = {}
+        # The last step's aged requests and their keys (a cache of the views, checked
+        # against each: ``_Aged``), kept where views have a waiting log.
+        self._aged = _Aged(self.keys_of)
 
     def keys_of(self, r: RequestView) -> list[Hashable]:
         """``level_keys(r, chunk, block_size)``, cached by request id (checked against the
@@ -177,45 +194,55 @@ class Feather(Policy):
             return Decision(cfg.budget)  # nothing waits
         waiting = [r]
         waiting.extend(it)
-        # (the waits now - arrival, tested against max_wait_s as written, in C)
-        waits = list(map(sub, repeat(now), map(_arrival, waiting)))
-        aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
-        fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
         if len(self._keys) > 2 * (len(batch_reqs) + len(waiting)) + 1024:
             self._keys.clear()  # (requests gone: O(1) amortised per request read)
-        aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
-        order = list(map(_request_id, aged))
+        log = view.waiting_log
+        kept = self._aged
+        if log is not None:
+            aged, order, fresh = kept.split(now, max_wait, waiting, log)
+        else:
+            aged, fresh = age(now, max_wait, waiting)
+            order = list(map(_request_id, aged))
         if not fresh:
             return Decision(cfg.budget, tuple(order))
         keys_of = self.keys_of
-        keys = [keys_of(r) for r in fresh]
+        n_fresh = len(fresh)
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
-        for i, ks in enumerate(keys):
-            for j, k in enumerate(ks):
-                lst = index.get(k)
-                if lst is None:
-                    index[k] = [(i, j)]
-                else:
-                    lst.append((i, j))
+        if any(map(_block_hashes, fresh)):
+            keys = [keys_of(r) for r in fresh]
+            for i, ks in enumerate(keys):
+                for j, k in enumerate(ks):
+                    lst = index.get(k)
+                    if lst is None:
+                        index[k] = [(i, j)]
+                    else:
+                        lst.append((i, j))
+        else:  # no block hashes, no keys (level_keys): one empty list, never written
+            keys = [[]] * n_fresh
         working: set[Hashable] = set()  # the batch's keys that fresh requests have
-        for r in batch_reqs:
-            for k in keys_of(r):
-                if k not in index:
-                    break
-                working.add(k)
-        for r in aged:
-            for k in keys_of(r):
-                if k not in index:
-                    break
-                working.add(k)
-        overlap = [0] * len(fresh)
+        if index:  # (none without an index: each loop stops at its first key)
+            for r in batch_reqs:
+                for k in keys_of(r):
+                    if k not in index:
+                        break
+                    working.add(k)
+            if log is not None:
+                kept.reach(index, working)  # (the aged requests' keys, as the loop below)
+            else:
+                for r in aged:
+                    for k in keys_of(r):
+                        if k not in index:
+                            break
+                        working.add(k)
+        overlap = [0] * n_fresh
         for k in working:
             for i, j in index[k]:
                 if j >= overlap[i]:
                     overlap[i] = j + 1
-        heap = [(-ov, i) for i, ov in enumerate(overlap)]
-        heapify(heap)
-        taken = [False] * len(fresh)
+        heap = list(zip(map(negated, overlap), range(n_fresh), strict=True))  # (-ov, i), in C
+        if working:
+            heapify(heap)  # (else every overlap is 0: the list is sorted, a heap already)
+        taken = [False] * n_fresh
         batch = len(batch_reqs) + len(aged)
         added: list[RequestView] = []
         stopped = False
@@ -251,5 +278,145 @@ class Feather(Policy):
         return Decision(min(cfg.budget, budget), tuple(order))
 
 
+def age(now: float, max_wait: float, waiting: list[RequestView]
+        ) -> tuple[list[RequestView], list[RequestView]]:
+    """The waiting requests aged (``now - arrival >= max_wait``), FCFS (a stable sort:
+    the queue's order among equal arrivals), and the others in the queue's order
+    (``waiting`` itself where none is aged)."""
+    # (the waits now - arrival, tested against max_wait_s as written, in C)
+    waits = list(map(sub, repeat(now), map(_arrival, waiting)))
+    if not waits or max(waits) < max_wait:
+        return [], waiting  # (none aged: every wait tested by the max's)
+    aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
+    fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
+    aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
+    return aged, fresh
+
+
+class _Aged:
+    """The last step's aged requests (``age``'s list), their ids, and their level keys as
+    a trie, kept between steps of one engine and checked against each view.
+
+    ``age`` of this step's waiting list is the last list less its head (the requests the
+    log shows leaving since: its first ``gone``, none back), followed by the requests
+    behind them in the queue that are aged now, sorted, when (a) the clock did not go
+    back (an aged request stays aged: ``now - arrival`` only grows), (b) the queue starts
+    with the rest of the last list, in its order (so those precede every other aged
+    request in the queue), and (c) the first newly aged request did not arrive before
+    the last of the rest (the rest is sorted: the stable sort of the whole leaves it in
+    front). Otherwise ``age`` of the whole, and everything is read again. The list's
+    equality rests on (a)-(c) alone; the log says how many of its head to drop, and that
+    the others stayed in the queue since their keys were read.
+
+    Trie: a node per distinct key prefix ``keys[:j + 1]`` of a kept request,
+    ``[count, children]`` under its last key, its count the kept requests whose keys
+    start with it (a node leaves at 0). A request's keys are read once, when it joins
+    the list: it waits until it leaves the list (a re-entry in the log resets it), and a
+    waiting request's block hashes do not change (``SchedulerView``)."""
+
+    def __init__(self, keys_of: Callable[[RequestView], list[Hashable]]) -> None:
+        self.keys_of = keys_of
+        self.log: WaitingLog | None = None
+        self.pos = 0  # the log's next event to read
+        self.now = -float("inf")
+        self.reqs: list[RequestView] = []  # the last aged list
+        self.ids: list[str] = []  # their ids
+        self.keys: list[list[Hashable]] = []  # their keys
+        self.at: dict[str, int] = {}  # id -> base + its index in reqs
+        self.base = 0
+        self.roots: dict[Hashable, list[Any]] = {}
+
+    def split(self, now: float, max_wait: float, waiting: list[RequestView],
+              log: WaitingLog) -> tuple[list[RequestView], list[str], list[RequestView]]:
+        """``age(now, max_wait, waiting)``, the aged requests' ids (a new list), and the
+        trie brought up to the aged list."""
+        gone = self._gone(now, log)
+        self.log, self.pos, self.now = log, log.end, now
+        reqs = self.reqs
+        if gone >= 0:
+            m = len(reqs) - gone
+            if waiting[:m] == reqs[gone:]:  # (b), identity first
+                newly, fresh = age(now, max_wait, waiting[m:])
+                if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
+                    self._drop(gone)  # (c) holds
+                    self._join(newly)
+                    return self.reqs[:], self.ids[:], fresh
+        aged, fresh = age(now, max_wait, waiting)
+        self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
+        self.roots = {}
+        self._join(aged)
+        return aged, self.ids[:], fresh
+
+    def _gone(self, now: float, log: WaitingLog) -> int:
+        """How many of the last list's head left the queue since the last step, by the
+        log; -1 when that is not all that changed in it (or the log cannot tell)."""
+        if log is not self.log or self.pos < log.base or now < self.now:
+            return -1
+        at, base = self.at, self.base
+        gone, last = 0, base - 1
+        for entered, r in log.events[self.pos - log.base:]:
+            i = at.get(r.request_id)
+            if i is None:
+                continue
+            if entered:
+                return -1  # (it left and came back: no longer the request kept)
+            gone += 1
+            if i > last:
+                last = i
+        return gone if last - base == gone - 1 else -1  # (distinct: a prefix)
+
+    def _drop(self, n: int) -> None:
+        """The list's first ``n`` requests leave it."""
+        if not n:
+            return
+        at = self.at
+        for rid, keys in zip(self.ids[:n], self.keys[:n], strict=True):
+            del at[rid]
+            node = self.roots
+            for k in keys:
+                e = node[k]
+                e[0] -= 1
+                if not e[0]:
+                    del node[k]  # (no kept request has this prefix, nor a longer one)
+                    break
+                node = e[1]
+        del self.reqs[:n], self.ids[:n], self.keys[:n]
+        self.base += n
+
+    def _join(self, reqs: list[RequestView]) -> None:
+        """``reqs`` join the end of the list."""
+        at, keys_of = self.at, self.keys_of
+        i = self.base + len(self.reqs)
+        for r in reqs:
+            rid = r.request_id
+            at[rid] = i
+            i += 1
+            keys = keys_of(r)
+            self.ids.append(rid)
+            self.keys.append(keys)
+            node = self.roots
+            for k in keys:
+                e = node.get(k)
+                if e is None:
+                    e = node[k] = [0, {}]
+                e[0] += 1
+                node = e[1]
+        self.reqs.extend(reqs)
+
+    def reach(self, index: dict[Hashable, Any], working: set[Hashable]) -> None:
+        """Add to ``working`` the keys ``keys[j]`` of every kept request whose keys
+        ``keys[:j + 1]`` are all in ``index`` (``decide``'s loop over the aged requests):
+        the trie's nodes reached from the roots through keys in ``index``."""
+        stack = [self.roots]
+        while stack:
+            node = stack.pop()
+            for k in node.keys() & index.keys():
+                working.add(k)
+                children = node[k][1]
+                if children:
+                    stack.append(children)
+
+
 _arrival = attrgetter("arrival_time")
+_block_hashes = attrgetter("block_hashes")
 _request_id = attrgetter("request_id")
