@@ -12,7 +12,7 @@ gives the same run under both, request by request and step by step.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from policy_views import Counting, run_of
 
@@ -212,6 +212,13 @@ req = st.tuples(st.floats(0.0, 0.2, allow_nan=False),
 @given(reqs=st.lists(req, min_size=2, max_size=40), extra=st.integers(0, 300),
        seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
        batch=st.sampled_from([64, 512, 2048]))
+# Two requests with one deadline and different prompts (7 and 8), the one with more to
+# prefill late first: a step that lists every prompt moves 8 ahead of 7, a cut one left
+# them in the queue's order, and once both were late the tie read it (found by this test).
+@example(reqs=[(0.0, 1, 1, None, None, 0)] * 5 + [
+    (0.0, 849, 5, None, None, 2), (0.0, 3, 3, None, None, 2),
+    (0.05103836670796086, 5, 3, 0.125, None, 2), (0.0, 2, 3, 0.125, None, 2)],
+    extra=23, seqs=1, caching=False, priority=False, batch=64)
 def test_flowprefill_index_same_run(
         reqs: list[tuple[float, int, int, float | None, int | None, int]], extra: int,
         seqs: int, caching: bool, priority: bool, batch: int) -> None:
@@ -537,4 +544,5 @@ def test_flowprefill_index_leaves_ties_to_the_queue() -> None:
     view = SchedulerView(1.0, [run, b, a, c], 3, 1, 8192, 3, (), log, 7500, True)
     d = fp.decide(view)  # (the index follows the log: no event since the last step)
     assert d == fp.decide_whole(view)  # type: ignore[attr-defined]
-    assert d.prefill_order == ("c", "b")  # (two slots: c, then b of the tied pair)
+    # (the tied pair shares a deadline but not a remaining time: listed whole, b first)
+    assert d.prefill_order == ("c", "b", "a")

@@ -40,7 +40,11 @@ heap, up to what ``listed`` takes: O(running + listed + events) per step. Equal 
 the queue's relative order in the sort; the queue's order among equal-key requests
 depends on earlier steps' orders, which the index does not know, so a tie among the
 waiting requests it reads (equal deadlines) sends the step to ``decide_whole`` (same
-decisions, ``tests/test_policy_reads.py``).
+decisions, ``tests/test_policy_reads.py``). The one pair whose order a cut listing can
+lose, two waiting requests with one deadline and different remaining prefill times (one
+late while the other is on time: the whole sort swaps them, and they tie again once both
+are late), sends every step it waits in to ``decide_whole`` with every prompt listed
+(``_mixed_deadline``; the index counts such deadlines as requests come and go).
 """
 
 from __future__ import annotations
@@ -88,7 +92,8 @@ def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[
     ``prefix_caching``), and no more
     than ``max_num_seqs`` less the running requests. So it never reaches an unlisted one,
     and the step is the one the whole order gives; the next step lists its head again
-    (ties in the policy's key keep the queue's relative order either way). O(running +
+    (ties in the policy's key keep the queue's relative order either way, but for the
+    pairs ``_mixed_deadline`` finds, whose order is listed whole). O(running +
     listed) for the engine, whatever waits. Only for an FCFS queue (a view with a
     ``waiting_log``): under ``--scheduling-policy priority`` the engine ranks the unlisted
     requests by arrival within their priority level, so an order cut short there could
@@ -113,6 +118,27 @@ def listed(view: SchedulerView, order: list[RequestView], budget: int) -> tuple[
             room -= uncached_prompt_tokens(r) if exact else 1
             slots -= 1
     return tuple(out)
+
+
+def _mixed_deadline(pending: list[RequestView],
+                    remaining: Callable[[RequestView], float]) -> bool:
+    """Two waiting requests with a TTFT SLO share a deadline but not a remaining prefill
+    time. Only such a pair can change places in the sort between steps and tie again
+    later: their keys are equal while both are on time and while both are late, and
+    differ only between the two flips. A step that lists every pending prompt moves the
+    one on time ahead of the late one; a step cut by ``listed`` may leave them in the
+    queue's order, and a later tie then reads that order. So with such a pair the order
+    is listed whole (exact); without one, keys that tie stay tied (equal deadlines,
+    equal flip times, or no SLO: key 0) and the sort keeps their queue order whether
+    they were listed or not, so ``listed`` changes no later step."""
+    seen: dict[float, float] = {}
+    for r in pending:
+        if r.is_running or r.ttft_slo is None:
+            continue
+        d, rem = r.arrival_time + r.ttft_slo, remaining(r)
+        if seen.setdefault(d, rem) != rem:
+            return True
+    return False
 
 
 @register("flowprefill")
@@ -161,7 +187,9 @@ class FlowPrefill(Policy):
             return (1.0 if slack >= 0 else -1.0) / max(deadline, 1e-9)
 
         pending.sort(key=key, reverse=True)
-        if view.waiting_log is None:  # (the queue may not be FCFS: every prompt listed)
+        if view.waiting_log is None or _mixed_deadline(pending, remaining):
+            # (a queue that may not be FCFS, or a waiting pair whose order only a whole
+            # listing keeps: every prompt listed)
             return Decision(cfg.batch_tokens, tuple(r.request_id for r in pending))
         return Decision(cfg.batch_tokens, listed(view, pending, cfg.batch_tokens))
 
@@ -196,7 +224,7 @@ class FlowPrefill(Policy):
                 c, r.num_computed_tokens, r.prompt_tokens))
         if not idx.follow(view, log) or idx.n != len(reqs) - n_running:
             idx.rebuild(view, log, n_running)  # the log could not be followed
-        if idx.odd:
+        if idx.odd or idx.mixed:
             return None
         running.sort()  # key descending, then view order (the whole sort is stable)
         out: list[str] = []
@@ -265,6 +293,10 @@ class _SlackIndex:
         self.now = -math.inf
         self.n = 0
         self.odd = 0  # live entries whose key is not a positive finite 1 / deadline
+        # live entries by deadline, then remaining time (counts); ``mixed``: deadlines
+        # with two remaining times or more (``_mixed_deadline``: the step is listed whole)
+        self.groups: dict[float, dict[float, int]] = {}
+        self.mixed = 0
         self.seq = 0  # (heap tie-break: never compares entries)
         self.live: dict[str, _Entry] = {}
         self.ontime: list[tuple[float, int, _Entry]] = []  # (-kpos, seq, e)
@@ -289,8 +321,10 @@ class _SlackIndex:
             else:
                 self.n -= 1
                 e = live.pop(r.request_id, None)
-                if e is not None and not e.kpos > 0:
-                    self.odd -= 1
+                if e is not None:
+                    self._ungroup(e)
+                    if not e.kpos > 0:
+                        self.odd -= 1
         self.pos = end
         if len(self.ontime) + len(self.late) + len(self.flips) > 4 * len(live) + 256:
             self.compact()
@@ -298,8 +332,9 @@ class _SlackIndex:
 
     def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
         self.log, self.pos, self.now = log, log.end, view.now
-        self.n = self.odd = 0
+        self.n = self.odd = self.mixed = 0
         self.live.clear()
+        self.groups.clear()
         for h in (self.ontime, self.late, self.flips):
             h.clear()
         for r in islice(view.requests, n_running, None):
@@ -317,9 +352,16 @@ class _SlackIndex:
         rem = self.remaining(r)
         e = _Entry(r, kpos, deadline, rem)
         old = self.live.get(rid)
-        if old is not None and not old.kpos > 0:
-            self.odd -= 1
+        if old is not None:
+            self._ungroup(old)
+            if not old.kpos > 0:
+                self.odd -= 1
         self.live[rid] = e
+        if kpos > 0:  # (odd entries send every step to the whole rule anyway)
+            g = self.groups.setdefault(deadline, {})
+            g[rem] = g.get(rem, 0) + 1
+            if len(g) == 2 and g[rem] == 1:
+                self.mixed += 1
         if not kpos > 0:  # (an infinite or NaN deadline: keyed as no SLO, or unordered)
             self.odd += 1
         self.seq = seq = self.seq + 1
@@ -329,6 +371,22 @@ class _SlackIndex:
         else:
             e.late = True
             heapq.heappush(self.late, (kpos, seq, e))
+
+    def _ungroup(self, e: _Entry) -> None:
+        """``e`` leaves its deadline's group (grouped where its key is a positive 1 /
+        deadline)."""
+        if not e.kpos > 0:
+            return
+        g = self.groups[e.deadline]
+        n = g[e.rem] - 1
+        if n:
+            g[e.rem] = n
+            return
+        del g[e.rem]
+        if len(g) == 1:
+            self.mixed -= 1
+        elif not g:
+            del self.groups[e.deadline]
 
     def compact(self) -> None:
         """The heaps again from the live entries only."""
