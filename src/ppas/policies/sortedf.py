@@ -166,7 +166,12 @@ class SortedF(Policy):
             self._running = (list(run), cap, prompts, room, outputs_sum)
         size = n_running
         total = outputs_sum - sum(map(_num_output_tokens, run))
-        budget = sum(filter(_positive, map(sub, prompts, map(_num_computed_tokens, run))))
+        # The budget is min(cfg.budget, the running requests' prompt tokens left + the
+        # listed requests' uncached ones): ``need`` adds up the latter only until it
+        # reaches cfg.budget (past it the budget is cfg.budget), the former is summed only
+        # if it does not (``_budget``).
+        cap_budget = cfg.budget
+        need = 0
         order: list[str] = []
         f = cfg.metric == "f"
         walk = self._walk
@@ -179,19 +184,20 @@ class SortedF(Policy):
             # test stopped it unless nothing else fitted, ``complete``); only the F test,
             # on this step's totals, tells where the walk stops.
             cached, complete = walk[3], walk[4]
-            total0, budget0 = total, budget
-            for o, r in cached:
-                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+            total0 = total
+            for o, r in cached:  # (size >= 1: f_metric's quotients, inlined)
+                if f and (total + o) / ((size + 1) * (size + 1)) > total / (size * size):
                     break
                 order.append(r.request_id)
                 size += 1
                 total += o
-                budget += uncached_prompt_tokens(r)
+                if need < cap_budget:
+                    need += uncached_prompt_tokens(r)
             if len(order) < len(cached) or complete:
                 self._listed = len(order)
-                return Decision(min(cfg.budget, budget), tuple(order))
+                return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
             order.clear()  # past the last walk's end: walk again
-            size, total, budget = n_running, total0, budget0
+            size, total, need = n_running, total0, 0
         room0 = room
         seq: list[tuple[int, RequestView]] = []
         keys: list[_Key] = []
@@ -204,13 +210,13 @@ class SortedF(Policy):
                     return self.decide_whole(view)
                 r = idx.live[key[2]][1]
                 if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
-                    return Decision(min(cfg.budget, budget + uncached_prompt_tokens(r)),
-                                    (r.request_id,))
+                    return Decision(_budget(cap_budget, uncached_prompt_tokens(r), prompts,
+                                            run), (r.request_id,))
                 idx.take(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
                 size, total = 1, key[0]
-                budget += uncached_prompt_tokens(r)
+                need = uncached_prompt_tokens(r)
             while True:
                 key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
                 if key is None:
@@ -222,20 +228,21 @@ class SortedF(Policy):
                 r = idx.live[key[2]][1]
                 seq.append((o, r))
                 keys.append(key)
-                if f and f_metric(total + o, size + 1) > f_metric(total, size):
-                    break
+                if f and (total + o) / ((size + 1) * (size + 1)) > total / (size * size):
+                    break  # (size >= 1: f_metric's quotients, inlined)
                 idx.take(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
                 size += 1
                 total += o
-                budget += uncached_prompt_tokens(r)
+                if need < cap_budget:
+                    need += uncached_prompt_tokens(r)
         finally:
             idx.restore()
         self._walk = (idx, idx.version, room0, seq, complete, keys) if n_running else None
         idx.changes = []
         self._listed = len(order)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every waiting request read and sorted."""
@@ -277,6 +284,15 @@ class SortedF(Policy):
             total += o
             budget += uncached_prompt_tokens(r)
         return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
+
+
+def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView]) -> int:
+    """min(cap, need + the prompt tokens left of the running requests ``run``, whose
+    prompts are ``prompts``); those are summed only if ``need`` is under ``cap``."""
+    if need >= cap:
+        return cap
+    return min(cap, need + sum(filter(_positive, map(sub, prompts,
+                                                     map(_num_computed_tokens, run)))))
 
 
 #: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
