@@ -482,11 +482,7 @@ class _FootprintIndex(WaitingIndex):
         else:
             lo, hi = size, size + blocks + 1
             best = _NONE
-            while lo < hi:  # the minimum over leaves [0, blocks]
-                if lo & 1:
-                    if tree[lo] < best:
-                        best = tree[lo]
-                    lo += 1
+            while lo < hi:  # the minimum over leaves [0, blocks] (lo: a left edge, even)
                 if hi & 1:
                     hi -= 1
                     if tree[hi] < best:
@@ -508,16 +504,16 @@ class _FootprintIndex(WaitingIndex):
         tree, undo = self.tree, self.undo
         i = self.size + b
         undo.append((i, tree[i]))
-        tree[i] = lst[n] if n < len(lst) else _NONE
-        i >>= 1
-        while i:
-            a, c = tree[2 * i], tree[2 * i + 1]
-            v = a if a < c else c
+        v = tree[i] = lst[n] if n < len(lst) else _NONE
+        while i > 1:  # each parent: the lesser of v (the child that changed) and its sibling
+            s = tree[i ^ 1]
+            if s < v:
+                v = s
+            i >>= 1
             if tree[i] is v:
                 break
             undo.append((i, tree[i]))
             tree[i] = v
-            i >>= 1
 
     def restore(self) -> None:
         """Undo the step's ``take``s."""
