@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppas.cluster.config import ClusterConfig, LinkConfig, PoolConfig, load_cluster
@@ -230,6 +230,26 @@ def test_ladder_chunk_and_policy() -> None:
     tight = make_policy("tbt-ladder:tbt_slo=0.001")
     tight.bind_cost_model(cm)
     assert tight.decide(view).prefill_budget == 128  # nothing fits: smallest (progress)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hw=st.sampled_from(["h100-sxm-80gb", "a100-sxm-80gb", "l40s", "h200"]),
+       model=st.sampled_from(["qwen3-8b", "qwen2.5-3b", "qwen2.5-0.5b"]),
+       slo=st.floats(0.002, 0.2), d=st.integers(1, 300), k=st.integers(0, 4000),
+       p=st.integers(0, 120000),
+       ladder=st.sampled_from(["2048/1024/512/256/128", "4096/1024/64", "512", "8192/16"]),
+       start=st.integers(0, 9))
+def test_a_guessed_ladder_search_is_the_scan_from_the_largest(
+        hw: str, model: str, slo: float, d: int, k: int, p: int, ladder: str,
+        start: int) -> None:
+    """``ladder_chunk`` from any guess (``tbt-ladder``'s last answer) gives the scan
+    from the largest chunk's answer (the roofline's step time is monotone in the chunk)."""
+    cm = RooflineCostModel(hw, model)
+    rungs = parse_ladder(ladder)
+    t = cm.chunk_time(p, d, d * k)
+    scan = next((c for c in rungs if t(c) <= slo), 0)
+    assert ladder_chunk(cm, slo, d, d * k, p, rungs, start % len(rungs)) == scan
+    assert ladder_chunk(cm, slo, d, d * k, p, rungs) == scan
 
 
 class _Node:

@@ -247,3 +247,62 @@ def test_a_finished_request_frees_room(metric: str, kv: int) -> None:
         view = SchedulerView(5.0, reqs, len(waiting), len(running), 8192, 64, (), log,
                              sum(r.prompt_tokens for r in waiting))
         assert p.decide(view) == q.decide(view)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(waiting=st.lists(st.tuples(st.integers(0, 4), st.integers(1, 3000), st.integers(1, 60)),
+                        min_size=1, max_size=50),
+       running=st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 60)),
+                        min_size=1, max_size=5),
+       moves=st.lists(st.tuples(st.sampled_from(["admit", "arrive", "finish", "decode", "gone"]),
+                                st.integers(0, 7), st.integers(1, 3000), st.integers(1, 60)),
+                      max_size=30),
+       kv=st.sampled_from([2000, 6000, 20000, 60000]), metric=st.sampled_from(["f", "none"]))
+def test_walks_carried_over_decide_as_the_whole_rule(
+        waiting: list[tuple[int, int, int]], running: list[tuple[int, int]],
+        moves: list[tuple[str, int, int, int]], kv: int, metric: str) -> None:
+    """``sorted-f`` carries its last walk over queue changes (``_carried``): step by
+    step, requests admitted from the front of its order (or not), arrivals anywhere in
+    the sorted order (equal keys too), running requests finishing or decoding, waiting
+    ones leaving; every step decides as the whole rule."""
+    spec = f"sorted-f:kv_tokens={kv},metric={metric}"
+    p, q = fresh(spec, False), fresh(spec, True)
+    log = WaitingLog()
+    run: list[RequestView] = [RequestSnapshot(f"r{i}", 0.0, a, a, 0, o, True)
+                              for i, (a, o) in enumerate(running)]
+    wait: list[RequestView] = []
+    n = 0
+
+    def arrive(at: float, prompt: int, out: int) -> None:
+        nonlocal n
+        r = RequestSnapshot(f"w{n}", at, prompt, 0, 0, out)
+        n += 1
+        wait.append(r)
+        log.events.append((True, r))
+
+    for at, a, o in waiting:
+        arrive(float(at), a, o)
+    for step, (move, k, a, o) in enumerate([*moves, ("decode", 0, 1, 1)]):
+        reqs = run + wait
+        view = SchedulerView(10.0 + step, reqs, len(wait), len(run), 8192, 64, (), log,
+                             sum(r.prompt_tokens for r in wait))
+        d = p.decide(view)
+        assert d == q.decide(view)
+        if move == "admit" and d.prefill_order:  # the first k + 1 of the order
+            ids = set(d.prefill_order[:k + 1])
+            for r in [r for r in wait if r.request_id in ids]:
+                wait.remove(r)
+                log.events.append((False, r))
+                run.append(RequestSnapshot(r.request_id, r.arrival_time, r.prompt_tokens,
+                                           0, 0, r.max_output_tokens, True))
+        elif move == "arrive":
+            arrive(float(k % 5), a, o)
+        elif move == "finish" and run:
+            run.pop(k % len(run))
+        elif move == "gone" and wait:
+            log.events.append((False, wait.pop(k % len(wait))))
+        elif move == "decode":
+            run = [RequestSnapshot(r.request_id, r.arrival_time, r.prompt_tokens,
+                                   r.prompt_tokens, min(r.num_output_tokens + 1,
+                                                        r.max_output_tokens - 1),
+                                   r.max_output_tokens, True) for r in run]

@@ -361,7 +361,7 @@ class RooflineCostModel(CostModel):
         once (``__init__`` calls this after setting them; nothing changes them after), so
         that a call binds only its own three arguments."""
         fixed0, eager, graph_max = self._fixed, self._eager, self._graph_max
-        gemm_memo = self._gemm_memo
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
         act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
             self._per_req
         rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
@@ -373,7 +373,9 @@ class RooflineCostModel(CostModel):
             d_kv = kv * decode_ctx_tokens
             # With a chunk the step has 1 + nd requests: its LM head and per-request costs
             # are the same for every c (step_time's lm and per_req * reqs, computed once).
-            lm1 = self.lm_head_time(1 + nd)
+            lm1 = lm_memo.get(1 + nd)
+            if lm1 is None:
+                lm1 = self.lm_head_time(1 + nd)
             per_req1 = per_req * (1 + nd)
 
             def t(c: int) -> float:

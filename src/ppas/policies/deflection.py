@@ -41,11 +41,22 @@ def parse_ladder(text: str) -> tuple[int, ...]:
 
 def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
                  decode_ctx_tokens: int, prefill_ctx: int = 0,
-                 ladder: tuple[int, ...] = LADDER) -> int:
+                 ladder: tuple[int, ...] = LADDER, start: int = 0) -> int:
     """Largest ``c`` in ``ladder`` (sorted, largest first) with
-    ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none."""
+    ``step_time(chunk c at context prefill_ctx + the decodes) <= tbt_slo``; 0 if none.
+
+    ``start``: the index of a guess (a caller's last answer). Step time is monotone in
+    the chunk (``largest_chunk_within``'s bisection assumes it too; pinned for the
+    roofline by ``tests/test_roofline.py``), so the chunks that fit are the ladder's tail:
+    from the guess, the search moves to larger chunks while they fit, or to smaller ones
+    until one fits, and ends where the scan from the largest would (with 0, it is that
+    scan)."""
     t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
-    for c in ladder:
+    if t(ladder[start]) <= tbt_slo:
+        while start and t(ladder[start - 1]) <= tbt_slo:
+            start -= 1
+        return ladder[start]
+    for c in ladder[start + 1:]:
         if t(c) <= tbt_slo:
             return c
     return 0
@@ -71,6 +82,8 @@ class TbtLadder(Policy):
     def __init__(self, config: TbtLadderConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
         self.ladder = parse_ladder(config.chunks)
+        self._rung = {c: i for i, c in enumerate(self.ladder)}
+        self._last = 0  # the index of the last step's ladder chunk (the next search's guess)
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -99,5 +112,8 @@ class TbtLadder(Policy):
             elif head_ctx < 0:
                 head_ctx = c
         c = ladder_chunk(cm, self.config.tbt_slo, view.num_running_decodes, dctx,
-                         max(0, head_ctx), self.ladder)
-        return budget_decision(c or self.ladder[-1])
+                         max(0, head_ctx), self.ladder, self._last)
+        if c:
+            self._last = self._rung[c]
+            return budget_decision(c)
+        return budget_decision(self.ladder[-1])

@@ -33,8 +33,12 @@ footprint fits the room left: the request the sorted walk would reach next, sinc
 it skips did not fit an earlier, larger room and the room only shrinks. The F test
 breaks the walk on that request exactly as on the walk's. A step that finds the index
 and the room of the last walk unchanged (no queue change, no running request gone)
-reuses the requests that walk reached and only tests F again. O(running + listed x log
-of the largest footprint) per step and O(log n) per queue change, whatever waits. The key
+reuses the requests that walk reached and only tests F again; so does a step whose
+queue changed only in ways that walk can be carried over (``_carried``: the first
+requests it took admitted, arrivals it would not reach, others gone). The running
+requests' footprints are summed again only when the running set changes (a request's
+prompt and output limit do not change). O(running + listed x log of the largest
+footprint) per step and O(log n) per queue change, whatever waits. The key
 and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
 too; the budget reads it for the listed requests only. Requests with equal
 ``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, attrgetter, floordiv, neg, sub
@@ -110,9 +115,12 @@ class SortedF(Policy):
         self.kv_tokens = config.kv_tokens
         self._index: _FootprintIndex | None = None  # the waiting queue (a cache, module doc)
         self._listed = 0  # requests the last step listed (which path costs less)
-        # The last walk: (index, its version, room, the requests reached, complete)
-        self._walk: tuple[_FootprintIndex, int, int, list[tuple[int, RequestView]],
-                          bool] | None = None
+        # The last step's running requests, the cap, their prompts, the room beside them
+        # and their summed max outputs (see decide)
+        self._running: tuple[Sequence[RequestView], int, list[int], int, int] | None = None
+        # The last walk: (index, its version, room, the requests reached, complete, their
+        # keys)
+        self._walk: _Walk | None = None
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         if self.config.kv_tokens is None and cost_model is not None:
@@ -143,16 +151,32 @@ class SortedF(Policy):
         cap = self.kv_tokens if self.kv_tokens is not None else 1 << 62
         # The running requests' sums, as decide_whole's loop adds them up (in C):
         # footprints (whole blocks of prompt + outputs), outputs left, prompt tokens left.
+        # The first two read only fields a request keeps while it runs (prompt, max
+        # outputs): kept while the same requests run.
         run = view.requests[:n_running]
-        prompts, outputs = list(map(_prompt_tokens, run)), list(map(_max_output_tokens, run))
-        room = cap + BLOCK_SIZE * sum(map(floordiv, map(neg, map(add, prompts, outputs)),
-                                          repeat(BLOCK_SIZE)))
+        kept = self._running
+        if kept is not None and kept[0] == run and kept[1] == cap:
+            prompts, room, outputs_sum = kept[2], kept[3], kept[4]
+        else:
+            prompts = list(map(_prompt_tokens, run))
+            outputs = list(map(_max_output_tokens, run))
+            room = cap + BLOCK_SIZE * sum(map(floordiv, map(neg, map(add, prompts, outputs)),
+                                              repeat(BLOCK_SIZE)))
+            outputs_sum = sum(outputs)
+            self._running = (list(run), cap, prompts, room, outputs_sum)
         size = n_running
-        total = sum(outputs) - sum(map(_num_output_tokens, run))
-        budget = sum(filter(_positive, map(sub, prompts, map(_num_computed_tokens, run))))
+        total = outputs_sum - sum(map(_num_output_tokens, run))
+        # The budget is min(cfg.budget, the running requests' prompt tokens left + the
+        # listed requests' uncached ones): ``need`` adds up the latter only until it
+        # reaches cfg.budget (past it the budget is cfg.budget), the former is summed only
+        # if it does not (``_budget``).
+        cap_budget = cfg.budget
+        need = 0
         order: list[str] = []
         f = cfg.metric == "f"
         walk = self._walk
+        if size and walk is not None and walk[0] is idx and walk[1] != idx.version:
+            walk = self._walk = _carried(walk, room)
         if size and walk is not None and walk[0] is idx and walk[1] == idx.version and (
                 walk[2] == room):
             # The index and the room of the last walk: the same requests fit, in the same
@@ -160,21 +184,23 @@ class SortedF(Policy):
             # test stopped it unless nothing else fitted, ``complete``); only the F test,
             # on this step's totals, tells where the walk stops.
             cached, complete = walk[3], walk[4]
-            total0, budget0 = total, budget
-            for o, r in cached:
-                if f and f_metric(total + o, size + 1) > f_metric(total, size):
+            total0 = total
+            for o, r in cached:  # (size >= 1: f_metric's quotients, inlined)
+                if f and (total + o) / ((size + 1) * (size + 1)) > total / (size * size):
                     break
                 order.append(r.request_id)
                 size += 1
                 total += o
-                budget += uncached_prompt_tokens(r)
+                if need < cap_budget:
+                    need += uncached_prompt_tokens(r)
             if len(order) < len(cached) or complete:
                 self._listed = len(order)
-                return Decision(min(cfg.budget, budget), tuple(order))
+                return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
             order.clear()  # past the last walk's end: walk again
-            size, total, budget = n_running, total0, budget0
+            size, total, need = n_running, total0, 0
         room0 = room
         seq: list[tuple[int, RequestView]] = []
+        keys: list[_Key] = []
         complete = False
         try:
             if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
@@ -184,13 +210,13 @@ class SortedF(Policy):
                     return self.decide_whole(view)
                 r = idx.live[key[2]][1]
                 if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
-                    return Decision(min(cfg.budget, budget + uncached_prompt_tokens(r)),
-                                    (r.request_id,))
+                    return Decision(_budget(cap_budget, uncached_prompt_tokens(r), prompts,
+                                            run), (r.request_id,))
                 idx.take(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
                 size, total = 1, key[0]
-                budget += uncached_prompt_tokens(r)
+                need = uncached_prompt_tokens(r)
             while True:
                 key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
                 if key is None:
@@ -201,19 +227,22 @@ class SortedF(Policy):
                 o = key[0]
                 r = idx.live[key[2]][1]
                 seq.append((o, r))
-                if f and f_metric(total + o, size + 1) > f_metric(total, size):
-                    break
+                keys.append(key)
+                if f and (total + o) / ((size + 1) * (size + 1)) > total / (size * size):
+                    break  # (size >= 1: f_metric's quotients, inlined)
                 idx.take(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
                 size += 1
                 total += o
-                budget += uncached_prompt_tokens(r)
+                if need < cap_budget:
+                    need += uncached_prompt_tokens(r)
         finally:
             idx.restore()
-        self._walk = (idx, idx.version, room0, seq, complete) if n_running else None
+        self._walk = (idx, idx.version, room0, seq, complete, keys) if n_running else None
+        idx.changes = []
         self._listed = len(order)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every waiting request read and sorted."""
@@ -257,10 +286,74 @@ class SortedF(Policy):
         return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
 
 
+def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView]) -> int:
+    """min(cap, need + the prompt tokens left of the running requests ``run``, whose
+    prompts are ``prompts``); those are summed only if ``need`` is under ``cap``."""
+    if need >= cap:
+        return cap
+    return min(cap, need + sum(filter(_positive, map(sub, prompts,
+                                                     map(_num_computed_tokens, run)))))
+
+
 #: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
 #: sorted order's key first (the id makes keys distinct).
 _Key = tuple[int, float, str, int]
 _NONE: tuple[float] = (math.inf,)  # above every key: an empty subtree
+#: A walk (``SortedF.decide``): its index and the index's version, the room it started
+#: from, the requests it reached in the sorted order (``o_i`` and the request), whether it
+#: ended because nothing else fitted, and the reached requests' keys.
+_Walk = tuple["_FootprintIndex", int, int, list[tuple[int, RequestView]], bool, list[_Key]]
+
+
+def _carried(walk: _Walk, room: int) -> _Walk | None:
+    """The walk that the index (changed since ``walk``) and ``room`` give, found from
+    ``walk`` without walking, or None. The sorted walk from room R over the index reaches
+    requests in the sorted order, each the first after the last that fits the room left.
+    Where the index's changes since ``walk`` (``changes``, each request once) are
+
+    * the first j requests the walk took, gone (admitted) and the room less exactly their
+      footprints: the walk from here is the old one after its j-th take (the same set,
+      the same room), i.e. its requests from the (j + 1)-th on;
+    * requests gone that the walk did not reach: no answer of ``first`` was one of them;
+    * requests added after the walk's last reached request when it stopped on the F test
+      (the walk never went past it), or larger than the room the walk had where their key
+      falls (the room only shrinks along a walk), none with another's ``(o_i,
+      arrival)``:
+
+    the same walk (``tests/test_policy_index.py`` checks the runs)."""
+    idx, _, room0, seq, complete, keys = walk
+    changes = idx.changes
+    if changes is None:
+        return None
+    ids = {key[2] for _, key in changes}
+    if len(ids) < len(changes):  # a request changed twice
+        return None
+    gone = [key for entered, key in changes if not entered]
+    j = 0
+    if gone:
+        reached = {key[2]: i for i, key in enumerate(keys)}
+        at = sorted(reached[key[2]] for key in gone if key[2] in reached)
+        j = len(at)
+        if at != list(range(j)) or j > (len(seq) if complete else len(seq) - 1):
+            return None
+    rooms = [room0]  # the room before reaching keys[i]
+    for key in keys:
+        rooms.append(rooms[-1] - key[3] * BLOCK_SIZE)
+    if rooms[j] != room:
+        return None
+    n = len(keys)
+    for entered, key in changes:
+        if not entered:
+            continue
+        if idx.tied(key):
+            return None
+        i = bisect_left(keys, key)
+        if i == n and not complete:  # past the request the F test stopped on
+            continue
+        if key[3] * BLOCK_SIZE <= rooms[max(i, j)]:  # the walk would reach it
+            return None
+    idx.changes = []
+    return (idx, idx.version, room, seq[j:], complete, keys[j:])
 
 
 class _FootprintIndex(WaitingIndex):
@@ -273,6 +366,8 @@ class _FootprintIndex(WaitingIndex):
     ``restore`` undoes the step's changes to the tree (``undo``). Memory: O(waiting
     requests + largest footprint)."""
 
+    max_changes: ClassVar[int] = 32  # changes kept for ``_carried`` (past it: a walk)
+
     def __init__(self) -> None:
         super().__init__()
         self.size = 1  # leaves (footprints 0 .. size - 1), a power of two
@@ -283,6 +378,9 @@ class _FootprintIndex(WaitingIndex):
         self.cut: dict[int, int] = {}  # footprint -> its requests taken this step
         self.undo: list[tuple[int, tuple[Any, ...]]] = []  # (node, its value before)
         self.version = 0  # counts the changes of the set of requests
+        # Since the last walk (``SortedF.decide`` empties it): (added?, key) for each
+        # change of the set, in order; None: not known (too many, or the index read again)
+        self.changes: list[tuple[bool, _Key]] | None = None
 
     def add(self, r: RequestView) -> None:
         o, arrival, rid = r.max_output_tokens, r.arrival_time, r.request_id
@@ -291,6 +389,12 @@ class _FootprintIndex(WaitingIndex):
         blocks = footprint(r) // BLOCK_SIZE
         key: _Key = (o, arrival, rid, blocks)
         self.version += 1
+        changes = self.changes
+        if changes is not None:
+            if len(changes) < self.max_changes:
+                changes.append((True, key))
+            else:
+                self.changes = None
         self.live[rid] = (key, r)
         t = (o, arrival)
         self.ties[t] = self.ties.get(t, 0) + 1
@@ -310,6 +414,12 @@ class _FootprintIndex(WaitingIndex):
             return
         self.version += 1
         key = e[0]
+        changes = self.changes
+        if changes is not None:
+            if len(changes) < self.max_changes:
+                changes.append((False, key))
+            else:
+                self.changes = None
         t = (key[0], key[1])
         n = self.ties[t] - 1
         if n:
@@ -325,6 +435,7 @@ class _FootprintIndex(WaitingIndex):
     def clear(self) -> None:
         super().clear()
         self.version += 1
+        self.changes = None
         self.ties.clear()
         self.lists.clear()
         self.tree = [_NONE] * (2 * self.size)
@@ -371,11 +482,7 @@ class _FootprintIndex(WaitingIndex):
         else:
             lo, hi = size, size + blocks + 1
             best = _NONE
-            while lo < hi:  # the minimum over leaves [0, blocks]
-                if lo & 1:
-                    if tree[lo] < best:
-                        best = tree[lo]
-                    lo += 1
+            while lo < hi:  # the minimum over leaves [0, blocks] (lo: a left edge, even)
                 if hi & 1:
                     hi -= 1
                     if tree[hi] < best:
@@ -397,16 +504,16 @@ class _FootprintIndex(WaitingIndex):
         tree, undo = self.tree, self.undo
         i = self.size + b
         undo.append((i, tree[i]))
-        tree[i] = lst[n] if n < len(lst) else _NONE
-        i >>= 1
-        while i:
-            a, c = tree[2 * i], tree[2 * i + 1]
-            v = a if a < c else c
+        v = tree[i] = lst[n] if n < len(lst) else _NONE
+        while i > 1:  # each parent: the lesser of v (the child that changed) and its sibling
+            s = tree[i ^ 1]
+            if s < v:
+                v = s
+            i >>= 1
             if tree[i] is v:
                 break
             undo.append((i, tree[i]))
             tree[i] = v
-            i >>= 1
 
     def restore(self) -> None:
         """Undo the step's ``take``s."""
