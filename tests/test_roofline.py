@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppas.core.errors import PpasError
-from ppas.cost.base import StepShape
+from ppas.cost.base import StepShape, largest_chunk_within
 from ppas.cost.catalog import ATTENTION_KERNELS, HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
 
@@ -90,6 +90,27 @@ def test_step_time_is_monotone_in_the_chunk(hw: str, model: str, c: int, p: int,
     a = cm.step_time(StepShape.of([(c, p)], [k] * d))
     b = cm.step_time(StepShape.of([(c + 1, p)], [k] * d))
     assert b >= a > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       target=st.floats(0.0, 0.5), d=st.integers(0, 64), k=st.integers(0, 30000),
+       p=st.integers(0, 30000), c_max=st.integers(1, 16384), guess=st.integers(-5, 20000))
+def test_largest_chunk_within_from_a_guess_is_the_bisection(
+        hw: str, model: str, target: float, d: int, k: int, p: int, c_max: int,
+        guess: int) -> None:
+    """The search from any guess (sloweave passes its last chunk) ends where the one from
+    [1, c_max] does, and that is the largest chunk that fits: the chunk that fits, the
+    next one (if any) that does not."""
+    try:
+        cm = RooflineCostModel(hw, model)
+    except PpasError:
+        return
+    plain = largest_chunk_within(cm, target, d, c_max, k, p)
+    assert largest_chunk_within(cm, target, d, c_max, k, p, guess) == plain
+    t = cm.chunk_time(p, d, k * d)
+    assert plain == 0 or t(plain) <= target
+    assert plain == c_max or t(plain + 1) > target
 
 
 @settings(max_examples=300, deadline=None)

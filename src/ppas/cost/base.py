@@ -134,16 +134,42 @@ def largest_chunk_within(
     c_max: int,
     decode_ctx: int = 0,
     prefill_ctx: int = 0,
+    guess: int = 0,
 ) -> int:
     """Largest prefill chunk c in [0, c_max] with step_time(decodes + chunk c) <= target,
-    by binary search (step time is monotone in c). Returns 0 when none fits."""
+    by binary search (step time is monotone in c; ``tests/test_roofline.py``). Returns 0
+    when none fits. ``guess`` (a caller's last answer, 0: none): the search brackets the
+    answer from it, doubling its step up while chunks fit or down until one fits, then
+    bisects the bracket. The chunks that fit are a prefix of [1, c_max] (monotone), so
+    every bracketing ends at the same c as the search from [1, c_max]: 2 prices when the
+    guess is the answer, O(log distance) otherwise."""
     t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx * num_decodes)
-    if t(1) > target_s:
-        return 0
-    lo, hi = 1, c_max
-    if t(hi) <= target_s:
-        return hi
-    while hi - lo > 1:
+    if 0 < guess <= c_max:
+        if t(guess) <= target_s:  # the answer is at or above the guess
+            lo, step = guess, 1
+            while True:
+                hi = min(c_max, lo + step)
+                if hi == lo:
+                    return lo  # c_max fits
+                if t(hi) > target_s:
+                    break
+                lo, step = hi, step * 2
+        else:  # below it
+            hi, step = guess, 1
+            while True:
+                lo = max(1, hi - step)
+                if t(lo) <= target_s:
+                    break
+                if lo == 1:
+                    return 0
+                hi, step = lo, step * 2
+    else:
+        if t(1) > target_s:
+            return 0
+        lo, hi = 1, c_max
+        if t(hi) <= target_s:
+            return hi
+    while hi - lo > 1:  # t(lo) fits, t(hi) does not
         mid = (lo + hi) // 2
         if t(mid) <= target_s:
             lo = mid

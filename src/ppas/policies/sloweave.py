@@ -53,6 +53,9 @@ class SloWeaveConfig:
 class SloWeave(Policy):
     Config = SloWeaveConfig
     history_window = 16
+    #: The last step's chunk, the next search's guess (any value gives the same chunk:
+    #: ``largest_chunk_within``); set per instance once it decides.
+    _last = 0
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -91,7 +94,8 @@ class SloWeave(Policy):
         cm = self.cost_model
         if cm is not None:
             c = largest_chunk_within(cm, budget, n_dec, limit, dctx // max(1, n_dec),
-                                     max(0, head_ctx))
+                                     max(0, head_ctx), self._last)
+            self._last = c  # (the next search's guess: the same answer, fewer prices)
             return budget_decision(c)
         per_token = last_prefill_token_time(view.recent_steps)
         if per_token is not None:
