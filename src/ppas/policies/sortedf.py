@@ -388,13 +388,7 @@ class _FootprintIndex(WaitingIndex):
             self.discard(r)
         blocks = footprint(r) // BLOCK_SIZE
         key: _Key = (o, arrival, rid, blocks)
-        self.version += 1
-        changes = self.changes
-        if changes is not None:
-            if len(changes) < self.max_changes:
-                changes.append((True, key))
-            else:
-                self.changes = None
+        self._note(True, key)
         self.live[rid] = (key, r)
         t = (o, arrival)
         self.ties[t] = self.ties.get(t, 0) + 1
@@ -408,18 +402,23 @@ class _FootprintIndex(WaitingIndex):
         if i == 0:
             self._set(blocks, key)
 
+    def _note(self, entered: bool, key: _Key) -> None:
+        """A change of the set of requests: a new version, and the change kept for
+        ``_carried`` (up to ``max_changes``; past it, not known)."""
+        self.version += 1
+        changes = self.changes
+        if changes is not None:
+            if len(changes) < self.max_changes:
+                changes.append((entered, key))
+            else:
+                self.changes = None
+
     def discard(self, r: RequestView) -> None:
         e = self.live.pop(r.request_id, None)
         if e is None:
             return
-        self.version += 1
         key = e[0]
-        changes = self.changes
-        if changes is not None:
-            if len(changes) < self.max_changes:
-                changes.append((False, key))
-            else:
-                self.changes = None
+        self._note(False, key)
         t = (key[0], key[1])
         n = self.ties[t] - 1
         if n:
