@@ -13,6 +13,7 @@ from ppas.calibrate.profile import ProbeDesign, probes
 from ppas.cli import main
 from ppas.core.errors import PpasError
 from ppas.cost.fitted import FittedCostModel
+from ppas.cost.base import StepShape
 
 SMALL = ProbeDesign(chunk_sizes=(64, 512), contexts=(0, 512), decode_batches=(1, 6),
                     decode_contexts=(256,), decode_tokens=8)
@@ -112,4 +113,9 @@ def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert any(s.num_prefill_reqs and s.prefill_kv_tokens > s.num_prefill_tokens + 400
                for s, _ in steps)
     assert max(s.num_decodes for s, _ in steps) == 6
-    assert m.per_prefill_token_s > 0 and m.stats.r2 > 0.5
+    # Prefill costs show: a 512-token chunk on 512 cached tokens is priced above a 64-token
+    # chunk from scratch. (How the fit splits it between the per-token and the
+    # attention-pair terms is the log's noise on 26 steps of a tiny model sharing the cores
+    # with the other test worker: either may take it.)
+    big = m.step_time(StepShape.of([(512, 512)], []))
+    assert big > m.step_time(StepShape.of([(64, 0)], [])) and m.stats.r2 > 0.5
