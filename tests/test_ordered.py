@@ -21,6 +21,7 @@ from ppas.core.view import (
     view_counts,
 )
 from ppas.cost.roofline import RooflineCostModel
+from ppas.cost.steps import StepCosts
 from ppas.engine.result import SimResult
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import solo_latency
@@ -116,7 +117,7 @@ def test_without_cost_model_ppas_budget_and_measured_aging() -> None:
 
 # -- invariants on random views ----------------------------------------------------------------
 @st.composite
-def views(draw: st.DrawFn) -> SchedulerView:
+def views(draw: st.DrawFn, max_waiting: int = 12) -> SchedulerView:
     now = 100.0
     reqs: list[RequestSnapshot] = []
     for i in range(draw(st.integers(0, 6))):  # running decodes
@@ -130,7 +131,7 @@ def views(draw: st.DrawFn) -> SchedulerView:
     waits = [RequestSnapshot(f"w{i}", draw(st.floats(0, now)), (n := draw(st.integers(1, 30000))),
                              max_output_tokens=draw(st.integers(1, 500)),
                              num_cached_tokens=draw(st.integers(0, n)))
-             for i in range(draw(st.integers(0, 12)))]
+             for i in range(draw(st.integers(0, max_waiting)))]
     reqs += sorted(waits, key=lambda r: r.arrival_time)
     return view(reqs, now=now, mbt=8192)
 
@@ -609,6 +610,65 @@ def test_idle_limit_only_without_a_backlog_on_random_views(v: SchedulerView, lim
         base.prefill_budget, base.prefill_order, base.decodes_first)
     assert base.chunk_limit == 0
     assert limited.chunk_limit == (lim if n_wait <= 1 and v.num_pending_prefills else 0)
+
+
+@settings(deadline=None)
+@given(views(max_waiting=2), st.sampled_from([256, 512]), st.sampled_from([0.001, 0.05, 1.0]),
+       st.sampled_from([1.0, 60.0]))
+def test_idle_limit_load_gate_on_random_views(v: SchedulerView, lim: int, util: float,
+                                              window: float) -> None:
+    """The load gate (module doc, 2) on a fresh policy: the window holds the view's pending
+    requests that arrived in the last ``window`` seconds; the limit is set exactly when
+    at most one request waits and their prefill work in ``lim``-token chunks is below
+    ``util`` of the window. The rest of the decision is the ungated one's."""
+    spec = f"ordered:idle_limit={lim}"
+    base = ordered(spec).decide(v)
+    gated = ordered(f"{spec},idle_util={util},idle_window={window}").decide(v)
+    assert (gated.prefill_budget, gated.prefill_order, gated.decodes_first) == (
+        base.prefill_budget, base.prefill_order, base.decodes_first)
+    costs = StepCosts(CM, [lim])
+    work = sum(costs.prefill_time(lim, 0, r.prompt_tokens) for r in v.requests
+               if is_pending_prefill(r) and r.arrival_time >= v.now - window)
+    if abs(work / window - util) > 1e-9:  # (not on the boundary, where rounding decides)
+        assert gated.chunk_limit == (lim if base.chunk_limit and work / window < util else 0)
+
+
+class PendingRecorder(Recorder):
+    """A ``Recorder`` that also keeps whether a prompt was pending at each step."""
+
+    def __init__(self, inner: Ordered) -> None:
+        super().__init__(inner)
+        self.pending: list[int] = []
+
+    def decide(self, view: SchedulerView) -> Decision:
+        self.pending.append(view.num_pending_prefills)
+        return super().decide(view)
+
+
+@settings(max_examples=25, deadline=None)
+@given(specs, st.sampled_from([256, 1000]), st.sampled_from([0.05, 0.5, 1.0]),
+       st.sampled_from([0.05, 0.3]))
+def test_idle_limit_load_gate_in_the_simulator(trace: Sequence[tuple[float, int, int]],
+                                               lim: int, util: float, window: float) -> None:
+    """In a run, every request is noted as it arrives (its first step is decided with it
+    pending), so a step decided at ``now`` with at most one request waiting and a prompt
+    pending has the limit exactly when the trace's arrivals in ``[now - window, now]``
+    need less than ``util * window`` seconds to prefill alone in ``lim``-token chunks;
+    a step with a backlog never has it; every request finishes."""
+    reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
+    rec = PendingRecorder(ordered(
+        f"ordered:idle_limit={lim},idle_util={util},idle_window={window}"))
+    res = simulate(reqs, rec, CM, EngineConfig(), record_steps=True)
+    assert all(r.finish_time is not None for r in res.requests)
+    costs = StepCosts(CM, [lim])
+    for (now, waiting, d), pending in zip(rec.log, rec.pending, strict=True):
+        if len(waiting) > 1 or not pending:
+            assert d.chunk_limit == 0
+            continue
+        rho = sum(costs.prefill_time(lim, 0, r.prompt_tokens) for r in reqs
+                  if now - window <= r.arrival_s <= now) / window
+        if abs(rho - util) > 1e-9:
+            assert d.chunk_limit == (lim if rho < util else 0), (now, rho)
 
 
 @settings(max_examples=30, deadline=None)

@@ -122,6 +122,21 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    otherwise the one with ``L = 0`` (``tests/test_ordered.py``). Off by default: measured
    in ``docs/results/real-traffic.md`` ("Why capacity misses on the Mooncake slice"), it
    reaches the capacity bar on the Mooncake slice but costs mean E2E at 1x on the H100.
+   **The load gate** (``idle_util=U``, with ``idle_limit``; 0, off, by default). A short
+   queue is seen at low and at high load alike; what tells them apart is the arrival rate
+   against what the limited engine can serve. The policy notes every request once, when
+   it first sees it pending, with the time its prompt takes to prefill alone in chunks of
+   ``L`` (``StepCosts.prefill_time``: the limited engine's work for it, attention over
+   the prompt's own context included), and keeps the sum over the arrivals of the last
+   ``idle_window`` seconds (``_ArrivalWork``). Their share of that window,
+   ``rho_L = work / window``, is the utilisation an engine prefilling every prompt in
+   ``L``-token chunks would have; the limit applies only while ``rho_L < U`` (and at most
+   one request waits). ``U = 0.5`` is the natural bound, not a fitted value: an engine
+   busy half the time makes a newcomer wait, on average, no longer than its own service
+   (an M/M/1 queue's wait over service is ``rho / (1 - rho)``), so the slower chunks
+   cannot build a queue that outweighs the short first steps they buy. Invariant: a step
+   has ``chunk_limit = L`` exactly when at most one request waits and ``rho_L < U``;
+   otherwise the decision is the one with ``L = 0`` (``tests/test_ordered.py``).
 3. **Admission limit**, applied through the budget (as ``predictive.limit_budget``):
    with ``kv_ratio > 0`` (default 0: off), at most ``limit`` requests run at once, the
    decode batch whose KV reads per step reach ``kv_ratio`` times the weight reads
@@ -204,6 +219,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -264,6 +280,10 @@ class OrderedConfig:
     * ``idle_limit``: while at most one request waits, every prefill chunk is at most this
       many tokens (``Decision.chunk_limit``; module doc, 2, "The idle limit"; 0: off, the
       default).
+    * ``idle_util``: the idle limit applies only while the prefill work of the last
+      ``idle_window`` seconds' arrivals, in ``idle_limit``-token chunks, is below this
+      share of the window (module doc, 2, "The load gate"; 0: no gate).
+    * ``idle_window``: the window of arrivals the load gate reads, in seconds.
     """
 
     aging: float = 25.0
@@ -278,9 +298,16 @@ class OrderedConfig:
     overdue_prefix: bool = False
     drain: float = 1.0
     idle_limit: int = 0
+    idle_util: float = 0.0
+    idle_window: float = 60.0
 
     def __post_init__(self) -> None:
         require(self.idle_limit >= 0, f"idle_limit must be >= 0, got {self.idle_limit}")
+        require(0 <= self.idle_util <= 1, f"idle_util must be in [0, 1], got {self.idle_util}")
+        require(0 < self.idle_window <= 86400,
+                f"idle_window must be in (0, 86400] seconds, got {self.idle_window}")
+        require(self.idle_util == 0 or self.idle_limit > 0,
+                f"idle_util needs idle_limit > 0, got idle_limit={self.idle_limit}")
         require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
@@ -317,6 +344,7 @@ class Ordered(Policy):
         self._knee: int | None = None  # the budget at every step, where it is fixed
         self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
         self._just: dict[int, Decision] = {}  # Decision(budget), no order, by budget
+        self._arrivals: _ArrivalWork | None = None  # the load gate's window (module doc, 2)
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -334,6 +362,9 @@ class Ordered(Policy):
                           StepCosts(cost_model, self.sat_chunks))
         self._solo, self._idle = {}, {}
         self._index = None
+        lim, util = self.config.idle_limit, self.config.idle_util
+        self._arrivals = (None if cost_model is None or not util else
+                          _ArrivalWork(StepCosts(cost_model, [lim]), lim, self.config.idle_window))
         cache, est = self._solo, self.solo_estimate
 
         def cached(prompt: int, outputs: int) -> float:
@@ -409,9 +440,13 @@ class Ordered(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
+        arrivals = self._arrivals
+        if arrivals is not None:
+            arrivals.note(view)
         d = self._decide(view)
         lim = self.config.idle_limit
-        if lim and _num_waiting(view) <= 1:  # no backlog: short chunks (module doc, 2)
+        if lim and _num_waiting(view) <= 1 and (  # no backlog: short chunks (module doc, 2)
+                arrivals is None or arrivals.utilisation(view.now) < self.config.idle_util):
             return Decision(d.prefill_budget, d.prefill_order, d.decodes_first, lim)
         return d
 
@@ -878,6 +913,63 @@ class _Entry:
         self.gen, self.arrival, self.threshold = gen, arrival, threshold
         self.fresh, self.late, self.overdue = fresh, late, overdue
         self.ns = ns  # its term of the drain floor's sum (``drain``), nanoseconds
+
+
+class _ArrivalWork:
+    """The load gate's window (module doc, 2): the arrivals of the last ``window``
+    seconds, each with its prompt's prefill time alone in ``limit``-token chunks.
+
+    Every request is counted once, when ``note`` first sees it pending: from the waiting
+    log's arrival events where the view has one it can follow (O(events) a step), else
+    from a pass over the view's requests (O(n)). A request returning to the queue
+    (preemption) is not counted again while its arrival is in the window (``seen``), and
+    one whose arrival is older than the window cannot count. Invariant: ``total`` is the
+    sum of ``work`` over ``queue`` and ``seen`` its ids; ``queue`` is in the order noted,
+    which is arrival order where requests are seen as they arrive (the simulator; an
+    entry noted out of order leaves with the first later arrival behind it), and after
+    ``utilisation(now)`` its first entry arrived at or after ``now - window``."""
+
+    __slots__ = ("costs", "limit", "window", "queue", "seen", "total", "pos")
+
+    def __init__(self, costs: StepCosts, limit: int, window: float) -> None:
+        self.costs, self.limit, self.window = costs, limit, window
+        self.queue: deque[tuple[float, str, float]] = deque()  # (arrival, id, work)
+        self.seen: set[str] = set()  # the ids in ``queue``
+        self.total = 0.0
+        self.pos: int | None = None  # the next waiting-log event to read
+
+    def _add(self, r: RequestView, start: float) -> None:
+        rid, arrival = r.request_id, r.arrival_time
+        if arrival < start or rid in self.seen:
+            return
+        w = self.costs.prefill_time(self.limit, 0, r.prompt_tokens)
+        self.seen.add(rid)
+        self.queue.append((arrival, rid, w))
+        self.total += w
+
+    def note(self, view: SchedulerView) -> None:
+        """Count the requests ``view`` shows for the first time."""
+        start, log, pos = view.now - self.window, view.waiting_log, self.pos
+        if log is not None and pos is not None and log.base <= pos <= log.end:
+            for entered, r in islice(log.events, pos - log.base, None):
+                if entered:
+                    self._add(r, start)
+        else:  # no log, or one this window cannot follow: every request in the view
+            for r in view.requests:
+                if is_pending_prefill(r):
+                    self._add(r, start)
+        self.pos = None if log is None else log.end
+
+    def utilisation(self, now: float) -> float:
+        """``rho_L``: the window's prefill work in ``limit``-token chunks over the window."""
+        q, start = self.queue, now - self.window
+        while q and q[0][0] < start:
+            _, rid, w = q.popleft()
+            self.seen.discard(rid)
+            self.total -= w
+        if not q:
+            self.total = 0.0  # no rounding carried past an empty window
+        return self.total / self.window
 
 
 class _WaitingIndex:
