@@ -6,6 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No property test here is about speed: under ``make test`` (2 cores, a ``vllm serve`` beside
+# this worker) hypothesis's default 200 ms per-example deadline and its too-slow health check
+# fail at random, as Flaky/DeadlineExceeded. Tests that set either keep their own value.
+settings.register_profile("ppas", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ppas")
 
 
 @pytest.fixture()

