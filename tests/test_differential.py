@@ -123,6 +123,11 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     "reverse-decodes-first": lambda: ReversePrefills(decodes_first=True),
     # ordered's idle limit (Decision.chunk_limit while at most one request waits)
     "ordered-idle-limit": "ordered:c_min=128,c_max=1024,idle_limit=200",
+    # ... behind its load gate: the window's arrivals from the waiting log (simulator) and
+    # from the view's requests (plugin) must agree (COST prefills 1k tokens in ~6 ms: in a
+    # 50 ms window the gate binds either way on these workloads)
+    "ordered-idle-gate": ("ordered:c_min=128,c_max=1024,idle_limit=200,idle_util=0.5,"
+                          "idle_window=0.05"),
 }
 
 
