@@ -313,7 +313,7 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     fill_end = -1  # the step up to which the tail's prefill keeps the budget busy
     if head >= nq and t_pf < 0.0:
         t_pf, fill_end = t, step + fill_n
-    rest, last = (floor.rest, floor.last) if floor is not None else (None, None)
+    rest, last = (floor.rest, floor.last) if floor is not None else ([], [])
     while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
         if n_dec:
@@ -393,7 +393,8 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
             if head >= nq:
                 if t_pf < 0.0:  # the last prompt completed in this iteration's last step:
                     t_pf, fill_end = t, step + fill_n  # the tail's prefill goes on
-            elif rest is not None:  # the prefill bound (docstring), from prompt head + 1
+            elif rest:  # the prefill bound (docstring), from prompt head + 1 (a floor's
+                # lists are never empty)
                 t_end = t + last[head + 1]  # <= t_pf
                 low = ((total + (n_dec + nq - head) * t + rest[head + 1]) * scale
                        + coef * t_end)
