@@ -27,6 +27,8 @@ from ppas.policies.predictive import (
 )
 from ppas.policies.projection import (
     NO_TAIL,
+    STREAM_MIN_PROMPTS,
+    Floor,
     Stream,
     Tail,
     arrival_rate,
@@ -676,6 +678,99 @@ def test_the_wait_bound_makes_the_same_decision_at_every_step(
     both = Both(fast.config)
     run_to_the_end(specs, both)
     assert cut[1] > cut[0]  # the wait bound cut more walks than the plain bound
+
+
+@settings(max_examples=300, deadline=None)
+@given(cap=st.sampled_from((512, 4096, 32768)), data=st.data())
+def test_the_prefill_floor_prices_every_step_at_least(cap, data) -> None:
+    # Every prefill step of n <= cap tokens, pieces of prompts at any positions (the loop's
+    # price of a step: A(n) + beta(n) (W - n (n + 1) / 2)), costs at least n per_token +
+    # W per_pair (relative rounding aside); both rates >= 0.
+    per_token, per_pair = PROJ_COSTS.prefill_floor(cap)
+    assert per_token >= 0.0 and per_pair >= 0.0 and per_token + per_pair > 0.0
+    pieces = data.draw(st.lists(st.tuples(st.integers(1, cap), st.integers(0, 40000)),
+                                min_size=1, max_size=4))
+    n, pairs = 0, 0.0
+    for take, pos in pieces:
+        take = min(take, cap - n)
+        if take <= 0:
+            break
+        n += take
+        pairs += take * (pos + (take + 1) / 2)
+    price = PROJ_COSTS.step_time(n, pairs)
+    assert price >= (n * per_token + pairs * per_pair) * (1 - 1e-12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(queue=st.lists(prompt_st, max_size=30),
+       decs=decs_st, a=budget_st, b=b_st, limit=st.integers(1, 1 << 30),
+       cut=st.floats(0.5, 1.5), rate=st.floats(0.0, 50.0), n_tail=st.integers(0, 5000),
+       wait_bound=st.booleans(), cap=st.sampled_from((0, 32768)))
+def test_the_prefill_bound_cuts_only_candidates_above_the_bound(
+        queue, decs, a, b, limit, cut, rate, n_tail, wait_bound, cap) -> None:
+    # ``floor`` (the queue's prefill still to come in the loop's bound, at a cap >= both
+    # budgets): a candidate is cut (inf) only where its whole sum exceeds the bound,
+    # otherwise the same float. The loop, the arrays' walks after the decodes run out,
+    # with and without a tail and the wait bound.
+    decs = sorted(decs)
+    tail = _tail(n_tail, queue, decs)
+    floor = Floor(PROJ_COSTS, queue, max(a, b, cap))
+    full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, limit=limit, tail=tail)
+    bound = full * cut
+    got = project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit, tail=tail,
+                  wait_bound=wait_bound, floor=floor)
+    assert got == full or (got == float("inf") and full > bound)
+    if a > 0 and decs and queue:
+        ctx = sum(c for _, c in decs)
+        runs = stream_runs(PROJ_COSTS, (a,), b, queue, decs, rate, ctx, Stream(queue, decs),
+                           tail, wait_bound, floor)
+        full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
+        bound = full * cut
+        got = runs[a].finish(bound)
+        assert got == full or (got == float("inf") and full > bound)
+
+
+@pytest.mark.parametrize("spec", ["predictive", "predictive:horizon=6",
+                                  "predictive:horizon=0,prune_limits=false"])
+def test_the_prefill_bound_and_the_pick_order_make_the_same_decision_at_every_step(
+        spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random bursty runs, long queues: every decision with the prefill bound, its
+    # candidates projected from the last pick on (or from a random one), is the one
+    # without the bound in the candidates' own order, and the bound does cut projections.
+    import ppas.policies.predictive as predictive_mod
+    import ppas.policies.projection as projection_mod
+    specs = bursty_specs(spec)
+    fast, scrambled, slow = make_policy(spec), make_policy(spec), make_policy(spec)
+    for q in (fast, scrambled, slow):
+        q.bind_cost_model(CM)
+    walk = projection_mod._walk
+    cut = [0, 0]  # walks cut (inf) without / with the prefill bound
+    rng = random.Random(spec)
+
+    def counted(*args, **kw):  # type: ignore[no-untyped-def]
+        j = walk(*args, **kw)
+        cut[kw.get("floor") is not None] += j == float("inf")
+        return j
+
+    monkeypatch.setattr(projection_mod, "_walk", counted)
+
+    class Both(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            monkeypatch.setattr(predictive_mod, "PREFILL_BOUND", False)
+            slow._last_pick = None  # the candidates' own order
+            want = slow.decide(v)
+            monkeypatch.setattr(predictive_mod, "PREFILL_BOUND", True)
+            assert fast.decide(v) == want
+            scrambled._last_pick = (rng.choice(scrambled.candidates),
+                                    rng.choice((0, *scrambled.limits)))
+            assert scrambled.decide(v) == want
+            return want
+
+    both = Both(fast.config)
+    run_to_the_end(specs, both)
+    horizon = fast.config.horizon
+    if horizon == 0 or horizon >= STREAM_MIN_PROMPTS:  # (a shorter queue gets no floor)
+        assert cut[1] > 0  # the prefill bound cut walks
 
 
 @pytest.mark.parametrize("replan", [2, 5])

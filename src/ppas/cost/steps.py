@@ -89,6 +89,7 @@ class StepCosts:
         self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
         self.points: dict[int, tuple[float, float]] = {}  # point(n), memoised (read-only outside)
+        self._floors: dict[int, tuple[float, float]] = {}  # prefill_floor(cap), memoised
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -121,6 +122,23 @@ class StepCosts:
         if p is None:
             p = self.points[n] = self._point(n)
         return p
+
+    def prefill_floor(self, cap: int) -> tuple[float, float]:
+        """(per token, per causal pair), both >= 0, such that every prefill step of
+        ``n`` in 1..``cap`` tokens and ``W`` causal pairs is priced at least ``n * per
+        token + W * per pair``: ``step_time``'s ``A(n) + beta(n) (W - n (n + 1) / 2)``
+        is ``[A(n) - beta(n) n (n + 1) / 2] + beta(n) W``, so per token is the least
+        bracket per token (0 if one is negative) and per pair the least ``beta``. O(cap)
+        once per ``cap`` (memoised)."""
+        got = self._floors.get(cap)
+        if got is None:
+            per_token, per_pair = float("inf"), float("inf")
+            for n in range(1, cap + 1):
+                a, beta = self._point(n)  # point(n), not memoised here
+                per_token = min(per_token, (a - beta * (n * (n + 1) / 2)) / n)
+                per_pair = min(per_pair, beta)
+            got = self._floors[cap] = (max(0.0, per_token), max(0.0, per_pair))
+        return got
 
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``

@@ -81,6 +81,7 @@ from ppas.policies.candidates import candidate_chunks
 from ppas.policies.projection import (
     NO_TAIL,
     STREAM_MIN_PROMPTS,
+    Floor,
     Prompt,
     Stream,
     StreamRun,
@@ -97,6 +98,8 @@ from ppas.policies.registry import register
 #: ``wait_bound``): it cuts only candidates whose sum exceeds the best so far, so the
 #: decisions are the same either way (tests compare both); it saves projected events.
 WAIT_BOUND = True
+#: ... and so does the queue's prefill still to come (``project``'s ``floor``).
+PREFILL_BOUND = True
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class Predictive(Policy):
         # decisions that may still follow it before the next projection.
         self._plan_budget, self._plan_limit, self._plan_left = 0, 0, 0
         self._plan_head: str | None = None  # the first pending prompt it was made for
+        # The last projection's pick, (budget, limit), projected first the next time: it
+        # is the likeliest to win again, and the best sum so far cuts the others early.
+        self._last_pick: tuple[int, int] | None = None
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -166,6 +172,7 @@ class Predictive(Policy):
         self.costs = None if cost_model is None else StepCosts(cost_model, self.chunks)
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
         self._plan_left = 0  # a new engine: the first decision projects
+        self._last_pick = None
 
     def decide(self, view: SchedulerView) -> Decision:
         capacity = self.kv_capacity
@@ -233,35 +240,48 @@ class Predictive(Policy):
             cands = (last, *(a for a in cands if a != last))
         decs.sort()  # once for every candidate (project walks them in end order)
         ctx = sum([c for _, c in decs])
+        # Every candidate's budgets are <= c_max: one floor for all of them (on a short
+        # queue the walks are short, and the floor's arrays would cost more than they cut).
+        floor = (Floor(costs, queue, c_max)
+                 if PREFILL_BOUND and len(queue) >= STREAM_MIN_PROMPTS else None)
         # Under a long queue the constant budgets are projected together as arrays
         # (``stream_runs``: the loop's floats), then finished in order against the bound.
         runs: dict[int, StreamRun] = {}
         if decs and len(queue) >= STREAM_MIN_PROMPTS:
             runs = stream_runs(costs, tuple(a for a in cands if a > 0), c_max, queue, decs,
-                               rate, ctx, Stream(queue, decs), tail, WAIT_BOUND)
-        best_a, best_j, best_m = c_max, float("inf"), 0
-        for a in cands:
-            run = runs.get(a)
-            j = (run.finish(best_j) if run is not None else
-                 project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx,
-                         tail=tail, wait_bound=WAIT_BOUND))
-            if j < best_j:
-                best_a, best_j = a, j
+                               rate, ctx, Stream(queue, decs), tail, WAIT_BOUND, floor)
         # Of the limits the running decodes fill (each admits nothing now: limit_budget
         # 0), only the largest, ``full``: it waits for the fewest decodes to end before
         # it admits a prompt. Once decodes end the engine asks again, and the limits
-        # above them are projected then (``PredictiveConfig.prune_limits``).
+        # above them are projected then (``PredictiveConfig.prune_limits``). A limit of
+        # every request never binds: the same projection as the constant budget c_max.
         full = min(len(decs), limits[-1]) if limits and self.config.prune_limits else 0
-        for m in limits:
-            if m < full:
-                continue
-            if m >= len(decs) + len(queue):
-                break  # never binds: the same projection as the constant budget c_max
-            j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx, tail,
-                        WAIT_BOUND)
-            if j < best_j:
-                best_a, best_j, best_m = limit_budget(m, c_max, queue, len(decs)), j, m
-        return best_a, best_m
+        n_req = len(decs) + len(queue)
+        # The candidates (budget, limit), in the order that breaks ties: the first of
+        # equal sums wins. They are projected from the last pick on, then the others in
+        # that order: a candidate is cut (inf) only when its sum exceeds the best so far
+        # (``project``'s bounds), so it is not the smallest, and one whose sum equals the
+        # best so far is not cut; the smallest sum's first candidate wins whatever the
+        # order, so the choice is the in-order loop's.
+        picks = [*((a, 0) for a in cands), *((c_max, m) for m in limits if full <= m < n_req)]
+        first = picks.index(self._last_pick) if self._last_pick in picks else 0
+        best_i, best_j = -1, float("inf")
+        for i in (first, *range(first), *range(first + 1, len(picks))):
+            a, m = picks[i]
+            if m:
+                j = project(costs, c_max, c_max, queue, decs, best_j, rate, m, ctx, tail,
+                            WAIT_BOUND, floor)
+            else:
+                run = runs.get(a)
+                j = (run.finish(best_j) if run is not None else
+                     project(costs, a, c_max, queue, decs, best_j, rate, ctx_total=ctx,
+                             tail=tail, wait_bound=WAIT_BOUND, floor=floor))
+            if j < best_j or (j == best_j and i < best_i):
+                best_i, best_j = i, j
+        if best_i < 0:
+            return c_max, 0
+        self._last_pick = a, m = picks[best_i]
+        return (limit_budget(m, c_max, queue, len(decs)), m) if m else (a, 0)
 
 
 def head_prompt(view: SchedulerView) -> str | None:

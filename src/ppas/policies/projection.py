@@ -165,6 +165,31 @@ class Tail:
 NO_TAIL = Tail()
 
 
+class Floor:
+    """What the queue's prompts still need at the least, for ``_walk``'s prefill bound:
+    a prompt completes only once the stream (the queue's remaining prompt tokens in
+    engine order) has been prefilled up to its end, and every prefill step of at most
+    ``cap`` tokens is priced at least ``per_token`` a token plus ``per_pair`` a causal
+    pair (``StepCosts.prefill_floor``), whatever the chunking. From the start of prompt
+    ``h`` (its computed tokens), ``last[h]`` is that floor up to the queue's end and
+    ``rest[h]`` its sum over the prompts ``h..`` up to each one's end; both 0.0 at ``h =
+    len(queue)``. Built once per decision (every candidate's budgets are <= ``cap``)."""
+
+    __slots__ = ("rest", "last")
+
+    def __init__(self, costs: StepCosts, queue: list[Prompt], cap: int) -> None:
+        per_token, per_pair = costs.prefill_floor(cap)
+        q = np.array(queue, dtype=np.float64).reshape(len(queue), 3)
+        start, rem = q[:, 0], q[:, 1] - q[:, 0]
+        own = per_token * rem + per_pair * (rem * start + rem * (rem + 1) / 2)
+        cum = np.cumsum(own)  # from the queue's start up to each prompt's end
+        before = cum - own
+        suffix = np.cumsum(cum[::-1])[::-1]
+        rest = suffix - np.arange(len(queue), 0, -1) * before
+        self.rest = [*rest.tolist(), 0.0]
+        self.last = [*((cum[-1] - before).tolist() if len(queue) else ()), 0.0]
+
+
 def horizon_work(view: SchedulerView, horizon: int
                  ) -> tuple[list[Prompt], list[Decode], int, float]:
     """``pending_work`` and ``arrival_rate`` on the head of the view: every running
@@ -204,7 +229,8 @@ def horizon_work(view: SchedulerView, horizon: int
 def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[Decode],
             stop_above: float = float("inf"), arrival_rate: float = 0.0,
             limit: int = NO_LIMIT, ctx_total: int | None = None,
-            tail: Tail = NO_TAIL, wait_bound: bool = False) -> float:
+            tail: Tail = NO_TAIL, wait_bound: bool = False, floor: Floor | None = None
+            ) -> float:
     """Sum of predicted completion times (seconds from now) of every request when the
     prefill budget is ``a`` while any decode runs and ``b`` otherwise, and at most
     ``limit`` requests run at once. Returns ``inf`` as soon as a lower bound of the sum
@@ -228,21 +254,23 @@ def project(costs: StepCosts, a: int, b: int, queue: list[Prompt], decs: list[De
     everything else through the loop below. ``tail``: the pending prompts past ``queue``
     (``Tail``), added in closed form. ``wait_bound``: the loop's bound also counts the
     next arrivals' wait (``_walk``), so more candidates that cannot win stop early (the
-    same sum when none is pruned; the array path ignores it)."""
+    same sum when none is pruned; the array path ignores it). ``floor``: the loop's bound
+    also counts the queue's prefill still to come (``Floor`` of ``queue`` at a cap >=
+    ``a`` and ``b``; ``_walk``), with the same effect."""
     ini = sorted(decs)
     ctx_sum = sum([ctx for _, ctx in ini]) if ctx_total is None else ctx_total
     if a > 0 and ini and limit == NO_LIMIT and len(queue) >= STREAM_MIN_PROMPTS:
         return project_stream(costs, a, b, queue, ini, stop_above, arrival_rate, ctx_sum,
                               tail=tail)
     return _walk(costs, a, b, queue, ini, ctx_sum, stop_above, arrival_rate, limit,
-                 tail=tail, wait_bound=wait_bound)
+                 tail=tail, wait_bound=wait_bound, floor=floor)
 
 
 def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decode],
           ctx_sum: int, stop_above: float, arrival_rate: float, limit: int,
           step: int = 0, t: float = 0.0, total: float = 0.0, head: int = 0,
           pos: int | None = None, tail: Tail = NO_TAIL, t_pf: float = -1.0,
-          wait_bound: bool = False) -> float:
+          wait_bound: bool = False, floor: Floor | None = None) -> float:
     """``project``'s event loop from a state: ``step`` steps done in ``t`` seconds, the
     completion times so far summing to ``total``, prompts before ``head`` done, the head
     at ``pos`` (default: its computed tokens), the decodes ``ini`` (sorted by end step,
@@ -256,7 +284,13 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     returned sum's last term, and the sum is still >= the bound. In floats the two
     differ from the reals by a few ulps per iteration, far below ``WAIT_MARGIN``: a
     candidate is cut only if its sum exceeds ``stop_above``, so the caller's choice (the
-    smallest sum) is the same as without it."""
+    smallest sum) is the same as without it.
+
+    ``floor`` (``Floor``): when a prompt completes, the bound also counts the prefill the
+    prompts after the new head still need: each of them completes at >= ``t`` plus its
+    ``Floor`` from the next prompt's start (the head's own rest only shortens what is
+    left), the last one too (``t_pf``), and the busy period grows by at least as much (a
+    prefill iteration adds no ``lag``). With the wait bound's margin (``WAIT_MARGIN``)."""
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     point = costs.point
     memo = costs.points.get  # point's memo, read first (point fills it: the same floats)
@@ -279,6 +313,7 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
     fill_end = -1  # the step up to which the tail's prefill keeps the budget busy
     if head >= nq and t_pf < 0.0:
         t_pf, fill_end = t, step + fill_n
+    rest, last = (floor.rest, floor.last) if floor is not None else ([], [])
     while head < nq or n_dec:
         slots = limit - n_dec  # prompts that may run beside the decodes (the head first)
         if n_dec:
@@ -355,8 +390,19 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
                     heappush(spawned, (step + o - 1, end))
                     n_dec += 1
                     ctx_sum += end
-            if head >= nq and t_pf < 0.0:  # the last prompt completed in this iteration's
-                t_pf, fill_end = t, step + fill_n  # last step: the tail's prefill goes on
+            if head >= nq:
+                if t_pf < 0.0:  # the last prompt completed in this iteration's last step:
+                    t_pf, fill_end = t, step + fill_n  # the tail's prefill goes on
+            elif rest:  # the prefill bound (docstring), from prompt head + 1 (a floor's
+                # lists are never empty)
+                t_end = t + last[head + 1]  # <= t_pf
+                low = ((total + (n_dec + nq - head) * t + rest[head + 1]) * scale
+                       + coef * t_end)
+                if wait_bound and rate_half:
+                    busy_low = t - lag + last[head + 1] + busy * t_end
+                    low += rate_half * busy_low * busy_low
+                if low * WAIT_MARGIN > stop_above:
+                    return INF
         # Every request still in the system finishes at >= t: a lower bound on the sum
         # (and on the tail's: ``Tail``, with ``t_pf`` >= t while a prompt is left).
         t_low = t if head < nq else t_pf
@@ -371,7 +417,8 @@ def _walk(costs: StepCosts, a: int, b: int, queue: list[Prompt], ini: list[Decod
 
 
 #: ``_walk``'s bound with the arrivals' wait is shrunk by this factor before it is compared
-#: (relative rounding of a loop's floats: about 1e-16 per addition; ``wait_bound``).
+#: (relative rounding of a loop's floats: about 1e-16 per addition; ``wait_bound``), and so
+#: is its prefill bound (``floor``: ``Floor``'s floats too).
 WAIT_MARGIN = 1.0 - 1e-9
 #: ``project`` takes the array path (``project_stream``) from this many pending prompts:
 #: below, the loop is cheaper than the arrays' fixed cost (both give the same floats).
@@ -458,8 +505,8 @@ def project_stream(costs: StepCosts, a: int, b: int, queue: list[Prompt],
 
 def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[Prompt],
                 ini: list[Decode], arrival_rate: float, ctx_sum: int,
-                s: Stream, tail: Tail = NO_TAIL, wait_bound: bool = False
-                ) -> dict[int, StreamRun]:
+                s: Stream, tail: Tail = NO_TAIL, wait_bound: bool = False,
+                floor: Floor | None = None) -> dict[int, StreamRun]:
     """``project`` for each constant budget ``a`` in ``budgets`` (each > 0; no limit;
     ``ini`` sorted, not empty), the loop's iterations computed as arrays, all budgets at
     once (one row each), with the loop's floats.
@@ -482,14 +529,15 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     (``Stream.exact``) run the loop. ``tail``: as the loop's (``Tail``), in the same
     expressions (the time of each row's last completion read off ``t``). ``wait_bound``:
     the loop's (``_walk``), for the walks alone (a row's own bound is the loop's without
-    it)."""
+    it), and so is ``floor``."""
     out: dict[int, StreamRun] = {}
     rows = tuple(a for a in budgets if s.exact(a))
     for a in budgets:
         if a not in rows:
             out[a] = StreamRun(0.0, -INF, partial(_walk, costs, a, b, queue, ini, ctx_sum,
                                                   arrival_rate=arrival_rate, limit=NO_LIMIT,
-                                                  tail=tail, wait_bound=wait_bound))
+                                                  tail=tail, wait_bound=wait_bound,
+                                                  floor=floor))
     if not rows:
         return out
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
@@ -580,7 +628,7 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
                 _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
                 limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
                 total=float(total[r, i]), head=h, pos=pos_h, tail=tail,
-                wait_bound=wait_bound))
+                wait_bound=wait_bound, floor=floor))
         else:
             tp, te = float(t_pf[r]), float(t[r, i]) - float(lag[r, i])
             out[a_r] = StreamRun(float(total[r, i]) * scale + coef * tp
