@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,19 +98,16 @@ def test_predictive_cost_splits_the_decision_time(tmp_path: Path) -> None:
     a config that is not predictive is one line, exit 2."""
     data = ROOT / "tests" / "data" / "traces"
     out = tmp_path / "c.json"
-    t0 = time.perf_counter()
     proc = bench("predictive_cost.py", "--trace", str(data / "mooncake-synthetic-slice.jsonl"),
                  "--configs", "predictive;predictive:replan=8", "--json", str(out))
-    wall = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
     assert [r["config"] for r in rows] == ["predictive", "predictive:replan=8"]
     for r in rows:
         assert 0 < r["projections"] <= r["decisions"] and r["reads"] >= r["projections"]
-        # decide_s and project_s are perf_counter (wall) seconds and cpu_s process CPU
-        # seconds: on a loaded machine wall exceeds CPU, so decide_s is bounded by the wall
-        # time of the whole command, measured here on the same clock.
-        assert 0 < r["project_s"] <= r["decide_s"] < wall
+        # One clock (process CPU) for the run and its parts, and each part's calls run
+        # inside its caller's: nested sums. (Not > 0: the CPU clock ticks in 4 ms here.)
+        assert 0 <= r["project_s"] <= r["decide_s"] <= r["cpu_s"]
         assert r["engine_s"] == r["cpu_s"] - r["decide_s"]
     assert rows[1]["projections"] < rows[0]["projections"]  # replanning projects less
     proc = bench("predictive_cost.py", "--trace", str(data / "mooncake-synthetic-slice.jsonl"),
