@@ -116,6 +116,35 @@ def test_predictive_cost_splits_the_decision_time(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_ttft_tail_reads_the_slowest_first_tokens(tmp_path: Path) -> None:
+    """benchmarks/ttft_tail.py: per config and load, the tail is the top 1% of TTFTs (at
+    least one request), its wait and prefill make up its TTFT, and a chunk's share of its
+    step's budget is at most 1; bad input is one line, exit 2."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "t.json"
+    proc = bench("ttft_tail.py", "--mooncake", str(data / "mooncake-synthetic-slice.jsonl"),
+                 "--configs", "vllm:mbt=16384;vllm:mbt=2048", "--loads", "1,2",
+                 "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]["rows"]
+    assert [(r["config"], r["load"]) for r in rows] == [
+        ("vllm:mbt=16384", 1.0), ("vllm:mbt=16384", 2.0),
+        ("vllm:mbt=2048", 1.0), ("vllm:mbt=2048", 2.0)]
+    for r in rows:
+        assert r["tail_requests"] >= 1 and r["tail_steps"] >= 1
+        assert 0 < r["tail_budget_share"] <= 1 and r["tail_wait_s"] >= 0
+        # the tail's mean TTFT (wait + prefill): the top floor(1%) of TTFTs, none below P99
+        assert r["tail_wait_s"] + r["tail_prefill_s"] >= r["p99_ttft"] * (1 - 1e-9)
+        cap = 16384 if "16384" in r["config"] else 2048
+        assert r["step_prefill_tokens"] <= cap and r["tail_tokens_per_step"] <= cap
+    for argv in (["--configs", "nope:1"], ["--configs", "ordered", "--loads", "x"],
+                 ["--configs", "ordered", "--loads", "0"],
+                 ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")]):
+        bad = bench("ttft_tail.py", *argv)
+        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+        assert bad.stderr.startswith("ttft_tail.py: error: ") and bad.stderr.count("\n") == 1
+
+
 def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
     """benchmarks/slo_misses.py: per config and scale, the TTFT misses split by prompt length
     add up to the TTFT miss share, and the attainment is what neither miss leaves."""
