@@ -48,12 +48,18 @@ async def complete(session: aiohttp.ClientSession, url: str, model: str, seed: i
 
 async def send_all(url: str, model: str, priority: bool) -> list[int]:
     """The long prompts together; 50 ms later (queued behind them) the urgent one and the
-    short one with a TTFT SLO, together."""
+    short one with a TTFT SLO. Under ``priority`` the short one follows 200 ms after the
+    urgent one: sent together, it could reach the engine a step earlier and, 40 tokens,
+    be prefilled before the urgent one exists (a race, not the rule under test); the
+    delay leaves at most about one long prompt prefilled before it."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
         longs = [asyncio.create_task(complete(s, url, model, i, n, {}))
                  for i, n in enumerate(LONGS.values())]
         await asyncio.sleep(0.05)
-        urgent = complete(s, url, model, 100, URGENT[1], {"priority": -1} if priority else {})
+        urgent = asyncio.create_task(
+            complete(s, url, model, 100, URGENT[1], {"priority": -1} if priority else {}))
+        if priority:
+            await asyncio.sleep(0.2)
         short = complete(s, url, model, 101, SHORT[1], {"vllm_xargs": {"ttft_slo": 60.0}})
         return list(await asyncio.gather(*longs, urgent, short))
 
