@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     t = Table(("layout", ">7"), ("pool n", ">7"), ("which", ">10"), *((p, "16.3f") for p in PARTS),
               ("deflected P95 TTFT", ">19"))
     t.print_header()
-    results = {}
+    results: dict[str, dict[str, float | str]] = {}
     for cfg in cfgs:
         res = simulate_cluster(trace, cfg)
         parts, defl = breakdown(res)
