@@ -29,6 +29,7 @@ from ppas.policies.projection import (
     NO_TAIL,
     STREAM_MIN_PROMPTS,
     Floor,
+    Prompt,
     Stream,
     Tail,
     arrival_rate,
@@ -635,14 +636,23 @@ def test_the_wait_bound_cuts_only_candidates_above_the_bound(queue, decs, a, b, 
                   wait_bound=True)
     assert got == full or (got == float("inf") and full > bound)
     assert plain != float("inf") or got == float("inf")
-    if a > 0 and decs and queue:
-        ctx = sum(c for _, c in decs)
-        runs = stream_runs(PROJ_COSTS, (a,), b, queue, decs, rate, ctx, Stream(queue, decs),
-                           tail, wait_bound=True)
-        full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
-        bound = full * cut
-        got = runs[a].finish(bound)
-        assert got == full or (got == float("inf") and full > bound)
+    _arrays_cut_only_above(queue, decs, a, b, cut, rate, tail, True, None)
+
+
+def _arrays_cut_only_above(queue: list[Prompt], decs: list[tuple[int, int]], a: int, b: int,
+                           cut: float, rate: float, tail: Tail, wait_bound: bool,
+                           floor: Floor | None) -> None:
+    """The arrays' walk (``stream_runs``, finished against a bound) with these bounds: the
+    candidate is cut (inf) only where its whole sum exceeds the bound, else the same float."""
+    if not (a > 0 and decs and queue):
+        return
+    ctx = sum(c for _, c in decs)
+    runs = stream_runs(PROJ_COSTS, (a,), b, queue, decs, rate, ctx, Stream(queue, decs),
+                       tail, wait_bound, floor)
+    full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
+    bound = full * cut
+    got = runs[a].finish(bound)
+    assert got == full or (got == float("inf") and full > bound)
 
 
 @pytest.mark.parametrize("spec", ["predictive", "predictive:horizon=6",
@@ -720,14 +730,7 @@ def test_the_prefill_bound_cuts_only_candidates_above_the_bound(
     got = project(PROJ_COSTS, a, b, queue, decs, bound, rate, limit, tail=tail,
                   wait_bound=wait_bound, floor=floor)
     assert got == full or (got == float("inf") and full > bound)
-    if a > 0 and decs and queue:
-        ctx = sum(c for _, c in decs)
-        runs = stream_runs(PROJ_COSTS, (a,), b, queue, decs, rate, ctx, Stream(queue, decs),
-                           tail, wait_bound, floor)
-        full = project(PROJ_COSTS, a, b, queue, decs, arrival_rate=rate, tail=tail)
-        bound = full * cut
-        got = runs[a].finish(bound)
-        assert got == full or (got == float("inf") and full > bound)
+    _arrays_cut_only_above(queue, decs, a, b, cut, rate, tail, wait_bound, floor)
 
 
 @pytest.mark.parametrize("spec", ["predictive", "predictive:horizon=6",
