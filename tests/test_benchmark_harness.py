@@ -18,6 +18,15 @@ def bench(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, check=False)
 
 
+
+def refuses(name: str, *argvs: list[str]) -> None:
+    """Each of ``argvs`` is bad input to ``name``: exit 2, nothing on stdout, one line on
+    stderr that names the script."""
+    for argv in argvs:
+        bad = bench(name, *argv)
+        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+        assert bad.stderr.startswith(f"{name}: error: ") and bad.stderr.count("\n") == 1
+
 def test_echo_table_and_results_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     argv = ("--duration", "5", "--instances", "8", "--pd-ratios", "1:1", "--json", str(out))
@@ -137,12 +146,9 @@ def test_ttft_tail_reads_the_slowest_first_tokens(tmp_path: Path) -> None:
         assert r["tail_wait_s"] + r["tail_prefill_s"] >= r["p99_ttft"] * (1 - 1e-9)
         cap = 16384 if "16384" in r["config"] else 2048
         assert r["step_prefill_tokens"] <= cap and r["tail_tokens_per_step"] <= cap
-    for argv in (["--configs", "nope:1"], ["--configs", "ordered", "--loads", "x"],
-                 ["--configs", "ordered", "--loads", "0"],
-                 ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")]):
-        bad = bench("ttft_tail.py", *argv)
-        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
-        assert bad.stderr.startswith("ttft_tail.py: error: ") and bad.stderr.count("\n") == 1
+    refuses("ttft_tail.py", ["--configs", "nope:1"], ["--configs", "ordered", "--loads", "x"],
+            ["--configs", "ordered", "--loads", "0"],
+            ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")])
 
 
 def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
@@ -166,9 +172,6 @@ def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
         assert 1 - both - 1e-12 <= r["attainment"] <= 1 - worst + 1e-12
         assert r["mean_e2e_x1"] > 0
     assert any(r["ttft_miss"] > 0 for r in rows)  # the slice is busy enough to miss
-    for argv in (["--configs", "nope:1"], ["--configs", "ordered", "--scales", "x"],
-                 ["--configs", "ordered", "--slo", "ttft=zz"],
-                 ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")]):
-        bad = bench("slo_misses.py", *argv)
-        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
-        assert bad.stderr.startswith("slo_misses.py: error: ") and bad.stderr.count("\n") == 1
+    refuses("slo_misses.py", ["--configs", "nope:1"], ["--configs", "ordered", "--scales", "x"],
+            ["--configs", "ordered", "--slo", "ttft=zz"],
+            ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")])
