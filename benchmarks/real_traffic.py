@@ -90,6 +90,35 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     return out
 
 
+def add_one_workload(ap: argparse.ArgumentParser) -> None:
+    """The arguments of a script that reads one of these workloads and a list of configs
+    (``slo_misses.py``, ``ttft_tail.py``): ``--trace``, the two files, ``--configs``."""
+    ap.add_argument("--trace", default="mooncake", choices=("azure", "mooncake"),
+                    help="which of real_traffic.py's workloads (default mooncake)")
+    ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
+    ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
+    ap.add_argument("--configs", required=True, help="';'-separated config strings")
+
+
+def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[str]]:
+    """``add_one_workload``'s arguments read: the workload and the configs, each config
+    string checked (bad input: one line naming it, exit 2)."""
+    configs = [c.strip() for c in args.configs.split(";") if c.strip()]
+    if not configs:
+        fail(prog, "--configs must name at least one config string")
+    try:
+        for c in configs:
+            make_policy(c)
+    except PpasError as e:
+        fail(prog, str(e))
+    path = args.azure if args.trace == "azure" else args.mooncake
+    if not Path(path).is_file():
+        fail(prog, f"trace file {path!r} not found (give --{args.trace})")
+    ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
+                            mooncake=args.mooncake)
+    return workloads(ns)[0], configs
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else math.nan
 

@@ -19,14 +19,13 @@ as ``real_traffic.py``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness import Table, fail, finish, parser, start
-from real_traffic import SLO, TRACES, workloads
+from real_traffic import SLO, add_one_workload, one_workload
 
 from ppas.core.errors import PpasError
 from ppas.core.slo import SloSpec
@@ -34,7 +33,6 @@ from ppas.cost.catalog import MAX_MODEL_LEN
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import SoloTable
-from ppas.policies import make_policy
 from ppas.workload import TraceTransform, load_trace
 
 #: Prompt length classes of the TTFT misses (tokens): [0, 2k), [2k, 8k), [8k, inf).
@@ -70,11 +68,7 @@ def misses(trace: Any, config: str, hardware: str, model: str, engine: EngineCon
 
 def main(argv: list[str] | None = None) -> None:
     ap = parser(__doc__, hardware="h100-sxm-80gb", model="qwen3-8b")
-    ap.add_argument("--trace", default="mooncake", choices=("azure", "mooncake"),
-                    help="which of real_traffic.py's workloads (default mooncake)")
-    ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
-    ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
-    ap.add_argument("--configs", required=True, help="';'-separated config strings")
+    add_one_workload(ap)
     ap.add_argument("--scales", default="0.25,0.347",
                     help="rate scales of the workload's own rate (default 0.25,0.347)")
     ap.add_argument("--slo", default=SLO, help=f"the SLO (default {SLO})")
@@ -86,21 +80,11 @@ def main(argv: list[str] | None = None) -> None:
         fail(prog, f"--scales must be comma-separated numbers, got {args.scales!r}")
     if not scales or any(not 0 < s <= 100 for s in scales):
         fail(prog, f"--scales must be in (0, 100], got {args.scales!r}")
-    configs = [c.strip() for c in args.configs.split(";") if c.strip()]
     try:
-        for c in configs:
-            make_policy(c)
         SloSpec.parse(args.slo)
     except PpasError as e:
         fail(prog, str(e))
-    if not configs:
-        fail(prog, "--configs must name at least one config string")
-    ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
-                            mooncake=args.mooncake)  # real_traffic's workload arguments
-    path = args.azure if args.trace == "azure" else args.mooncake
-    if not Path(path).is_file():
-        fail(prog, f"trace file {path!r} not found (give --{args.trace})")
-    w = workloads(ns)[0]
+    w, configs = one_workload(args, prog)
     start(args)
     try:
         slo = SloSpec.parse(args.slo)

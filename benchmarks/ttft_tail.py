@@ -19,7 +19,6 @@ as ``real_traffic.py``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -27,14 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import Table, fail, finish, parser, start
-from real_traffic import TRACES, workloads
+from real_traffic import add_one_workload, one_workload
 
 from ppas.core.errors import PpasError
 from ppas.core.metrics import percentiles
 from ppas.cost.catalog import MAX_MODEL_LEN
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
-from ppas.policies import make_policy
 from ppas.workload import TraceTransform, load_trace
 
 #: The tail: the requests whose TTFT is in this top share (at least one request).
@@ -92,11 +90,7 @@ def tail_of(trace: Any, config: str, hardware: str, model: str,
 
 def main(argv: list[str] | None = None) -> None:
     ap = parser(__doc__, hardware="h100-sxm-80gb", model="qwen3-8b")
-    ap.add_argument("--trace", default="mooncake", choices=("azure", "mooncake"),
-                    help="which of real_traffic.py's workloads (default mooncake)")
-    ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
-    ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
-    ap.add_argument("--configs", required=True, help="';'-separated config strings")
+    add_one_workload(ap)
     ap.add_argument("--loads", default="1",
                     help="rate multipliers of the workload's own rate (default 1)")
     args = ap.parse_args(argv)
@@ -107,20 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(prog, f"--loads must be comma-separated numbers, got {args.loads!r}")
     if not loads or any(not 0 < x <= 100 for x in loads):
         fail(prog, f"--loads must be in (0, 100], got {args.loads!r}")
-    configs = [c.strip() for c in args.configs.split(";") if c.strip()]
-    if not configs:
-        fail(prog, "--configs must name at least one config string")
-    try:
-        for c in configs:
-            make_policy(c)
-    except PpasError as e:
-        fail(prog, str(e))
-    ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
-                            mooncake=args.mooncake)  # real_traffic's workload arguments
-    path = args.azure if args.trace == "azure" else args.mooncake
-    if not Path(path).is_file():
-        fail(prog, f"trace file {path!r} not found (give --{args.trace})")
-    w = workloads(ns)[0]
+    w, configs = one_workload(args, prog)
     start(args)
     rows: list[dict[str, Any]] = []
     try:
