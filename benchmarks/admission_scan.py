@@ -67,7 +67,7 @@ def measure(reps: int, warmup: int) -> dict[str, Any]:
             _c[0] += 1
             return int(_h(*a))
 
-        sched._reserve_prefill_lookahead = counted  # type: ignore[method-assign]
+        sched._reserve_prefill_lookahead = counted  # type: ignore[method-assign,assignment]
         variants[name] = (sched, calls)
     seq = [0]
 

@@ -174,11 +174,11 @@ def report(rows: Sequence[KernelRow], before: Callable[[str], Hardware],
                 if not sel:
                     cells.append("-")
                     continue
-                b = summary(abs_errors(before(gpu), sel, tail))[0]
-                a = summary(abs_errors(after(gpu), sel, tail))[0]
-                cells.append(f"{b:6.1%} -> {a:5.1%} ({len(sel)})")
-                results[f"{gpu}/{key}={v}"] = {"rows": len(sel), "median_before": b,
-                                               "median_after": a}
+                b_med = summary(abs_errors(before(gpu), sel, tail))[0]
+                a_med = summary(abs_errors(after(gpu), sel, tail))[0]
+                cells.append(f"{b_med:6.1%} -> {a_med:5.1%} ({len(sel)})")
+                results[f"{gpu}/{key}={v}"] = {"rows": len(sel), "median_before": b_med,
+                                               "median_after": a_med}
             t.print_row(v, *cells)
     return results
 

@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     original = predictive_mod.horizon_work
     for c, s in setups:
         policy = s.policy
+        assert isinstance(policy, Predictive)  # (checked above: one line, exit 2)
         acc = {k: 0.0 for k in ("decide", "decide_n", "project", "project_n", "read",
                                 "read_n")}
         # Every part on the process CPU clock, as the run: the engine's share is the run

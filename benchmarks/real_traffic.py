@@ -172,9 +172,11 @@ def one(w: Workload, hardware: str, model: str, policies: list[str], loads: list
     caps: dict[str, float | None] = {}
     if capacity:
         slo = SloSpec.parse(SLO)
-        base = traces[loads[0]]
+        at_first = traces[loads[0]]
         for c in (best, *policies):
-            cap = trace_capacity(base, lambda c=c: engine_for(c, hardware, model, config=engine),
+            cap = trace_capacity(at_first,
+                                 lambda c=c: engine_for(c, hardware, model,  # type: ignore[misc]
+                                                        config=engine),
                                  slo, TARGET, scales=CAPACITY_SCALES)
             caps[c] = cap.scale
             print(f"capacity ({SLO}, {TARGET:.0%} attainment) of {short_name(c)}: "

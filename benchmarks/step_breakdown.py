@@ -28,7 +28,7 @@ from harness import Table, fail, finish, parser, start
 from ppas.analysis.reference import PAPER_BURSTS
 from ppas.analysis.sweep import Grid, run_grid
 from ppas.cost.base import StepShape
-from ppas.cost.catalog import HARDWARE, MODELS
+from ppas.cost.catalog import HARDWARE, MODELS, Hardware, ModelArch
 from ppas.cost.roofline import RooflineCostModel, RooflineParams, gemm_seconds, gemm_terms
 
 TERMS = ("gemm", "attn_prefill", "attn_decode", "elementwise", "lm_head", "step_overhead",
@@ -90,7 +90,8 @@ def grid_breakdown(hw: str, model: str, params: RooflineParams | None = None
     out = {}
     for config in BUDGETS:
         cm = Recording(hw, model, params, max_num_batched_tokens=mbt_of(config))
-        recs = run_grid(Grid((config,), PAPER_BURSTS), lambda _c, cm=cm: cm)
+        recs = run_grid(Grid((config,), PAPER_BURSTS),
+                        lambda _c, cm=cm: cm)  # type: ignore[misc]
         e2e = sum(float(r["avg_latency"]) for r in recs) / len(recs)
         out[config] = {**cm.totals, "steps": cm.steps, "mean_e2e_s": e2e}
     return out
@@ -131,9 +132,8 @@ def gemm_shapes(models: list[str]) -> dict[str, object]:
         for model in models:
             m = MODELS.get(model)
 
-            def layer(hw: object, n: int, m: object = m) -> float:
-                return sum(gemm_seconds(gemm_terms(hw, k, o, tail), n)  # type: ignore[arg-type]
-                           for k, o in m.gemms)  # type: ignore[attr-defined]
+            def layer(hw: Hardware, n: int, m: ModelArch = m) -> float:
+                return sum(gemm_seconds(gemm_terms(hw, k, o, tail), n) for k, o in m.gemms)
 
             ratios = [layer(fitted, n) / layer(plain, n) for n in tokens]
             t.print_row(gpu, model, *(f"{r:8.2f}" for r in ratios))

@@ -60,6 +60,7 @@ def tail_of(trace: Any, config: str, hardware: str, model: str,
     per: list[tuple[float, float, int, float, float, float]] = []
     for r in tail:
         first = r.first_token_time
+        assert first is not None  # (done: every request here has its first token)
         steps = [(s, n) for s, n in chunks[r.request_id] if s.time < first]
         wait = (r.first_scheduled_time if r.first_scheduled_time is not None else first
                 ) - r.arrival_time
