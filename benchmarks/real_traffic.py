@@ -119,6 +119,18 @@ def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[st
     return workloads(ns)[0], configs
 
 
+def rate_scales(text: str, flag: str, prog: str) -> list[float]:
+    """A comma-separated list of rate multipliers, each in (0, 100] (bad input: one line
+    naming ``flag``, exit 2)."""
+    try:
+        scales = [float(x) for x in text.split(",")]
+    except ValueError:
+        fail(prog, f"{flag} must be comma-separated numbers, got {text!r}")
+    if not scales or any(not 0 < s <= 100 for s in scales):
+        fail(prog, f"{flag} must be in (0, 100], got {text!r}")
+    return scales
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else math.nan
 

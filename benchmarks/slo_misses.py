@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Table, fail, finish, parser, start
-from real_traffic import SLO, add_one_workload, one_workload
+from real_traffic import SLO, add_one_workload, one_workload, rate_scales
 
 from ppas.core.errors import PpasError
 from ppas.core.slo import SloSpec
@@ -74,12 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slo", default=SLO, help=f"the SLO (default {SLO})")
     args = ap.parse_args(argv)
     prog = Path(sys.argv[0]).name
-    try:
-        scales = [float(x) for x in args.scales.split(",")]
-    except ValueError:
-        fail(prog, f"--scales must be comma-separated numbers, got {args.scales!r}")
-    if not scales or any(not 0 < s <= 100 for s in scales):
-        fail(prog, f"--scales must be in (0, 100], got {args.scales!r}")
+    scales = rate_scales(args.scales, "--scales", prog)
     try:
         SloSpec.parse(args.slo)
     except PpasError as e:

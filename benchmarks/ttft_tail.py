@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Table, fail, finish, parser, start
-from real_traffic import add_one_workload, one_workload
+from real_traffic import add_one_workload, one_workload, rate_scales
 
 from ppas.core.errors import PpasError
 from ppas.core.metrics import percentiles
@@ -96,12 +96,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="rate multipliers of the workload's own rate (default 1)")
     args = ap.parse_args(argv)
     prog = Path(sys.argv[0]).name
-    try:
-        loads = [float(x) for x in args.loads.split(",")]
-    except ValueError:
-        fail(prog, f"--loads must be comma-separated numbers, got {args.loads!r}")
-    if not loads or any(not 0 < x <= 100 for x in loads):
-        fail(prog, f"--loads must be in (0, 100], got {args.loads!r}")
+    loads = rate_scales(args.loads, "--loads", prog)
     w, configs = one_workload(args, prog)
     start(args)
     rows: list[dict[str, Any]] = []
