@@ -58,11 +58,16 @@ along the per-step policy's own run 98-99% of the projections on overloaded Moon
 87% on Azure x3 pick what the one before picked (docs/results/trace-speed.md, "Holding a
 repeated pick"). With ``hold = K`` a projection's plan covers a window of decisions that
 need one: 1 (itself) after a changed pick, twice the last window (at most ``K``) after a
-pick that repeats the last projection's; the plan is followed, as ``replan``'s is, for
-the rest of the window whatever the head prompt does. A stable state is then projected
-about once in ``K`` decisions and a changing one every decision. Invariant: at most ``K -
-1`` followed decisions between two projections, and every budget passes the KV cap and
-is <= ``c_max``. Not combined with ``replan`` (one rule for the window at a time).
+pick that repeats the last projection's. The plan is followed, as ``replan``'s is, for
+the rest of the window whatever the head prompt does, but for what the projection did
+not foresee, which projects again at once: a prompt arriving inside the horizon (the
+pending prompts grew and are at most ``horizon``), a burst into the tail (more than
+1/``HOLD_GROWTH`` more pending prompts than the projection saw), and a held budget that
+would stall decodes more than the projection's (decodes running and the plan made with
+none, or a limit's budget now above the projection's). A stable overloaded state is then
+projected about once in ``K`` decisions, a changing one every decision. Invariant: at
+most ``K - 1`` followed decisions between two projections; every budget passes the KV cap
+and is <= ``c_max``. Not combined with ``replan`` (one rule for the window at a time).
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
