@@ -175,3 +175,24 @@ def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
     refuses("slo_misses.py", ["--configs", "nope:1"], ["--configs", "ordered", "--scales", "x"],
             ["--configs", "ordered", "--slo", "ttft=zz"],
             ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")])
+
+
+def test_predictive_hold_counts_repeats_and_hits(tmp_path: Path) -> None:
+    """benchmarks/predictive_hold.py: the per-step policy follows no plan; a held one
+    projects less and follows the rest; shares are in [0, 1]; a config that is not
+    predictive is one line, exit 2."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "h.json"
+    proc = bench("predictive_hold.py", "--azure", "", "--mooncake",
+                 str(data / "mooncake-synthetic-slice.jsonl"), "--overload", "1",
+                 "--configs", "predictive;predictive:hold=8", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [r["config"] for r in rows] == ["predictive", "predictive:hold=8"]
+    per_step, held = rows
+    assert per_step["followed"] == 0 and per_step["projections"] == per_step["decisions"]
+    assert held["projections"] + held["followed"] == held["decisions"]
+    assert 0 < held["followed"] and held["projections"] < per_step["projections"]
+    assert 0 <= held["hits"] <= held["followed"] and 0 <= per_step["repeat"] <= 1
+    refuses("predictive_hold.py", ["--configs", "mbt:2048"], ["--overload", "0"],
+            ["--mooncake", "nowhere.jsonl"])

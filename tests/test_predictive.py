@@ -20,6 +20,7 @@ from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.predictive import (
+    HOLD_GROWTH,
     Predictive,
     head_prompt,
     kv_admission_cap,
@@ -865,5 +866,101 @@ def test_replan_one_is_the_per_step_policy() -> None:
     specs = bursty_specs(7)
     runs = [simulate(specs, make_policy(s), CM, EngineConfig(max_model_len=32768))
             for s in ("predictive", "predictive:replan=1")]
+    assert [(r.first_token_time, r.finish_time) for r in runs[0].requests] == [
+        (r.first_token_time, r.finish_time) for r in runs[1].requests]
+
+
+def test_predictive_hold_is_validated() -> None:
+    assert make_policy("predictive").config.hold == 1
+    assert make_policy("predictive:hold=16").config.hold == 16
+    for bad, word in (("hold=0", "hold must be >= 1"), ("hold=-2", "hold must be >= 1"),
+                      ("hold=4,replan=2", "set one of them")):
+        with pytest.raises(Exception, match=word):
+            make_policy(f"predictive:{bad}")
+
+
+@settings(max_examples=8, deadline=None)
+@given(hold=st.integers(2, 40), horizon=st.sampled_from((0, 16, 128)),
+       seed=st.integers(0, 2**16))
+def test_holding_projects_at_least_once_in_hold_and_doubles_a_repeated_pick(
+        hold: int, horizon: int, seed: int) -> None:
+    # Along a whole run: a decision that needs a projection projects when the window is
+    # used up, whatever the head prompt does, so never more than hold - 1 followed decisions
+    # in a row, and before that only when the state changed (a prompt arrived inside the
+    # horizon, the queue grew past 1/HOLD_GROWTH of what the projection saw, or the held
+    # budget would stall decodes more than the projection's). The window doubles (at most
+    # hold) when the pick repeats the last projection's and is 1 when it changes; a
+    # followed decision steps the plan as replan's does; every budget is <= c_max and
+    # passes the KV cap; every request ends.
+    p = make_policy(f"predictive:hold={hold},horizon={horizon}")
+    assert isinstance(p, Predictive)
+    c_max = p.config.c_max
+    seen = {"projected": 0, "followed": 0, "run": 0, "early": 0}
+    projections: list[tuple[int, int]] = []
+    project_now = p._project
+
+    def counted(v: SchedulerView) -> tuple[int, int]:
+        projections.append(project_now(v))
+        return projections[-1]
+
+    p._project = counted  # type: ignore[method-assign]
+    follows: list[int] = []
+    follow_now = p._follow
+
+    def follow(v: SchedulerView) -> int:
+        follows.append(follow_now(v))
+        return follows[-1]
+
+    p._follow = follow  # type: ignore[method-assign]
+
+    class Check(Predictive):
+        def decide(self, v: SchedulerView):  # type: ignore[no-untyped-def]
+            n, left, window, pick = len(projections), p._plan_left, p._window, p._last_pick
+            n_follows = len(follows)
+            a, m, pending, seen_by_plan = (p._plan_budget, p._plan_limit, p._pending,
+                                           p._plan_pending)
+            cap_then, stall_then = p._plan_cap, p._plan_stall
+            got = p.decide(v).prefill_budget
+            assert 0 <= got <= c_max
+            cap = (got if p.kv_capacity is None or not v.num_pending_prefills else
+                   kv_admission_cap(v, p.kv_capacity, c_max))
+            assert got <= cap
+            n_pending = v.num_pending_prefills
+            queue, decs = pending_work(v)
+            want = (limit_budget(m, c_max, queue, len(decs)) if m else
+                    a if v.num_running_decodes else c_max)
+            changed = ((n_pending > pending and (horizon == 0 or n_pending <= horizon))
+                       or n_pending > seen_by_plan + seen_by_plan // HOLD_GROWTH
+                       or (v.num_running_decodes > 0
+                           and (not stall_then or want > cap_then)))
+            if len(projections) > n:
+                assert left == 0 or changed  # projected: the window used up, or a change
+                seen["early"] += left > 0
+                seen["projected"] += 1
+                seen["run"] = 0
+                repeated = pick is not None and p._last_pick == pick
+                assert p._window == (min(2 * window, hold) if repeated else 1)
+                assert p._plan_left == p._window - 1
+            elif len(follows) > n_follows:  # followed the plan
+                assert not changed and left > 0 and p._plan_left == left - 1
+                seen["followed"] += 1
+                seen["run"] += 1
+                assert seen["run"] <= hold - 1
+                assert got == min(want, cap)
+            else:  # no projection needed (nothing pending, nothing to stall, KV cap 0)
+                assert p._plan_left in (left, 0)  # (0: a change seen on the way)
+            return Decision(got)
+
+    check = Check(p.config)
+    check.bind_cost_model(CM)
+    p.bind_cost_model(CM)
+    run_to_the_end(bursty_specs(seed), check)
+    assert seen["projected"] > 5 and seen["followed"] > 0
+
+
+def test_hold_one_is_the_per_step_policy() -> None:
+    specs = bursty_specs(7)
+    runs = [simulate(specs, make_policy(s), CM, EngineConfig(max_model_len=32768))
+            for s in ("predictive", "predictive:hold=1")]
     assert [(r.first_token_time, r.finish_time) for r in runs[0].requests] == [
         (r.first_token_time, r.finish_time) for r in runs[1].requests]

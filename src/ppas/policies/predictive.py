@@ -53,6 +53,22 @@ followed budget is one the plan's own projection would have taken in that state 
 overload; measured in docs/results/trace-speed.md, "Replanning"), as vLLM 0.33's
 ``--prefill-schedule-interval`` schedules prefill only every N-th step.
 
+Holding a repeated pick (``hold``, 1 by default: off). The projections' picks are sticky:
+along the per-step policy's own run 98-99% of the projections on overloaded Mooncake and
+87% on Azure x3 pick what the one before picked (docs/results/trace-speed.md, "Holding a
+repeated pick"). With ``hold = K`` a projection's plan covers a window of decisions that
+need one: 1 (itself) after a changed pick, twice the last window (at most ``K``) after a
+pick that repeats the last projection's. The plan is followed, as ``replan``'s is, for
+the rest of the window whatever the head prompt does, but for what the projection did
+not foresee, which projects again at once: a prompt arriving inside the horizon (the
+pending prompts grew and are at most ``horizon``), a burst into the tail (more than
+1/``HOLD_GROWTH`` more pending prompts than the projection saw), and a held budget that
+would stall decodes more than the projection's (decodes running and the plan made with
+none, or a limit's budget now above the projection's). A stable overloaded state is then
+projected about once in ``K`` decisions, a changing one every decision. Invariant: at
+most ``K - 1`` followed decisions between two projections; every budget passes the KV cap
+and is <= ``c_max``. Not combined with ``replan`` (one rule for the window at a time).
+
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
 requests whose whole footprint fits beside the running ones' are admitted
@@ -100,6 +116,9 @@ from ppas.policies.registry import register
 WAIT_BOUND = True
 #: ... and so does the queue's prefill still to come (``project``'s ``floor``).
 PREFILL_BOUND = True
+#: Holding (``hold``): a held plan is projected again once the pending prompts have grown
+#: by more than 1 / HOLD_GROWTH of those its projection saw (a burst into the tail).
+HOLD_GROWTH = 8
 
 
 @dataclass(frozen=True)
@@ -123,6 +142,10 @@ class PredictiveConfig:
     * ``replan``: a projection's plan is followed by up to ``replan - 1`` of the decisions
       after it, while the first pending prompt stays the same (module doc:
       "Replanning"). 1: every step projects (the per-step rule of P-PAS §3).
+    * ``hold``: a pick that repeats the last projection's is followed by twice as many
+      decisions as the last one was, up to ``hold - 1``; a changed pick projects again at
+      the next decision (module doc: "Holding a repeated pick"). 1: off. Not with
+      ``replan``.
     """
 
     c_min: int = 512
@@ -131,10 +154,15 @@ class PredictiveConfig:
     prune_limits: bool = True
     horizon: int = 128
     replan: int = 1
+    hold: int = 1
 
     def __post_init__(self) -> None:
         require(self.replan >= 1, f"replan must be >= 1 (1: project every step), "
                 f"got {self.replan}")
+        require(self.hold >= 1, f"hold must be >= 1 (1: project every step), got {self.hold}")
+        require(self.hold == 1 or self.replan == 1,
+                f"hold and replan are two rules for the same thing: set one of them, "
+                f"got hold={self.hold}, replan={self.replan}")
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
                 f"got {self.max_active}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
@@ -160,6 +188,13 @@ class Predictive(Policy):
         # decisions that may still follow it before the next projection.
         self._plan_budget, self._plan_limit, self._plan_left = 0, 0, 0
         self._plan_head: str | None = None  # the first pending prompt it was made for
+        # Holding (``hold`` > 1): the decisions the last projection's plan covers (it and
+        # the ones that follow it), doubled each time a projection repeats the pick; the
+        # pending prompts at the last decision and at the projection; the projection's
+        # budget and whether decodes ran then (a held budget never stalls more).
+        self._window = 1
+        self._pending, self._plan_pending = 0, 0
+        self._plan_cap, self._plan_stall = 0, False
         # The last projection's pick, (budget, limit), projected first the next time: it
         # is the likeliest to win again, and the best sum so far cuts the others early.
         self._last_pick: tuple[int, int] | None = None
@@ -173,6 +208,8 @@ class Predictive(Policy):
         self.kv_capacity = None if cost_model is None else cost_model.kv_capacity_tokens
         self._plan_left = 0  # a new engine: the first decision projects
         self._last_pick = None
+        self._window = 1
+        self._pending = 0
 
     def decide(self, view: SchedulerView) -> Decision:
         capacity = self.kv_capacity
@@ -196,17 +233,44 @@ class Predictive(Policy):
                 return Decision(min(2048, c_max))
             return Decision(c_max)
         limits = self.limits
+        hold = self.config.hold
+        if hold > 1 and self._arrived(view.num_pending_prefills):
+            self._plan_left = 0  # the state changed: project again
         if view.num_pending_prefills == 0 or (view.num_running_decodes == 0 and not limits):
             # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
             return Decision(c_max)
         head = head_prompt(view) if self.config.replan > 1 else None
         if self._plan_left > 0 and head == self._plan_head:  # replanning: follow the plan
-            self._plan_left -= 1
-            return Decision(self._follow(view))
+            b = self._follow(view)
+            # Holding: a held budget does not stall decodes more than its projection's did
+            # (a plan made with no decode running, or a limit that now admits more).
+            if (hold == 1 or not view.num_running_decodes
+                    or (self._plan_stall and b <= self._plan_cap)):
+                self._plan_left -= 1
+                return Decision(b)
+        last = self._last_pick
         best_a, best_limit = self._project(view)
         self._plan_budget, self._plan_limit = best_a, best_limit
         self._plan_left, self._plan_head = self.config.replan - 1, head
+        if hold > 1:  # holding: a repeated pick covers twice the decisions, a new one 1
+            self._window = (min(2 * self._window, hold)
+                            if last is not None and self._last_pick == last else 1)
+            self._plan_left = self._window - 1
+            self._plan_cap, self._plan_stall = best_a, view.num_running_decodes > 0
+            self._plan_pending = view.num_pending_prefills
         return Decision(best_a)
+
+    def _arrived(self, n_pending: int) -> bool:
+        """Holding: whether prompts the last projection did not foresee have arrived where
+        they would change its pick: one inside the projected horizon (the pending prompts
+        grew since the last decision and are within ``horizon``; any with ``horizon = 0``)
+        or more than 1 / ``HOLD_GROWTH`` of the prompts it saw (a burst into the tail).
+        Completions it foresaw; a completion and an arrival in one step go unseen."""
+        grew = n_pending > self._pending
+        self._pending = n_pending
+        horizon = self.config.horizon
+        return ((grew and (horizon == 0 or n_pending <= horizon))
+                or n_pending > self._plan_pending + self._plan_pending // HOLD_GROWTH)
 
     def _follow(self, view: SchedulerView) -> int:
         """The plan's budget now, as the projection that chose it steps: a constant budget
