@@ -1,7 +1,7 @@
 """Where ``predictive``'s decision time goes, against what the speed bar leaves a decision.
 
     .venv/bin/python benchmarks/predictive_cost.py [--trace FILE] [--overload 3]
-        [--window START:DUR] [--configs 'predictive;predictive:replan=16'] [--json OUT]
+        [--window START:DUR] [--configs 'predictive;predictive:hold=1,replan=16'] [--json OUT]
 
 Replays one trace (default: the whole Mooncake synthetic file, three times faster, as the
 ``mooncake x3`` row of ``benchmarks/trace_speed.py``) on H100 SXM / Qwen3-8B (roofline, the
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overload", type=float, default=3.0,
                     help="replay the trace this many times faster (default 3)")
     ap.add_argument("--window", metavar="START:DUR", help="replay only these seconds")
-    ap.add_argument("--configs", default="predictive;predictive:replan=16",
+    ap.add_argument("--configs", default="predictive;predictive:hold=1,replan=16",
                     help="';'-separated predictive configs")
     args = ap.parse_args(argv)
     if not Path(args.trace).is_file():

@@ -1,7 +1,7 @@
 """How sticky ``predictive``'s picks are, and how often a held pick is not the full search's.
 
     .venv/bin/python benchmarks/predictive_hold.py [--azure FILE] [--mooncake FILE]
-        [--overload 3] [--configs 'predictive;predictive:hold=16;predictive:hold=32']
+        [--overload 3] [--configs 'predictive:hold=1;predictive:hold=16;predictive:hold=32']
         [--json OUT]
 
 The rows of ``benchmarks/trace_speed.py`` (H100 SXM / Qwen3-8B, roofline, the model's
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
     ap.add_argument("--overload", type=float, default=3.0)
-    ap.add_argument("--configs", default="predictive;predictive:hold=16;predictive:hold=32",
+    ap.add_argument("--configs", default="predictive:hold=1;predictive:hold=16;predictive:hold=32",
                     help="';'-separated predictive configs")
     args = ap.parse_args(argv)
     if not 0 < args.overload <= 100:

@@ -108,10 +108,10 @@ def test_predictive_cost_splits_the_decision_time(tmp_path: Path) -> None:
     data = ROOT / "tests" / "data" / "traces"
     out = tmp_path / "c.json"
     proc = bench("predictive_cost.py", "--trace", str(data / "mooncake-synthetic-slice.jsonl"),
-                 "--configs", "predictive;predictive:replan=8", "--json", str(out))
+                 "--configs", "predictive:hold=1;predictive:hold=1,replan=8", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
-    assert [r["config"] for r in rows] == ["predictive", "predictive:replan=8"]
+    assert [r["config"] for r in rows] == ["predictive:hold=1", "predictive:hold=1,replan=8"]
     for r in rows:
         assert 0 < r["projections"] <= r["decisions"] and r["reads"] >= r["projections"]
         # One clock (process CPU) for the run and its parts, and each part's calls run
@@ -185,10 +185,10 @@ def test_predictive_hold_counts_repeats_and_hits(tmp_path: Path) -> None:
     out = tmp_path / "h.json"
     proc = bench("predictive_hold.py", "--azure", "", "--mooncake",
                  str(data / "mooncake-synthetic-slice.jsonl"), "--overload", "1",
-                 "--configs", "predictive;predictive:hold=8", "--json", str(out))
+                 "--configs", "predictive:hold=1;predictive:hold=8", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["results"]
-    assert [r["config"] for r in rows] == ["predictive", "predictive:hold=8"]
+    assert [r["config"] for r in rows] == ["predictive:hold=1", "predictive:hold=8"]
     per_step, held = rows
     assert per_step["followed"] == 0 and per_step["projections"] == per_step["decisions"]
     assert held["projections"] + held["followed"] == held["decisions"]

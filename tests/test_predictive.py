@@ -455,8 +455,8 @@ def test_predictive_array_path_makes_the_loops_decision_at_every_step(
     import ppas.policies.predictive as predictive_mod
     import ppas.policies.projection as projection_mod
     specs = bursty_specs(seed)
-    fast = make_policy("predictive")
-    slow = make_policy("predictive")
+    fast = make_policy("predictive:hold=1")
+    slow = make_policy("predictive:hold=1")
     fast.bind_cost_model(CM)
     slow.bind_cost_model(CM)
     decided = [0, 0]
@@ -599,7 +599,7 @@ def test_a_horizon_past_the_queue_makes_the_whole_queues_decision(
     # horizon no queue reaches has no tail and must decide the same at every step, and a
     # short one must differ somewhere on these long queues (the test can fail both ways).
     specs = bursty_specs(seed)
-    pols = [make_policy(f"predictive:horizon={h}") for h in (0, 10**6, 4)]
+    pols = [make_policy(f"predictive:hold=1,horizon={h}") for h in (0, 10**6, 4)]
     for q in pols:
         q.bind_cost_model(CM)
     whole, wide, short = pols
@@ -734,8 +734,8 @@ def test_the_prefill_bound_cuts_only_candidates_above_the_bound(
     _arrays_cut_only_above(queue, decs, a, b, cut, rate, tail, wait_bound, floor)
 
 
-@pytest.mark.parametrize("spec", ["predictive", "predictive:horizon=6",
-                                  "predictive:horizon=0,prune_limits=false"])
+@pytest.mark.parametrize("spec", ["predictive:hold=1", "predictive:hold=1,horizon=6",
+                                  "predictive:hold=1,horizon=0,prune_limits=false"])
 def test_the_prefill_bound_and_the_pick_order_make_the_same_decision_at_every_step(
         spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Random bursty runs, long queues: every decision with the prefill bound, its
@@ -785,7 +785,7 @@ def test_replanning_projects_once_in_k_and_follows_the_plan_between(
     # follows the last projection's plan as that projection steps it: its constant budget
     # while decodes run (c_max when none), or its admission limit's budget on the queue
     # now; the KV cap applies at every step. Every request finishes.
-    p = make_policy(f"predictive:replan={replan}")
+    p = make_policy(f"predictive:hold=1,replan={replan}")
     assert isinstance(p, Predictive)
     plan: list[tuple[int, int]] = []
     project_now = p._project
@@ -836,7 +836,7 @@ def test_a_followed_plan_steps_as_its_projection() -> None:
     # Between projections: a constant budget while decodes run, c_max once none does; an
     # admission limit's budget on the queue now, with or without decodes; a plan made
     # for another head prompt, or used up, is projected again.
-    p = make_policy("predictive:replan=3")
+    p = make_policy("predictive:hold=1,replan=3")
     assert isinstance(p, Predictive)
     p.bind_cost_model(CM)
     p.kv_capacity = None  # the plan alone
@@ -862,19 +862,34 @@ def test_a_followed_plan_steps_as_its_projection() -> None:
     assert p.decide(busy) == fresh.decide(busy) and p._plan_left == 2  # projected again
 
 
-def test_replan_one_is_the_per_step_policy() -> None:
+def test_hold_one_projects_at_every_decision_and_the_default_holds() -> None:
+    # hold=1 (replan=1) leaves no plan to follow after any decision: every decision that
+    # needs a projection makes one (the per-step rule); the default (hold=32) follows some
+    # on a bursty run.
     specs = bursty_specs(7)
-    runs = [simulate(specs, make_policy(s), CM, EngineConfig(max_model_len=32768))
-            for s in ("predictive", "predictive:replan=1")]
-    assert [(r.first_token_time, r.finish_time) for r in runs[0].requests] == [
-        (r.first_token_time, r.finish_time) for r in runs[1].requests]
+    for spec, holds in (("predictive:hold=1", False), ("predictive:hold=1,replan=1", False),
+                        ("predictive", True)):
+        p = make_policy(spec)
+        left: list[int] = []
+        decide = p.decide
+
+        def recorded(v: SchedulerView, decide=decide, p=p, left=left) -> Decision:
+            d = decide(v)
+            left.append(p._plan_left)
+            return d
+
+        p.decide = recorded  # type: ignore[method-assign]
+        simulate(specs, p, CM, EngineConfig(max_model_len=32768))
+        assert left and (max(left) > 0) == holds, spec
 
 
 def test_predictive_hold_is_validated() -> None:
-    assert make_policy("predictive").config.hold == 1
+    assert make_policy("predictive").config.hold == 32
     assert make_policy("predictive:hold=16").config.hold == 16
+    assert make_policy("predictive:hold=1,replan=4").config.replan == 4
     for bad, word in (("hold=0", "hold must be >= 1"), ("hold=-2", "hold must be >= 1"),
-                      ("hold=4,replan=2", "set one of them")):
+                      ("hold=4,replan=2", "replan needs hold=1"),
+                      ("replan=2", "replan needs hold=1")):
         with pytest.raises(Exception, match=word):
             make_policy(f"predictive:{bad}")
 
@@ -956,11 +971,3 @@ def test_holding_projects_at_least_once_in_hold_and_doubles_a_repeated_pick(
     p.bind_cost_model(CM)
     run_to_the_end(bursty_specs(seed), check)
     assert seen["projected"] > 5 and seen["followed"] > 0
-
-
-def test_hold_one_is_the_per_step_policy() -> None:
-    specs = bursty_specs(7)
-    runs = [simulate(specs, make_policy(s), CM, EngineConfig(max_model_len=32768))
-            for s in ("predictive", "predictive:hold=1")]
-    assert [(r.first_token_time, r.finish_time) for r in runs[0].requests] == [
-        (r.first_token_time, r.finish_time) for r in runs[1].requests]

@@ -53,7 +53,8 @@ followed budget is one the plan's own projection would have taken in that state 
 overload; measured in docs/results/trace-speed.md, "Replanning"), as vLLM 0.33's
 ``--prefill-schedule-interval`` schedules prefill only every N-th step.
 
-Holding a repeated pick (``hold``, 1 by default: off). The projections' picks are sticky:
+Holding a repeated pick (``hold``, 32 by default; 1: project at every decision, the rule
+before 2026-12-03). The projections' picks are sticky:
 along the per-step policy's own run 98-99% of the projections on overloaded Mooncake and
 87% on Azure x3 pick what the one before picked (docs/results/trace-speed.md, "Holding a
 repeated pick"). With ``hold = K`` a projection's plan covers a window of decisions that
@@ -67,7 +68,12 @@ would stall decodes more than the projection's (decodes running and the plan mad
 none, or a limit's budget now above the projection's). A stable overloaded state is then
 projected about once in ``K`` decisions, a changing one every decision. Invariant: at
 most ``K - 1`` followed decisions between two projections; every budget passes the KV cap
-and is <= ``c_max``. Not combined with ``replan`` (one rule for the window at a time).
+and is <= ``c_max``. Not combined with ``replan`` (one rule for the window at a time:
+``replan`` needs ``hold=1``). The default ``K = 32`` is the smallest power of two that
+brought every row of ``benchmarks/trace_speed.py`` under issue 19's bar with room (Azure
+x3 8.6, Mooncake x3 7.5 CPU s per trace-hour, against 17-24 and 65-70 per step), at mean
+E2E within 1% of the per-step rule on all 16 runs of ``benchmarks/predictive_quality.py``
+and P99 TPOT within 7.1% (docs/results/trace-speed.md, "predictive:hold=K").
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
@@ -144,8 +150,8 @@ class PredictiveConfig:
       "Replanning"). 1: every step projects (the per-step rule of P-PAS §3).
     * ``hold``: a pick that repeats the last projection's is followed by twice as many
       decisions as the last one was, up to ``hold - 1``; a changed pick projects again at
-      the next decision (module doc: "Holding a repeated pick"). 1: off. Not with
-      ``replan``.
+      the next decision (module doc: "Holding a repeated pick"). 1: every decision
+      projects. ``replan`` needs ``hold=1``.
     """
 
     c_min: int = 512
@@ -154,15 +160,15 @@ class PredictiveConfig:
     prune_limits: bool = True
     horizon: int = 128
     replan: int = 1
-    hold: int = 1
+    hold: int = 32
 
     def __post_init__(self) -> None:
         require(self.replan >= 1, f"replan must be >= 1 (1: project every step), "
                 f"got {self.replan}")
         require(self.hold >= 1, f"hold must be >= 1 (1: project every step), got {self.hold}")
         require(self.hold == 1 or self.replan == 1,
-                f"hold and replan are two rules for the same thing: set one of them, "
-                f"got hold={self.hold}, replan={self.replan}")
+                f"hold and replan are two rules for the same thing: replan needs hold=1 "
+                f"(hold is {self.hold} by default), got hold={self.hold}, replan={self.replan}")
         require(self.max_active >= 0, f"max_active must be >= 0 (0: no limit candidates), "
                 f"got {self.max_active}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
