@@ -80,7 +80,7 @@ from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
 from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
-from ppas.cost.base import CostModel
+from ppas.cost.base import CostModel, causal_pairs
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
@@ -352,6 +352,16 @@ class EngineSim:
         #: The members of the group the current step's schedule took at once (they lead
         #: its decodes; 0: none).
         self._fast = 0
+        self._chunk_runs = self._takes_chunk_runs()
+
+    def _takes_chunk_runs(self) -> bool:
+        """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy has a
+        ``chunk_rule``, and no engine rule that the run leaves out applies (step records,
+        the prefill cadence, prefix caching, priority scheduling, a chunk limit)."""
+        return (type(self.policy).chunk_rule is not Policy.chunk_rule
+                and not self.record_steps and self.cadence is None
+                and not self._prefix_caching and not self.by_priority
+                and not self._long_prefill)
 
     @property
     def free_blocks(self) -> int:
@@ -423,6 +433,7 @@ class EngineSim:
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
         new._group, new._buckets = [], None  # (the fork's requests are copies)
         new.policy = policy
+        new._chunk_runs = new._takes_chunk_runs()
         return new
 
     # -- one step ----------------------------------------------------------------------------
@@ -468,10 +479,15 @@ class EngineSim:
 
     def run_until(self, limit: float) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
-        next arrival): the same steps as calling ``step()`` that often."""
+        next arrival): the same steps as calling ``step()`` that often. Nothing joins the
+        engine before ``limit`` (the caller's promise), so chunk runs (``_chunk_run``) are
+        taken here, never cut back."""
         queued = self.waiting._d  # (the queue's truth, read without its __bool__)
+        runs = self._chunk_runs
         while self.now < limit and (self.running or queued):
-            self.advance(limit)
+            if runs and self._chunk_run(limit) and self.now >= limit:
+                return
+            self.advance(limit)  # (after a run: the step that ended it, not one of a run)
 
     def advance(self, limit: float = math.inf) -> None:
         """One ``step()``, or a run of decode-only steps taken in one go
@@ -578,6 +594,127 @@ class EngineSim:
             used += b - r.blocks
             r.blocks = b
         self.pool.take(used)
+
+    def _chunk_run(self, limit: float) -> bool:
+        """Up to ``limit``, the steps ``step()`` would run while the running requests are
+        decodes that all sampled their last token at ``now`` and one request P mid-prompt
+        (in any place among them), in one go, for a policy whose budgets there are a
+        function of the clock and the computed tokens (``Policy.chunk_rule``).
+
+        Each such step schedules every decode (one token) and P a chunk of the budget
+        ``b``, as long as ``b`` is short of P's prompt's end (so P samples no token and the
+        budget admits nobody), every token fits the global budget and the step's new KV
+        blocks fit the free ones (so nobody is preempted); no decode finishes in it (the
+        finishing step goes through ``step()``), and it starts before ``limit``. The run
+        stops before the first step that is not such a step: ``step()`` takes that one.
+        Per step: the rule, one price and a few integer sums; the requests, the step
+        records and the inter-token gaps are written once a run, as the steps would
+        (the decode group, ``_group``, stays the running list's prefix of decodes: its
+        members and their residues move together). False when no step ran."""
+        running = self.running
+        now = self.now
+        if now >= limit or len(running) < 2:
+            return False
+        bs = self.block_size
+        head = None
+        n = dctx = 0
+        k_max = 1 << 62
+        residues = [0] * bs  # residues[x]: the decodes with computed tokens = x mod bs
+        for r in running:
+            c = r.num_computed_tokens
+            p = r.prompt_tokens
+            if c < p:
+                if head is not None:
+                    return False
+                head = r
+            elif p + r.num_output_tokens - c != 1 or r.last_token_time != now:
+                return False  # a recompute tail, or a decode not sampled at now
+            else:
+                n += 1
+                dctx += c
+                residues[c % bs] += 1
+                left = r.max_output_tokens - r.num_output_tokens
+                if left < k_max:
+                    k_max = left
+        k_max -= 1  # the step at which a decode finishes goes through step()
+        if head is None or n == 0 or k_max < 1:
+            return False
+        rule = self.policy.chunk_rule(self._view())
+        if rule is None:
+            return False
+        pool, price, mbt = self.pool, self._price, self.mbt
+        free = pool.num_free
+        pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
+        prev = self._last_launch
+        launches: list[float] = []
+        dts: list[float] = []
+        caps: list[int] = []
+        k = 0
+        while k < k_max and now < limit:
+            b = rule(now, pc, dctx)
+            if b < 0:
+                b = 0  # step_rules.enforced_budget with decodes running
+            if b >= pp - pc or b + n > mbt:
+                break  # P would reach its prompt's end (or the budget admit), or too many
+            grow = residues[-k % bs]  # the decodes whose computed tokens fill their block
+            if b:
+                extra = -(-(pc + b) // bs) - pb
+                if grow + extra > free:
+                    break  # KvPool.needed: someone would be preempted
+                # the tally of the step: P's chunk (StepTally.add), then the decodes
+                dt = price(b, 1, causal_pairs(b, pc), pc + b, n, dctx)
+                pc += b
+                pb += extra
+                free -= grow + extra
+            else:
+                if grow > free:
+                    break
+                dt = price(0, 0, 0.0, 0, n, dctx)
+                free -= grow
+            launches.append(now)
+            dts.append(dt)
+            caps.append(b)
+            prev = now
+            now += dt
+            dctx += n
+            k += 1
+        if not k:
+            return False
+        # The requests, as k steps leave them.
+        head.num_computed_tokens = pc
+        head.blocks = pb
+        pool.num_free = free
+        for r in running:
+            if r is not head:
+                r.num_computed_tokens = c = r.num_computed_tokens + k
+                r.num_output_tokens += k
+                r.last_token_time = now
+                r.blocks = -(-c // bs)
+        # Each step's gaps: every decode's, the step's end less its launch (in decode
+        # order: equal values).
+        repeat = self.gaps.repeat
+        for i in range(k):
+            repeat((launches[i] + dts[i]) - launches[i], n)
+        # The step records (the last ones the deque keeps).
+        recent = self.recent
+        keep = recent.maxlen if recent.maxlen is not None else k
+        for i in range(k - keep if k > keep else 0, k):
+            t = launches[i]
+            last = launches[i - 1] if i else self._last_launch
+            recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
+                                           caps[i], caps[i], n, 1 if caps[i] else 0, n))
+        self._last_launch = prev
+        self.now = now
+        self.num_steps += k
+        self._carried = caps[-1] > 0  # (P's chunk is mid-prompt)
+        self.stalled = False
+        self._run = None
+        self._run_steps = -1
+        # The decode group moves with its members: k more steps, k more tokens each.
+        self._gstep += k
+        self._group_ctx += k * len(self._group)
+        self._group_time = now
+        return True
 
     def rewind(self, t: float) -> None:
         """Undo the steps of the last decode run that start at or after ``t``, so that
