@@ -353,6 +353,8 @@ class EngineSim:
         #: its decodes; 0: none).
         self._fast = 0
         self._chunk_runs = self._takes_chunk_runs()
+        #: The last chunk run ended after a decode finished: the next step may start one.
+        self._run_next = False
 
     def _takes_chunk_runs(self) -> bool:
         """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy has a
@@ -485,9 +487,11 @@ class EngineSim:
         queued = self.waiting._d  # (the queue's truth, read without its __bool__)
         runs = self._chunk_runs
         while self.now < limit and (self.running or queued):
-            if runs and self._chunk_run(limit) and self.now >= limit:
-                return
-            self.advance(limit)  # (after a run: the step that ended it, not one of a run)
+            if runs and self._chunk_run(limit):
+                runs = self._run_next  # (else the step that ended it is not one of a run)
+                continue
+            self.advance(limit)
+            runs = self._chunk_runs
 
     def advance(self, limit: float = math.inf) -> None:
         """One ``step()``, or a run of decode-only steps taken in one go
@@ -604,13 +608,16 @@ class EngineSim:
         Each such step schedules every decode (one token) and P a chunk of the budget
         ``b``, as long as ``b`` is short of P's prompt's end (so P samples no token and the
         budget admits nobody), every token fits the global budget and the step's new KV
-        blocks fit the free ones (so nobody is preempted); no decode finishes in it (the
-        finishing step goes through ``step()``), and it starts before ``limit``. The run
-        stops before the first step that is not such a step: ``step()`` takes that one.
-        Per step: the rule, one price and a few integer sums; the requests, the step
-        records and the inter-token gaps are written once a run, as the steps would
-        (the decode group, ``_group``, stays the running list's prefix of decodes: its
-        members and their residues move together). False when no step ran."""
+        blocks fit the free ones (so nobody is preempted), and it starts before ``limit``.
+        The run stops before the first step that is not such a step (``step()`` takes
+        that one: ``_run_next`` False), or after the first at which a decode finishes
+        (the rule knew the decodes: a new run may follow, ``_run_next`` True). Per step:
+        the rule, one price and a few integer sums; the requests, the step records and
+        the inter-token gaps are written once a run, as the steps would, and the decodes
+        that finished leave as ``_advance`` has them leave, in the running order (the
+        decode group, ``_group``, stays the running list's prefix of decodes, its
+        members and their residues moving together, until one finishes). False when no
+        step ran."""
         running = self.running
         now = self.now
         if now >= limit or len(running) < 2:
@@ -636,16 +643,15 @@ class EngineSim:
                 left = r.max_output_tokens - r.num_output_tokens
                 if left < k_max:
                     k_max = left
-        k_max -= 1  # the step at which a decode finishes goes through step()
-        if head is None or n == 0 or k_max < 1:
+        if head is None or n == 0:
             return False
         rule = self.policy.chunk_rule(self._view())
         if rule is None:
             return False
-        pool, price, mbt = self.pool, self._price, self.mbt
+        pool, price = self.pool, self._price
+        room = self.mbt - n  # the global budget left after the decodes
         free = pool.num_free
         pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
-        prev = self._last_launch
         launches: list[float] = []
         dts: list[float] = []
         caps: list[int] = []
@@ -654,7 +660,7 @@ class EngineSim:
             b = rule(now, pc, dctx)
             if b < 0:
                 b = 0  # step_rules.enforced_budget with decodes running
-            if b >= pp - pc or b + n > mbt:
+            if b >= pp - pc or b > room:
                 break  # P would reach its prompt's end (or the budget admit), or too many
             grow = residues[-k % bs]  # the decodes whose computed tokens fill their block
             if b:
@@ -674,7 +680,6 @@ class EngineSim:
             launches.append(now)
             dts.append(dt)
             caps.append(b)
-            prev = now
             now += dt
             dctx += n
             k += 1
@@ -690,11 +695,21 @@ class EngineSim:
                 r.num_output_tokens += k
                 r.last_token_time = now
                 r.blocks = -(-c // bs)
-        # Each step's gaps: every decode's, the step's end less its launch (in decode
-        # order: equal values).
-        repeat = self.gaps.repeat
-        for i in range(k):
-            repeat((launches[i] + dts[i]) - launches[i], n)
+        self._run_next = k == k_max  # (the step k_max - 1 finished a decode)
+        if k == k_max:
+            done = [r for r in running
+                    if r is not head and r.num_output_tokens >= r.max_output_tokens]
+            for r in done:
+                self._finish(r, now)
+            for r in done:
+                running.remove(r)
+            self._past_prompt -= len(done)
+            self._group, self._buckets = [], None  # (made again by the next steps)
+        # Each step's gaps: every decode's, the step's end (the next launch: the same
+        # sum) less its launch, in decode order (equal values).
+        ends = launches[1:]
+        ends.append(now)
+        self.gaps.repeat_each([e - a for a, e in zip(launches, ends, strict=True)], n)
         # The step records (the last ones the deque keeps).
         recent = self.recent
         keep = recent.maxlen if recent.maxlen is not None else k
@@ -703,7 +718,7 @@ class EngineSim:
             last = launches[i - 1] if i else self._last_launch
             recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
                                            caps[i], caps[i], n, 1 if caps[i] else 0, n))
-        self._last_launch = prev
+        self._last_launch = launches[-1]
         self.now = now
         self.num_steps += k
         self._carried = caps[-1] > 0  # (P's chunk is mid-prompt)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
-from ppas.cost.base import largest_chunk_within
+from ppas.cost.base import largest_chunk_within, largest_fitting
 from ppas.policies.base import ChunkRule, Policy, last_prefill_token_time
 from ppas.policies.registry import register
 
@@ -54,6 +54,9 @@ class SloWeaveConfig:
                 f"mbt must be >= c_max={self.c_max}, got {self.mbt}")
 
 
+_NO_RUN: tuple[int, int, tuple[str, int] | None] = (0, 0, None)
+
+
 @register("sloweave")
 class SloWeave(Policy):
     Config = SloWeaveConfig
@@ -61,9 +64,9 @@ class SloWeave(Policy):
     #: The last step's chunk, the next search's guess (any value gives the same chunk:
     #: ``largest_chunk_within``); set per instance once it decides.
     _last = 0
-    #: The last change of the chunk in a chunk run (``chunk_rule``'s guess: ``_last`` plus
-    #: it).
-    _drift = 0
+    #: The two chunks before ``_last`` in a chunk run, in order (``chunk_rule``'s guess
+    #: extrapolates; 0: none), and the run's P and number of decodes.
+    _before: tuple[int, int, tuple[str, int] | None] = (0, 0, None)
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -104,6 +107,7 @@ class SloWeave(Policy):
             c = largest_chunk_within(cm, budget, n_dec, limit, dctx // max(1, n_dec),
                                      max(0, head_ctx), self._last)
             self._last = c  # (the next search's guess: the same answer, fewer prices)
+            self._before = _NO_RUN
             return budget_decision(c)
         per_token = last_prefill_token_time(view.recent_steps)  # (no chunk_rule for this)
         if per_token is not None:
@@ -144,21 +148,33 @@ class SloWeave(Policy):
         if head is None:
             return None
         prompt = head.prompt_tokens
-        # the search's guess: the last chunk plus its last change (from the last run's end)
-        last, drift = self._last, self._drift
+        timer = cm.chunk_timers()  # (largest_chunk_within's chunk_time, checked once)
+        # the search's guess: the last chunk plus half its change over the last two steps
+        # (floored), plus one (2 prices when the chunk is the guess or one less; 2.1 a
+        # step on Mooncake x3, where the chunk shrinks a little every step as P's context
+        # grows); from the last run's end
+        last, before = self._last, self._before
+        own = before[2] == (head.request_id, n_dec)  # last: this P's beside these decodes
+        if not own:
+            before = (0, 0, (head.request_id, n_dec))
 
         def rule(now: float, prefill_ctx: int, decode_ctx: int) -> int:
-            nonlocal last, drift
+            nonlocal last, before, own
             # decide's arithmetic, in its order, on this view's constants
-            budget = max(0.0, (now + d_min) - now) - margin
+            x = (now + d_min) - now
+            budget = (x if x > 0.0 else 0.0) - margin  # (max(0.0, x): the same float)
             if budget <= 0:
                 return 0
             left = prompt - prefill_ctx
             limit = c_max if c_max < left else left
-            guess = last + drift + 1  # (2 prices when the chunk is this or one less)
-            c = largest_chunk_within(cm, budget, n_dec, limit, decode_ctx // n_dec,
-                                     prefill_ctx, guess if guess < limit else limit)
-            drift = self._drift = c - last if last else 0
+            b2, b1 = before[0], before[1]
+            guess = last + 1 + ((last - b2) // 2 if b2 else last - b1 if b1 else 0)
+            # largest_chunk_within(cm, budget, n_dec, limit, decode_ctx // n_dec,
+            # prefill_ctx, guess), its chunk_time from the timer
+            c = largest_fitting(timer(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec),
+                                budget, limit, guess if guess < limit else limit)
+            before = self._before = (before[1], last if own else 0, before[2])
+            own = True
             last = self._last = c
             return c
 
