@@ -8,6 +8,7 @@ from collections import deque
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_views import dec, pre, view, wait
 
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, EngineSim, replay
@@ -97,7 +98,8 @@ def test_chunk_runs_stop_before_the_kv_cache_runs_short() -> None:
 def test_chunk_rule_is_decide() -> None:
     """Along runs stepped singly, the rule made at a run's first step gives ``decide``'s
     budget at every step of it wherever either is short of P's prompt left
-    (``Policy.chunk_rule``), with the queue behind P (whose prompts ``decide`` counts)."""
+    (``Policy.chunk_rule``), with the queue behind P (whose prompts ``decide`` counts)
+    growing by arrivals."""
     checked = short = 0
     for tpot, c_max in ((0.015, 4096), (0.03, 4096), (0.03, 300)):
         sim = EngineSim(make_policy(f"sloweave:tpot_s={tpot},c_max={c_max}"), CM)
@@ -109,12 +111,14 @@ def test_chunk_rule_is_decide() -> None:
             sim.add_request(RequestSpec(sim.now, p, 5))
         rule, key = None, None
         while sim.has_work():
+            if sim.num_steps % 7 == 0 and len(sim.requests) < 12:
+                sim.add_request(RequestSpec(sim.now, 300 + 500 * len(sim.requests), 3))
             view = sim._view()
             head = [r for r in sim.running if r.num_computed_tokens < r.prompt_tokens]
             decodes = [r for r in sim.running if r.num_computed_tokens >= r.prompt_tokens]
             if (len(head) == 1 and decodes
                     and all(r.last_token_time == sim.now for r in decodes)):
-                now_key = (tuple(sim.running), tuple(sim.waiting), head[0])
+                now_key = (tuple(sim.running), head[0])  # (the same but for arrivals)
                 if rule is None or key != now_key:  # (a new run: a new rule)
                     rule, key = sim.policy.chunk_rule(view), now_key
                 assert rule is not None
@@ -130,3 +134,28 @@ def test_chunk_rule_is_decide() -> None:
                 rule = None
             sim.step()
     assert checked > 40 and short > 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 30000), min_size=1, max_size=8), st.integers(0, 20000),
+       st.integers(1, 30000), st.integers(1, 4096), st.integers(0, 3),
+       st.floats(0.5, 5000.0))
+def test_chunk_rule_is_decide_at_the_boundary(decodes: list[int], done: int, rest: int,
+                                               c: int, n_wait: int, now: float) -> None:
+    """On a hand-made view whose budget sits just above the price of chunk ``c`` as
+    ``decide`` searches it (its mean decode context, truncated, times the decodes), the
+    rule gives ``decide``'s budget (wherever either is short of P's prompt left): a rule
+    that priced anything else (the decodes' exact context, say) would miss by one."""
+    n = len(decodes)
+    dctx = sum(decodes)
+    t = CM.chunk_timers()(done, n, dctx // n * n)(c)
+    policy = make_policy(f"sloweave:tpot_s={t + 0.001 + 1e-12!r}")
+    policy.bind_cost_model(CM)
+    reqs = [dec(i, k, last=now) for i, k in enumerate(decodes)]
+    reqs.append(pre(0, done, done + rest))
+    reqs.extend(wait(i) for i in range(n_wait))
+    v = view(reqs, now)
+    rule = policy.chunk_rule(v)
+    assert rule is not None
+    b, d = rule(now, done, dctx), policy.decide(v).prefill_budget
+    assert min(b, rest) == min(d, rest)

@@ -164,7 +164,9 @@ def largest_fitting(t: Callable[[int], float], target_s: float, c_max: int,
         if t(guess) <= target_s:  # the answer is at or above the guess
             lo, step = guess, 1
             while True:
-                hi = min(c_max, lo + step)
+                hi = lo + step
+                if hi > c_max:
+                    hi = c_max  # min(c_max, lo + step)
                 if hi == lo:
                     return lo  # c_max fits
                 if t(hi) > target_s:
@@ -173,7 +175,9 @@ def largest_fitting(t: Callable[[int], float], target_s: float, c_max: int,
         else:  # below it
             hi, step = guess, 1
             while True:
-                lo = max(1, hi - step)
+                lo = hi - step
+                if lo < 1:
+                    lo = 1  # max(1, hi - step)
                 if t(lo) <= target_s:
                     break
                 if lo == 1:

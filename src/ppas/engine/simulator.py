@@ -60,7 +60,21 @@ a decode, each step's schedule is fixed (one token each) and only the cost model
 needed, so a run of such steps is taken in one go (one cost-model evaluation per step,
 two passes over the requests per run) and can be cut back to any step boundary when a
 request arrives. Results are identical to single steps (``tests/test_decode_runs.py``);
-with ``record_steps`` every step is taken singly. The policy's ``Decision.prefill_budget``
+with ``record_steps`` every step is taken singly.
+
+**Chunk runs** (``run_until``, ``_chunk_run``): while the running requests are decodes that
+all sampled their last token at the same step's end and one prompt P being chunked, a
+policy may give its budgets as a function of the clock, P's computed tokens and the
+decodes' (``Policy.chunk_rule``: ``sloweave``'s deadline search). Each such step then
+schedules every decode and a chunk of P short of its prompt's end: the run takes them in
+one go (the rule, one price and a few integer sums a step; the requests, records and gaps
+written once a run), up to the step at which a decode finishes, and stops before a step
+that would end P's prompt, admit or preempt. Only ``run_until`` takes them (its caller adds
+nothing before the limit, or only arrivals, which no step of a run reads: ``replay`` adds
+them after it): they are never cut back. Results are identical to single steps, every step's record compared
+(``tests/test_chunk_runs.py``); with step records, prefix caching, priority scheduling,
+vLLM's prefill cadence or chunk limit every step is taken singly (``_takes_chunk_runs``).
+The policy's ``Decision.prefill_budget``
 is the prefill cap; the global token budget is the policy's ``max_num_batched_tokens``
 (P-PAS §3.2). Invariants checked by the tests: prefill-chunk tokens <= cap, all tokens <=
 budget, KV blocks <= capacity, every request finishes; ``tests/test_differential.py``
@@ -479,15 +493,20 @@ class EngineSim:
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
 
-    def run_until(self, limit: float) -> None:
+    def run_until(self, limit: float, arrivals: bool = False) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
         next arrival): the same steps as calling ``step()`` that often. Nothing joins the
         engine before ``limit`` (the caller's promise), so chunk runs (``_chunk_run``) are
-        taken here, never cut back."""
+        taken here, never cut back. ``arrivals``: what joins at ``limit`` and after only
+        arrives (``add_request``, at the waiting queue's end; ``replay``), so a chunk run
+        may go on past ``limit``: its steps read no waiting request (none is admitted in
+        them; ``Policy.chunk_rule`` holds through arrivals), and the caller adds the
+        arrivals up to the clock before the next step, as it would have before each."""
         queued = self.waiting._d  # (the queue's truth, read without its __bool__)
         runs = self._chunk_runs
+        run_limit = math.inf if arrivals else limit
         while self.now < limit and (self.running or queued):
-            if runs and self._chunk_run(limit):
+            if runs and self._chunk_run(run_limit):
                 runs = self._run_next  # (else the step that ended it is not one of a run)
                 continue
             self.advance(limit)
@@ -620,8 +639,8 @@ class EngineSim:
         step ran."""
         running = self.running
         now = self.now
-        if now >= limit or len(running) < 2:
-            return False
+        if now >= limit or len(running) - self._past_prompt != 1 or len(running) < 2:
+            return False  # (not one prompt running beside decodes: step_rules.counts)
         bs = self.block_size
         head = None
         n = dctx = 0
@@ -1170,7 +1189,7 @@ def replay(sim: EngineSim, specs: Sequence[RequestSpec]) -> SimResult:
             sim.add_request(specs[i])
             i += 1
         if sim.has_work():
-            sim.run_until(specs[i].arrival_s if i < n else math.inf)
+            sim.run_until(specs[i].arrival_s if i < n else math.inf, arrivals=True)
         elif i < n:
             sim.idle_until(specs[i].arrival_s)
         else:

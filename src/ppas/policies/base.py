@@ -59,8 +59,9 @@ class Policy(Configured, ABC):
         steps that give P chunks short of its prompt's end move it: ``v.now = now``, P's
         computed tokens ``prefill_ctx`` (< its prompt), the decodes in the same order, each
         some tokens further (their computed tokens summing to ``decode_ctx``), each having
-        sampled its last token at ``now``, the waiting queue the same, ``recent_steps``
-        longer. Like ``decide``, free of side effects on the decisions."""
+        sampled its last token at ``now``, the waiting queue the same but for requests
+        arrived at its end, ``recent_steps`` longer. Like ``decide``, free of side effects
+        on the decisions."""
         return None
 
     @property
