@@ -149,10 +149,11 @@ class SloWeave(Policy):
             return None
         prompt = head.prompt_tokens
         timer = cm.chunk_timers()  # (largest_chunk_within's chunk_time, checked once)
-        # the search's guess: the last chunk plus half its change over the last two steps
-        # (floored), plus one (2 prices when the chunk is the guess or one less; 2.1 a
-        # step on Mooncake x3, where the chunk shrinks a little every step as P's context
-        # grows); from the last run's end
+        # the search's guess (any guess gives the same chunk): the last chunk plus half
+        # its change over the two steps before (floored), plus one: 2 prices when the
+        # chunk is the guess or one less, 2.3 a step on average after a run's first on
+        # Mooncake x3, where the chunk shrinks a little every step as the contexts grow.
+        # From the last run's end when P and the decodes are the same (``_before``).
         last, before = self._last, self._before
         own = before[2] == (head.request_id, n_dec)  # last: this P's beside these decodes
         if not own:
