@@ -71,14 +71,16 @@ one go (the rule, one price and a few integer sums a step; the requests, records
 written once a run), up to the step at which a decode finishes, and stops before a step
 that would end P's prompt, admit or preempt. Only ``run_until`` takes them (its caller adds
 nothing before the limit, or only arrivals, which no step of a run reads: ``replay`` adds
-them after it): they are never cut back. Results are identical to single steps, every step's record compared
-(``tests/test_chunk_runs.py``); with step records, prefix caching, priority scheduling,
-vLLM's prefill cadence or chunk limit every step is taken singly (``_takes_chunk_runs``).
-The policy's ``Decision.prefill_budget``
-is the prefill cap; the global token budget is the policy's ``max_num_batched_tokens``
-(P-PAS §3.2). Invariants checked by the tests: prefill-chunk tokens <= cap, all tokens <=
-budget, KV blocks <= capacity, every request finishes; ``tests/test_differential.py``
-checks the per-step schedule against vLLM's own scheduler with the plugin.
+them after it): they are never cut back. Results are identical to single steps, every
+step's record compared (``tests/test_chunk_runs.py``); with step records, prefix caching,
+priority scheduling, vLLM's prefill cadence or chunk limit every step is taken singly
+(``_takes_chunk_runs``).
+
+The policy's ``Decision.prefill_budget`` is the prefill cap; the global token budget is the
+policy's ``max_num_batched_tokens`` (P-PAS §3.2). Invariants checked by the tests:
+prefill-chunk tokens <= cap, all tokens <= budget, KV blocks <= capacity, every request
+finishes; ``tests/test_differential.py`` checks the per-step schedule against vLLM's own
+scheduler with the plugin.
 """
 
 from __future__ import annotations
