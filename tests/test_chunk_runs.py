@@ -159,3 +159,21 @@ def test_chunk_rule_is_decide_at_the_boundary(decodes: list[int], done: int, res
     assert rule is not None
     b, d = rule(now, done, dctx), policy.decide(v).prefill_budget
     assert min(b, rest) == min(d, rest)
+
+
+def test_a_subclass_that_decides_otherwise_steps_singly() -> None:
+    """A rule is taken only from the class whose ``decide`` it mirrors: a subclass with its
+    own ``decide`` and the inherited rule gets no chunk runs (nor does a policy without a
+    rule); its instances' wrapped ``decide`` (timing) keeps them."""
+    sw = make_policy("sloweave")
+
+    class Other(type(sw)):  # type: ignore[misc]
+        def decide(self, view):  # type: ignore[no-untyped-def]
+            return super().decide(view)
+
+    assert EngineSim(make_policy("sloweave"), CM)._chunk_runs
+    assert not EngineSim(Other(sw.config), CM)._chunk_runs
+    assert not EngineSim(make_policy("mbt:8192"), CM)._chunk_runs
+    wrapped = make_policy("sloweave")
+    wrapped.decide = wrapped.decide  # type: ignore[method-assign]
+    assert EngineSim(wrapped, CM)._chunk_runs

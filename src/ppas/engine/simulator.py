@@ -373,10 +373,15 @@ class EngineSim:
         self._run_next = False
 
     def _takes_chunk_runs(self) -> bool:
-        """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy has a
-        ``chunk_rule``, and no engine rule that the run leaves out applies (step records,
-        the prefill cadence, prefix caching, priority scheduling, a chunk limit)."""
-        return (type(self.policy).chunk_rule is not Policy.chunk_rule
+        """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy's class
+        has a ``chunk_rule`` from the class its ``decide`` comes from (a subclass that
+        decides otherwise, and inherits the rule, steps singly; an instance's own
+        ``decide``, a timing or checking wrapper, is taken to decide as its class does),
+        and no engine rule that the run leaves out applies (step records, the prefill
+        cadence, prefix caching, priority scheduling, a chunk limit)."""
+        cls = type(self.policy)
+        rule_from = _defined_in(cls, "chunk_rule")
+        return (rule_from is not Policy and rule_from is _defined_in(cls, "decide")
                 and not self.record_steps and self.cadence is None
                 and not self._prefix_caching and not self.by_priority
                 and not self._long_prefill)
@@ -1159,6 +1164,11 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
     return 0
 
 
+
+
+def _defined_in(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO whose body defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
 
 
 def _priority_rank(r: SimRequest) -> tuple[int, float]:
