@@ -23,8 +23,8 @@ that is read of ``L_t``): O(running + waiting requests read), not O(queue).
 
 Chunk runs (``chunk_rule``, ``ppas.engine.simulator``): while the running requests are
 decodes that all sampled their last token at ``now`` and one prompt P, ``min_i d_i`` is
-``now + min_i D_i`` (rounding is monotone), so the rule reads the decodes and the queue
-once and each step then costs only its search over the cost model.
+``now + min_i D_i`` (rounding is monotone), so the rule reads the running requests once
+(the queue not at all) and each step then costs only its search over the cost model.
 """
 
 from __future__ import annotations
