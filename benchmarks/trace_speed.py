@@ -31,8 +31,10 @@ computes something else would show. A run that passes ``--run-limit`` CPU second
 cores: the load average is printed with the table, and the bar ("on one core") is judged
 on the CPU seconds, the time the one core spent on the run.
 
-``--split``: also time each ``decide()`` call of the policy (CPU clock, from outside):
-the column ``policy s/h`` is the policy's share of ``cpu s/h``, the rest the engine's
+``--split``: also time each ``decide()`` call of the policy (CPU clock, from outside),
+and each call of its chunk rules where it has them (``Policy.chunk_rule``: the budgets of
+the steps the engine takes in chunk runs, ``decide`` not called): the column ``policy
+s/h`` is the policy's share of ``cpu s/h`` (both kinds of call), the rest the engine's
 (the timing adds about a microsecond a step to both).
 
 ``--before DIR``: also run the same cases, at the same time in a second process, on the
@@ -62,6 +64,7 @@ from ppas.core.errors import PpasError
 from ppas.cost.catalog import MAX_MODEL_LEN
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
+from ppas.policies.base import Policy
 from ppas.workload import Trace, TraceTransform, load_trace
 
 TARGET_S_PER_HOUR = 10.0
@@ -118,6 +121,24 @@ def cases(args: argparse.Namespace) -> list[tuple[str, Trace, list[str]]]:
             out.append((f"{name} x{args.overload:g} {label} tiled",
                         tiled_hour(fast, args.tile_s), hour))
     return out
+
+
+def time_rules(policy: Policy, acc: dict[str, float]) -> None:
+    """``policy.chunk_rule`` (where the policy has its own) and the rules it returns
+    timed on the CPU clock into ``acc["rule"]``, their calls counted in ``acc["rule_n"]``
+    (the engine tests the policy's class for a rule, not the instance: it still sees
+    one)."""
+    if getattr(type(policy), "chunk_rule", None) is getattr(Policy, "chunk_rule", None):
+        return  # (none, or sources from before chunk rules)
+    make = policy.chunk_rule
+
+    def chunk_rule(view: Any) -> Any:
+        t0 = time.process_time()
+        rule = make(view)
+        acc["rule"] += time.process_time() - t0
+        return None if rule is None else timed(rule, acc, "rule", time.process_time)
+
+    policy.chunk_rule = chunk_rule  # type: ignore[method-assign]
 
 
 class _Stopped(Exception):
@@ -237,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         for c in configs:
             s = setups[c]
             policy = engine_for(c, args.hardware, args.model).policy  # fresh state
-            in_policy = {"decide": 0.0, "decide_n": 0.0}
-            if args.split:  # decide() timed from outside, on the same CPU clock
+            in_policy = {"decide": 0.0, "decide_n": 0.0, "rule": 0.0, "rule_n": 0.0}
+            if args.split:  # decide() and chunk rules timed from outside, on the CPU clock
                 policy.decide = timed(  # type: ignore[method-assign]
                     policy.decide, in_policy, "decide", time.process_time)
+                time_rules(policy, in_policy)
             old = signal.signal(signal.SIGPROF, _stop)
             signal.setitimer(signal.ITIMER_PROF, args.run_limit)  # CPU seconds
             w0, c0 = time.perf_counter(), time.process_time()
@@ -267,13 +289,16 @@ def main(argv: list[str] | None = None) -> int:
                          "failed": -1 if res is None else sum(1 for r in res.requests
                                                               if r.failed),
                          "avg_latency": e2e, "digest": "" if res is None else digest(res)})
+            in_pol = in_policy["decide"] + in_policy["rule"]
             if args.split:
-                rows[-1]["policy_cpu_s"] = in_policy["decide"]
-                rows[-1]["policy_calls"] = int(in_policy["decide_n"])
-                rows[-1]["policy_cpu_s_per_hour"] = in_policy["decide"] * HOUR_S / span
+                rows[-1]["policy_cpu_s"] = in_pol
+                rows[-1]["policy_calls"] = int(in_policy["decide_n"] + in_policy["rule_n"])
+                rows[-1]["policy_cpu_s_per_hour"] = in_pol * HOUR_S / span
+                rows[-1]["rule_cpu_s"] = in_policy["rule"]
+                rows[-1]["rule_calls"] = int(in_policy["rule_n"])
             t.print_row(name, c, span, len(trace), wall, cpu, span / wall, per_hour,
                         cpu_per_hour,
-                        *((in_policy["decide"] * HOUR_S / span,) if args.split else ()),
+                        *((in_pol * HOUR_S / span,) if args.split else ()),
                         TARGET_S_PER_HOUR,
                         "STOP" if stopped else
                         "ok" if cpu_per_hour <= TARGET_S_PER_HOUR else "MISS", e2e,

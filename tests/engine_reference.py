@@ -192,9 +192,11 @@ class EngineSim:
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
         self._advance(view, cap, sched, preempted, tally)
 
-    def run_until(self, limit: float) -> None:
+    def run_until(self, limit: float, arrivals: bool = False) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
-        next arrival): the same steps as calling ``step()`` that often."""
+        next arrival): the same steps as calling ``step()`` that often (``arrivals``, the
+        caller's promise that only arrivals join after ``limit``, changes none of them:
+        ``replay`` passes it)."""
         while self.now < limit and (self.running or self.waiting):
             self.advance(limit)
 

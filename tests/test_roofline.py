@@ -128,6 +128,7 @@ def test_chunk_time_is_step_time_of_one_chunk(hw: str, model: str, c: int, p: in
         return
     k = k if d else 0
     assert cm.chunk_time(p, d, k)(c) == cm.step_time(StepShape.one_chunk(c, p, d, k))
+    assert cm.chunk_timers()(p, d, k)(c) == cm.chunk_time(p, d, k)(c)
 
 
 @settings(max_examples=300, deadline=None)
@@ -156,6 +157,7 @@ def test_pricer_is_step_time_of_the_fields(hw: str, model: str, chunks: list[tup
     doubled = Doubled(hw, model, tp=tp, attention_kernel=kernel)
     assert doubled.pricer()(*fields) == 2 * cm.step_time(shape)
     assert doubled.chunk_time(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
+    assert doubled.chunk_timers()(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
 
 
 def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:

@@ -87,6 +87,10 @@ class Gaps:
         once as the double's bytes (``array('d')`` holds native doubles: exact)."""
         self.one.frombytes(_DOUBLE(value) * count)
 
+    def repeat_each(self, values: Iterable[float], count: int) -> None:
+        """``repeat(value, count)`` for each of ``values`` in order, written at once."""
+        self.one.frombytes(b"".join([_DOUBLE(v) * count for v in values]))
+
     def extend(self, values: Sequence[float], count: int) -> None:
         """Each of ``values`` counted ``count`` times."""
         self.values.extend(values)

@@ -115,6 +115,13 @@ class CostModel(ABC):
         st, one = self.step_time, StepShape.one_chunk
         return lambda c: st(one(c, prefill_ctx, num_decodes, decode_ctx_tokens))
 
+    def chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
+        """``chunk_time`` as one function for a caller that builds one per step (a chunk
+        run's rule, ``ppas.policies.sloweave``): ``chunk_timers()(p, nd, k)(c) ==
+        chunk_time(p, nd, k)(c)`` exactly; subclasses may return one that checks once
+        what ``chunk_time`` checks per call."""
+        return self.chunk_time
+
     def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
         """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
         from ``context`` cached tokens (no decodes alongside)."""
@@ -143,12 +150,23 @@ def largest_chunk_within(
     bisects the bracket. The chunks that fit are a prefix of [1, c_max] (monotone), so
     every bracketing ends at the same c as the search from [1, c_max]: 2 prices when the
     guess is the answer, O(log distance) otherwise."""
-    t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx * num_decodes)
+    return largest_fitting(cost_model.chunk_time(prefill_ctx, num_decodes,
+                                                 decode_ctx * num_decodes),
+                           target_s, c_max, guess)
+
+
+def largest_fitting(t: Callable[[int], float], target_s: float, c_max: int,
+                    guess: int = 0) -> int:
+    """``largest_chunk_within``'s search on a chunk's step time ``t`` (``CostModel
+    .chunk_time``, monotone): the largest c in [0, c_max] with ``t(c) <= target_s``, from
+    ``guess`` (0: none)."""
     if 0 < guess <= c_max:
         if t(guess) <= target_s:  # the answer is at or above the guess
             lo, step = guess, 1
             while True:
-                hi = min(c_max, lo + step)
+                hi = lo + step
+                if hi > c_max:
+                    hi = c_max  # min(c_max, lo + step)
                 if hi == lo:
                     return lo  # c_max fits
                 if t(hi) > target_s:
@@ -157,7 +175,9 @@ def largest_chunk_within(
         else:  # below it
             hi, step = guess, 1
             while True:
-                lo = max(1, hi - step)
+                lo = hi - step
+                if lo < 1:
+                    lo = 1  # max(1, hi - step)
                 if t(lo) <= target_s:
                     break
                 if lo == 1:

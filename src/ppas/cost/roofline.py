@@ -356,6 +356,10 @@ class RooflineCostModel(CostModel):
             return super().chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
         return self._one_chunk(prefill_ctx, num_decodes, decode_ctx_tokens)
 
+    def chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
+        """``chunk_time`` with its ``_plain`` test made once (``CostModel.chunk_timers``)."""
+        return self._one_chunk if self._plain() else super().chunk_timers()
+
     def _chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
         """``chunk_time``'s body for this class's own pricing: the model's constants bound
         once (``__init__`` calls this after setting them; nothing changes them after), so

@@ -60,11 +60,27 @@ a decode, each step's schedule is fixed (one token each) and only the cost model
 needed, so a run of such steps is taken in one go (one cost-model evaluation per step,
 two passes over the requests per run) and can be cut back to any step boundary when a
 request arrives. Results are identical to single steps (``tests/test_decode_runs.py``);
-with ``record_steps`` every step is taken singly. The policy's ``Decision.prefill_budget``
-is the prefill cap; the global token budget is the policy's ``max_num_batched_tokens``
-(P-PAS §3.2). Invariants checked by the tests: prefill-chunk tokens <= cap, all tokens <=
-budget, KV blocks <= capacity, every request finishes; ``tests/test_differential.py``
-checks the per-step schedule against vLLM's own scheduler with the plugin.
+with ``record_steps`` every step is taken singly.
+
+**Chunk runs** (``run_until``, ``_chunk_run``): while the running requests are decodes that
+all sampled their last token at the same step's end and one prompt P being chunked, a
+policy may give its budgets as a function of the clock, P's computed tokens and the
+decodes' (``Policy.chunk_rule``: ``sloweave``'s deadline search). Each such step then
+schedules every decode and a chunk of P short of its prompt's end: the run takes them in
+one go (the rule, one price and a few integer sums a step; the requests, records and gaps
+written once a run), up to the step at which a decode finishes, and stops before a step
+that would end P's prompt, admit or preempt. Only ``run_until`` takes them (its caller adds
+nothing before the limit, or only arrivals, which no step of a run reads: ``replay`` adds
+them after it): they are never cut back. Results are identical to single steps, every
+step's record compared (``tests/test_chunk_runs.py``); with step records, prefix caching,
+priority scheduling, vLLM's prefill cadence or chunk limit every step is taken singly
+(``_takes_chunk_runs``).
+
+The policy's ``Decision.prefill_budget`` is the prefill cap; the global token budget is the
+policy's ``max_num_batched_tokens`` (P-PAS §3.2). Invariants checked by the tests:
+prefill-chunk tokens <= cap, all tokens <= budget, KV blocks <= capacity, every request
+finishes; ``tests/test_differential.py`` checks the per-step schedule against vLLM's own
+scheduler with the plugin.
 """
 
 from __future__ import annotations
@@ -80,7 +96,7 @@ from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
 from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
-from ppas.cost.base import CostModel
+from ppas.cost.base import CostModel, causal_pairs
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
@@ -352,6 +368,23 @@ class EngineSim:
         #: The members of the group the current step's schedule took at once (they lead
         #: its decodes; 0: none).
         self._fast = 0
+        self._chunk_runs = self._takes_chunk_runs()
+        #: The last chunk run ended after a decode finished: the next step may start one.
+        self._run_next = False
+
+    def _takes_chunk_runs(self) -> bool:
+        """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy's class
+        has a ``chunk_rule`` from the class its ``decide`` comes from (a subclass that
+        decides otherwise, and inherits the rule, steps singly; an instance's own
+        ``decide``, a timing or checking wrapper, is taken to decide as its class does),
+        and no engine rule that the run leaves out applies (step records, the prefill
+        cadence, prefix caching, priority scheduling, a chunk limit)."""
+        cls = type(self.policy)
+        rule_from = _defined_in(cls, "chunk_rule")
+        return (rule_from is not Policy and rule_from is _defined_in(cls, "decide")
+                and not self.record_steps and self.cadence is None
+                and not self._prefix_caching and not self.by_priority
+                and not self._long_prefill)
 
     @property
     def free_blocks(self) -> int:
@@ -423,6 +456,7 @@ class EngineSim:
         new._run, new._run_steps = None, -1  # the last decode run: only rewind() reads it
         new._group, new._buckets = [], None  # (the fork's requests are copies)
         new.policy = policy
+        new._chunk_runs = new._takes_chunk_runs()
         return new
 
     # -- one step ----------------------------------------------------------------------------
@@ -466,12 +500,24 @@ class EngineSim:
             # step with work always schedules or preempts something.
             raise RuntimeError(f"simulator stalled at t={self.now}: policy {self.policy.spec}")
 
-    def run_until(self, limit: float) -> None:
+    def run_until(self, limit: float, arrivals: bool = False) -> None:
         """Step while there is work and the next step would start before ``limit`` (the
-        next arrival): the same steps as calling ``step()`` that often."""
+        next arrival): the same steps as calling ``step()`` that often. Nothing joins the
+        engine before ``limit`` (the caller's promise), so chunk runs (``_chunk_run``) are
+        taken here, never cut back. ``arrivals``: what joins at ``limit`` and after only
+        arrives (``add_request``, at the waiting queue's end; ``replay``), so a chunk run
+        may go on past ``limit``: its steps read no waiting request (none is admitted in
+        them; ``Policy.chunk_rule`` holds through arrivals), and the caller adds the
+        arrivals up to the clock before the next step, as it would have before each."""
         queued = self.waiting._d  # (the queue's truth, read without its __bool__)
+        runs = self._chunk_runs
+        run_limit = math.inf if arrivals else limit
         while self.now < limit and (self.running or queued):
+            if runs and self._chunk_run(run_limit):
+                runs = self._run_next  # (else the step that ended it is not one of a run)
+                continue
             self.advance(limit)
+            runs = self._chunk_runs
 
     def advance(self, limit: float = math.inf) -> None:
         """One ``step()``, or a run of decode-only steps taken in one go
@@ -578,6 +624,138 @@ class EngineSim:
             used += b - r.blocks
             r.blocks = b
         self.pool.take(used)
+
+    def _chunk_run(self, limit: float) -> bool:
+        """Up to ``limit``, the steps ``step()`` would run while the running requests are
+        decodes that all sampled their last token at ``now`` and one request P mid-prompt
+        (in any place among them), in one go, for a policy whose budgets there are a
+        function of the clock and the computed tokens (``Policy.chunk_rule``).
+
+        Each such step schedules every decode (one token) and P a chunk of the budget
+        ``b``, as long as ``b`` is short of P's prompt's end (so P samples no token and the
+        budget admits nobody), every token fits the global budget and the step's new KV
+        blocks fit the free ones (so nobody is preempted), and it starts before ``limit``.
+        The run stops before the first step that is not such a step (``step()`` takes
+        that one: ``_run_next`` False), or after the first at which a decode finishes
+        (the rule knew the decodes: a new run may follow, ``_run_next`` True). Per step:
+        the rule, one price and a few integer sums; the requests, the step records and
+        the inter-token gaps are written once a run, as the steps would, and the decodes
+        that finished leave as ``_advance`` has them leave, in the running order (the
+        decode group, ``_group``, stays the running list's prefix of decodes, its
+        members and their residues moving together, until one finishes). False when no
+        step ran."""
+        running = self.running
+        now = self.now
+        if now >= limit or len(running) - self._past_prompt != 1 or len(running) < 2:
+            return False  # (not one prompt running beside decodes: step_rules.counts)
+        bs = self.block_size
+        head = None
+        n = dctx = 0
+        k_max = 1 << 62
+        residues = [0] * bs  # residues[x]: the decodes with computed tokens = x mod bs
+        for r in running:
+            c = r.num_computed_tokens
+            p = r.prompt_tokens
+            if c < p:
+                if head is not None:
+                    return False
+                head = r
+            elif p + r.num_output_tokens - c != 1 or r.last_token_time != now:
+                return False  # a recompute tail, or a decode not sampled at now
+            else:
+                n += 1
+                dctx += c
+                residues[c % bs] += 1
+                left = r.max_output_tokens - r.num_output_tokens
+                if left < k_max:
+                    k_max = left
+        if head is None or n == 0:
+            return False
+        rule = self.policy.chunk_rule(self._view())
+        if rule is None:
+            return False
+        pool, price = self.pool, self._price
+        room = self.mbt - n  # the global budget left after the decodes
+        free = pool.num_free
+        pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
+        launches: list[float] = []
+        dts: list[float] = []
+        caps: list[int] = []
+        k = 0
+        while k < k_max and now < limit:
+            b = rule(now, pc, dctx)
+            if b < 0:
+                b = 0  # step_rules.enforced_budget with decodes running
+            if b >= pp - pc or b > room:
+                break  # P would reach its prompt's end (or the budget admit), or too many
+            grow = residues[-k % bs]  # the decodes whose computed tokens fill their block
+            if b:
+                extra = -(-(pc + b) // bs) - pb
+                if grow + extra > free:
+                    break  # KvPool.needed: someone would be preempted
+                # the tally of the step: P's chunk (StepTally.add), then the decodes
+                dt = price(b, 1, causal_pairs(b, pc), pc + b, n, dctx)
+                pc += b
+                pb += extra
+                free -= grow + extra
+            else:
+                if grow > free:
+                    break
+                dt = price(0, 0, 0.0, 0, n, dctx)
+                free -= grow
+            launches.append(now)
+            dts.append(dt)
+            caps.append(b)
+            now += dt
+            dctx += n
+            k += 1
+        if not k:
+            return False
+        # The requests, as k steps leave them.
+        head.num_computed_tokens = pc
+        head.blocks = pb
+        pool.num_free = free
+        for r in running:
+            if r is not head:
+                r.num_computed_tokens = c = r.num_computed_tokens + k
+                r.num_output_tokens += k
+                r.last_token_time = now
+                r.blocks = -(-c // bs)
+        self._run_next = k == k_max  # (the step k_max - 1 finished a decode)
+        if k == k_max:
+            done = [r for r in running
+                    if r is not head and r.num_output_tokens >= r.max_output_tokens]
+            for r in done:
+                self._finish(r, now)
+            for r in done:
+                running.remove(r)
+            self._past_prompt -= len(done)
+            self._group, self._buckets = [], None  # (made again by the next steps)
+        # Each step's gaps: every decode's, the step's end (the next launch: the same
+        # sum) less its launch, in decode order (equal values).
+        ends = launches[1:]
+        ends.append(now)
+        self.gaps.repeat_each([e - a for a, e in zip(launches, ends, strict=True)], n)
+        # The step records (the last ones the deque keeps).
+        recent = self.recent
+        keep = recent.maxlen if recent.maxlen is not None else k
+        for i in range(k - keep if k > keep else 0, k):
+            t = launches[i]
+            last = launches[i - 1] if i else self._last_launch
+            recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
+                                           caps[i], caps[i], n, 1 if caps[i] else 0, n))
+        self._last_launch = launches[-1]
+        self.now = now
+        self.num_steps += k
+        self._carried = caps[-1] > 0  # (P's chunk is mid-prompt)
+        self.stalled = False
+        self._run = None
+        self._run_steps = -1
+        # The decode group moves with its members: k more steps, k more tokens each.
+        self._gstep += k
+        self._group_ctx += k * len(self._group)
+        self._group_time = now
+        return True
 
     def rewind(self, t: float) -> None:
         """Undo the steps of the last decode run that start at or after ``t``, so that
@@ -988,6 +1166,11 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
 
 
 
+def _defined_in(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO whose body defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
 def _priority_rank(r: SimRequest) -> tuple[int, float]:
     return r.priority, r.arrival_time
 
@@ -1018,7 +1201,7 @@ def replay(sim: EngineSim, specs: Sequence[RequestSpec]) -> SimResult:
             sim.add_request(specs[i])
             i += 1
         if sim.has_work():
-            sim.run_until(specs[i].arrival_s if i < n else math.inf)
+            sim.run_until(specs[i].arrival_s if i < n else math.inf, arrivals=True)
         elif i < n:
             sim.idle_until(specs[i].arrival_s)
         else:

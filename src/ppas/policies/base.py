@@ -17,7 +17,7 @@ from it); anything that looks like state (DLFP's current chunk, say) is recomput
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from ppas.core.decision import Decision, EngineKnobs
@@ -44,6 +44,26 @@ class Policy(Configured, ABC):
     def decide(self, view: SchedulerView) -> Decision:
         """The step's decision. Must be fast (microseconds) and side-effect free."""
 
+    def chunk_rule(self, view: SchedulerView) -> ChunkRule | None:
+        """This step's and the next steps' prefill budgets as a function of what changes
+        between them (None, the default: no such promise; engines then call ``decide``
+        every step). Asked only when ``view``'s running requests are decodes (one token
+        past their prompt), each of which sampled its last token at ``view.now``, and one
+        request mid-prompt, P (a *chunk run*: ``ppas.engine.simulator``).
+
+        ``decide(v)`` must be a bare budget (no order, ``decodes_first`` False, no chunk
+        limit) and ``rule(now, prefill_ctx, decode_ctx)`` must equal its
+        ``prefill_budget`` wherever either is short of P's prompt left (``prompt_tokens -
+        prefill_ctx``; both at least that otherwise: the engine then takes the step
+        singly), for ``view`` itself and for every view ``v`` that differs from it only as
+        steps that give P chunks short of its prompt's end move it: ``v.now = now``, P's
+        computed tokens ``prefill_ctx`` (< its prompt), the decodes in the same order, each
+        some tokens further (their computed tokens summing to ``decode_ctx``), each having
+        sampled its last token at ``now``, the waiting queue the same but for requests
+        arrived at its end, ``recent_steps`` longer. Like ``decide``, free of side effects
+        on the decisions."""
+        return None
+
     @property
     def engine_knobs(self) -> EngineKnobs:
         """vLLM's own prefill knobs this policy runs with (stock defaults)."""
@@ -57,6 +77,10 @@ class Policy(Configured, ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
+
+
+#: ``Policy.chunk_rule``'s function: ``(now, prefill_ctx, decode_ctx) -> prefill budget``.
+ChunkRule = Callable[[float, int, int], int]
 
 
 def last_prefill_token_time(steps: Sequence[StepRecord]) -> float | None:
