@@ -184,7 +184,8 @@ class Feather(Policy):
         now, max_wait = view.now, cfg.max_wait_s
         batch_reqs: list[RequestView] = []  # running, then aged (their keys: the batch's)
         left = 0  # the running prompts' tokens left
-        it = iter(view.requests)
+        requests = view.requests
+        it = iter(requests)
         for r in it:
             if not r.is_running:
                 break
@@ -192,19 +193,20 @@ class Feather(Policy):
             left += max(0, r.prompt_tokens - r.num_computed_tokens)
         else:
             return Decision(cfg.budget)  # nothing waits
-        waiting = [r]
-        waiting.extend(it)
-        if len(self._keys) > 2 * (len(batch_reqs) + len(waiting)) + 1024:
+        if len(self._keys) > 2 * len(requests) + 1024:
             self._keys.clear()  # (requests gone: O(1) amortised per request read)
         log = view.waiting_log
         kept = self._aged
         if log is not None:
-            aged, order, fresh = kept.split(now, max_wait, waiting, log)
+            # (m: the order's first m ids are the view's first m waiting requests)
+            aged, order, fresh, m = kept.split(now, max_wait, requests, len(batch_reqs), log)
         else:
+            waiting = [r]
+            waiting.extend(it)
             aged, fresh = age(now, max_wait, waiting)
-            order = list(map(_request_id, aged))
+            order, m = list(map(_request_id, aged)), 0
         if not fresh:
-            return Decision(cfg.budget, tuple(order))
+            return Decision(cfg.budget, tuple(order), order_kept=m)
         keys_of = self.keys_of
         n_fresh = len(fresh)
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
@@ -219,21 +221,35 @@ class Feather(Policy):
                         lst.append((i, j))
         else:  # no block hashes, no keys (level_keys): one empty list, never written
             keys = [[]] * n_fresh
+        batch = len(batch_reqs) + len(aged)
+        added: list[RequestView] = []
+        stopped = False
+        if not index:
+            # No fresh request has a key: every overlap is 0 and stays 0 (an added request
+            # adds no key), so the heap below pops the fresh requests in their order.
+            for r in fresh:
+                if (batch > 0 and batch >= cfg.min_batch and 0 < cfg.min_overlap
+                        and r.num_cached_tokens < cfg.cached_fraction * r.prompt_tokens):
+                    stopped = True  # STOP (as below, with ov = 0)
+                    break
+                order.append(r.request_id)
+                added.append(r)
+                batch += 1
+            return self._decision(stopped, left, aged, added, order, m)
         working: set[Hashable] = set()  # the batch's keys that fresh requests have
-        if index:  # (none without an index: each loop stops at its first key)
-            for r in batch_reqs:
+        for r in batch_reqs:
+            for k in keys_of(r):
+                if k not in index:
+                    break
+                working.add(k)
+        if log is not None:
+            kept.reach(index, working)  # (the aged requests' keys, as the loop below)
+        else:
+            for r in aged:
                 for k in keys_of(r):
                     if k not in index:
                         break
                     working.add(k)
-            if log is not None:
-                kept.reach(index, working)  # (the aged requests' keys, as the loop below)
-            else:
-                for r in aged:
-                    for k in keys_of(r):
-                        if k not in index:
-                            break
-                        working.add(k)
         overlap = [0] * n_fresh
         for k in working:
             for i, j in index[k]:
@@ -243,9 +259,6 @@ class Feather(Policy):
         if working:
             heapify(heap)  # (else every overlap is 0: the list is sorted, a heap already)
         taken = [False] * n_fresh
-        batch = len(batch_reqs) + len(aged)
-        added: list[RequestView] = []
-        stopped = False
         while heap:
             neg, i = heappop(heap)
             ov = -neg
@@ -268,14 +281,23 @@ class Feather(Policy):
                     if not taken[i2] and j + 1 > overlap[i2]:
                         overlap[i2] = j + 1
                         heappush(heap, (-(j + 1), i2))
+        return self._decision(stopped, left, aged, added, order, m)
+
+    def _decision(self, stopped: bool, left: int, aged: Sequence[RequestView],
+                  added: list[RequestView], order: list[str], m: int) -> Decision:
+        """The greedy's decision: the whole budget unless it STOPped, else the running
+        prompts' tokens ``left`` and the listed requests' uncached prompts, summed only
+        until they reach the budget; ``order`` listed, its first ``m`` the view's
+        (``Decision.order_kept``)."""
+        cfg = self.config
         if not stopped:
-            return Decision(cfg.budget, tuple(order))
+            return Decision(cfg.budget, tuple(order), order_kept=m)
         budget = left  # the running prompts and the added requests' uncached prompts
         for r in chain(aged, added):
             if budget >= cfg.budget:
                 break
             budget += uncached_prompt_tokens(r)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        return Decision(min(cfg.budget, budget), tuple(order), order_kept=m)
 
 
 def age(now: float, max_wait: float, waiting: list[RequestView]
@@ -326,26 +348,31 @@ class _Aged:
         self.base = 0
         self.roots: dict[Hashable, list[Any]] = {}
 
-    def split(self, now: float, max_wait: float, waiting: list[RequestView],
-              log: WaitingLog) -> tuple[list[RequestView], list[str], list[RequestView]]:
-        """``age(now, max_wait, waiting)``, the aged requests' ids (a new list), and the
-        trie brought up to the aged list."""
+    def split(self, now: float, max_wait: float, requests: Sequence[RequestView],
+              n_run: int, log: WaitingLog
+              ) -> tuple[list[RequestView], list[str], list[RequestView], int]:
+        """``age(now, max_wait, waiting)`` of the view's waiting requests
+        (``requests[n_run:]``), the aged requests' ids (a new list), and how many of the
+        aged list's head are the view's first waiting requests (the kept ones, 0 when the
+        list is made again); the trie brought up to the aged list. The aged list is the
+        one kept (read it, do not change it). Where the kept list holds, the view is read
+        by two slices, the kept head (compared, identity first) and the rest."""
         gone = self._gone(now, log)
         self.log, self.pos, self.now = log, log.end, now
         reqs = self.reqs
         if gone >= 0:
             m = len(reqs) - gone
-            if waiting[:m] == reqs[gone:]:  # (b), identity first
-                newly, fresh = age(now, max_wait, waiting[m:])
+            if _listed(requests[n_run:n_run + m]) == reqs[gone:]:  # (b), identity first
+                newly, fresh = age(now, max_wait, _listed(requests[n_run + m:]))
                 if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
                     self._drop(gone)  # (c) holds
                     self._join(newly)
-                    return self.reqs[:], self.ids[:], fresh
-        aged, fresh = age(now, max_wait, waiting)
+                    return self.reqs, self.ids[:], fresh, m
+        aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
         self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
         self.roots = {}
         self._join(aged)
-        return aged, self.ids[:], fresh
+        return self.reqs, self.ids[:], fresh, 0
 
     def _gone(self, now: float, log: WaitingLog) -> int:
         """How many of the last list's head left the queue since the last step, by the
@@ -415,6 +442,11 @@ class _Aged:
                 children = node[k][1]
                 if children:
                     stack.append(children)
+
+
+def _listed(part: Sequence[RequestView]) -> list[RequestView]:
+    """A slice of the view's requests as a list (itself where it is one)."""
+    return part if type(part) is list else list(part)
 
 
 _arrival = attrgetter("arrival_time")
