@@ -327,6 +327,8 @@ class _Chain(Sequence[SimRequest]):
                 return list(self)[i]
             if stop <= n:
                 return a[start:stop]  # within the running requests: no copy of the rest
+            if n <= start and stop <= nf:
+                return f[start - n:stop - n]  # within the queue's front
             out = a[start:n] if start < n else []
             if start < nf:
                 out += f[max(start - n, 0):stop - n]

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import chain, compress, repeat
+from itertools import chain, compress, repeat, takewhile
 from operator import attrgetter, ge, lt, sub
 from operator import neg as negated
 from typing import Any
@@ -182,31 +182,27 @@ class Feather(Policy):
         reaches ``budget``. The view lists the running requests first."""
         cfg = self.config
         now, max_wait = view.now, cfg.max_wait_s
-        batch_reqs: list[RequestView] = []  # running, then aged (their keys: the batch's)
-        left = 0  # the running prompts' tokens left
         requests = view.requests
-        it = iter(requests)
-        for r in it:
-            if not r.is_running:
-                break
-            batch_reqs.append(r)
-            left += max(0, r.prompt_tokens - r.num_computed_tokens)
-        else:
+        # (in C: the running requests, and their prompts' tokens left)
+        batch_reqs = list(takewhile(_is_running, requests))  # (their keys: the batch's)
+        n_run = len(batch_reqs)
+        if n_run == len(requests):
             return Decision(cfg.budget)  # nothing waits
+        left = sum(map(max, repeat(0), map(sub, map(_prompt_tokens, batch_reqs),
+                                             map(_num_computed_tokens, batch_reqs))))
         if len(self._keys) > 2 * len(requests) + 1024:
             self._keys.clear()  # (requests gone: O(1) amortised per request read)
         log = view.waiting_log
         kept = self._aged
         if log is not None:
             # (m: the order's first m ids are the view's first m waiting requests)
-            aged, order, fresh, m = kept.split(now, max_wait, requests, len(batch_reqs), log)
+            aged, ids, fresh, m = kept.split(now, max_wait, requests, n_run, log)
         else:
-            waiting = [r]
-            waiting.extend(it)
-            aged, fresh = age(now, max_wait, waiting)
-            order, m = list(map(_request_id, aged)), 0
+            aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
+            ids, m = list(map(_request_id, aged)), 0
         if not fresh:
-            return Decision(cfg.budget, tuple(order), order_kept=m)
+            return Decision(cfg.budget, tuple(ids), order_kept=m)
+        order: list[str] = []  # the fresh requests added, after the aged ones (ids)
         keys_of = self.keys_of
         n_fresh = len(fresh)
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
@@ -235,7 +231,7 @@ class Feather(Policy):
                 order.append(r.request_id)
                 added.append(r)
                 batch += 1
-            return self._decision(stopped, left, aged, added, order, m)
+            return self._decision(stopped, left, aged, added, ids, order, m)
         working: set[Hashable] = set()  # the batch's keys that fresh requests have
         for r in batch_reqs:
             for k in keys_of(r):
@@ -281,23 +277,25 @@ class Feather(Policy):
                     if not taken[i2] and j + 1 > overlap[i2]:
                         overlap[i2] = j + 1
                         heappush(heap, (-(j + 1), i2))
-        return self._decision(stopped, left, aged, added, order, m)
+        return self._decision(stopped, left, aged, added, ids, order, m)
 
     def _decision(self, stopped: bool, left: int, aged: Sequence[RequestView],
-                  added: list[RequestView], order: list[str], m: int) -> Decision:
+                  added: list[RequestView], ids: list[str], order: list[str],
+                  m: int) -> Decision:
         """The greedy's decision: the whole budget unless it STOPped, else the running
         prompts' tokens ``left`` and the listed requests' uncached prompts, summed only
-        until they reach the budget; ``order`` listed, its first ``m`` the view's
-        (``Decision.order_kept``)."""
+        until they reach the budget; the aged requests' ``ids`` listed, then the added
+        ones' (``order``), the first ``m`` the view's (``Decision.order_kept``)."""
         cfg = self.config
+        listed = tuple(ids + order) if order else tuple(ids)
         if not stopped:
-            return Decision(cfg.budget, tuple(order), order_kept=m)
+            return Decision(cfg.budget, listed, order_kept=m)
         budget = left  # the running prompts and the added requests' uncached prompts
         for r in chain(aged, added):
             if budget >= cfg.budget:
                 break
             budget += uncached_prompt_tokens(r)
-        return Decision(min(cfg.budget, budget), tuple(order), order_kept=m)
+        return Decision(min(cfg.budget, budget), listed, order_kept=m)
 
 
 def age(now: float, max_wait: float, waiting: list[RequestView]
@@ -305,10 +303,11 @@ def age(now: float, max_wait: float, waiting: list[RequestView]
     """The waiting requests aged (``now - arrival >= max_wait``), FCFS (a stable sort:
     the queue's order among equal arrivals), and the others in the queue's order
     (``waiting`` itself where none is aged)."""
-    # (the waits now - arrival, tested against max_wait_s as written, in C)
+    # (the waits now - arrival, tested against max_wait_s as written, in C; the largest
+    # is now - the earliest arrival: a float difference is monotone in each term)
+    if not waiting or now - min(map(_arrival, waiting)) < max_wait:
+        return [], waiting  # (none aged: every wait tested by the largest's)
     waits = list(map(sub, repeat(now), map(_arrival, waiting)))
-    if not waits or max(waits) < max_wait:
-        return [], waiting  # (none aged: every wait tested by the max's)
     aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
     fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
     aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
@@ -352,27 +351,29 @@ class _Aged:
               n_run: int, log: WaitingLog
               ) -> tuple[list[RequestView], list[str], list[RequestView], int]:
         """``age(now, max_wait, waiting)`` of the view's waiting requests
-        (``requests[n_run:]``), the aged requests' ids (a new list), and how many of the
-        aged list's head are the view's first waiting requests (the kept ones, 0 when the
-        list is made again); the trie brought up to the aged list. The aged list is the
-        one kept (read it, do not change it). Where the kept list holds, the view is read
-        by two slices, the kept head (compared, identity first) and the rest."""
+        (``requests[n_run:]``), the aged requests' ids, and how many of the aged list's
+        head are the view's first waiting requests (the kept ones, 0 when the list is
+        made again); the trie brought up to the aged list. The aged list and the ids are
+        the ones kept (read them, do not change them). Where the kept list holds, the
+        view is read by two slices, the kept head (compared, identity first) and the
+        rest; its first ``gone`` requests are dropped first (the list is made again
+        where it does not hold)."""
         gone = self._gone(now, log)
         self.log, self.pos, self.now = log, log.end, now
-        reqs = self.reqs
         if gone >= 0:
-            m = len(reqs) - gone
-            if _listed(requests[n_run:n_run + m]) == reqs[gone:]:  # (b), identity first
+            self._drop(gone)
+            reqs = self.reqs
+            m = len(reqs)
+            if _listed(requests[n_run:n_run + m]) == reqs:  # (b), identity first
                 newly, fresh = age(now, max_wait, _listed(requests[n_run + m:]))
                 if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
-                    self._drop(gone)  # (c) holds
-                    self._join(newly)
-                    return self.reqs, self.ids[:], fresh, m
+                    self._join(newly)  # (c) holds
+                    return reqs, self.ids, fresh, m
         aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
         self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
         self.roots = {}
         self._join(aged)
-        return self.reqs, self.ids[:], fresh, 0
+        return self.reqs, self.ids, fresh, 0
 
     def _gone(self, now: float, log: WaitingLog) -> int:
         """How many of the last list's head left the queue since the last step, by the
@@ -450,5 +451,8 @@ def _listed(part: Sequence[RequestView]) -> list[RequestView]:
 
 
 _arrival = attrgetter("arrival_time")
+_is_running = attrgetter("is_running")
+_num_computed_tokens = attrgetter("num_computed_tokens")
+_prompt_tokens = attrgetter("prompt_tokens")
 _block_hashes = attrgetter("block_hashes")
 _request_id = attrgetter("request_id")
