@@ -272,8 +272,12 @@ class WaitingQueue:
         the listed requests present, in the order's order, then the others in queue
         order (moving front members back to the dict, in order, keeps the queue)."""
         front, fids, d = self._front, self._fids, self._d
-        if kept > len(front) or fids[:kept] != list(order[:kept]):
+        if kept > len(front) or kept > len(order):
             kept = 0  # (the hint does not hold: the whole order is moved)
+        else:  # (compared as lists, in C: one copy where the hint is all of both)
+            head = order if kept == len(order) else order[:kept]
+            if (fids if kept == len(fids) else fids[:kept]) != [*head]:
+                kept = 0
         rest = order[kept:]
         if len(set(rest)) != len(rest):
             return False  # (an id listed twice)
