@@ -51,7 +51,8 @@ streak of decodes (those before its first other chunk), less those that finished
 its members take this step come from a bucket by residue (``_buckets``), its context from
 a running sum, its gaps are one value written at once (each member's last token came at
 the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
-it every step) and leaves an order that already is its front as it is.
+it every step), leaves an order that already is its front as it is, and moves only what
+follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``).
 ``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
 and gaps on random runs).
 

@@ -31,14 +31,20 @@ The policy is pure: the tree is rebuilt from the view every step; the paper main
 incrementally across steps. Per step: one pass over the view, the level keys of the
 waiting requests not yet aged (read once per request: ``Feather.keys_of``), and O(1 +
 shared levels) per batch request (``Feather.decide``). The aged requests' FCFS order
-keeps the queue's order among equal arrivals, which depends on earlier steps, so the
-view is read whole every step (O(queue), in C). Where the view has a ``waiting_log``, the
-last step's aged list is kept and checked against the view (``_Aged``): the requests
-that left it are its head and the rest still heads the queue, so only the requests
-behind them are tested for age and sorted, and the aged requests' keys are kept in a
-trie (O(the changes) a step, not O(aged)). Without block hashes (no prefix caching) no
-request has keys: the fresh requests' are not read, and the greedy takes them in the
-queue's order (every overlap 0), with the same heap.
+keeps the queue's order among equal arrivals, which depends on earlier steps, so
+without a ``waiting_log`` the view is read whole every step (O(queue), in C). Where the
+view has one, the last step's aged list is kept and checked against the view
+(``_Aged``): the requests that left it are its head and the rest still heads the queue
+(one list comparison, in C), and the aged requests' keys are kept in a trie. The waiting
+requests are followed by the log too (their arrivals in a heap, those with keys
+counted), so the newly aged ones come from the heap (the view's rest is read whole only
+where two of them arrived at once) and the fresh ones are read only as far as the
+greedy goes: without keys among them (no block hashes: no prefix caching) the greedy
+takes them in the queue's order (every overlap 0) and under a long queue STOPs at the
+first. The decision lists the kept head again and says so (``Decision.order_kept``), so
+an engine that keeps its queue in the last order (the simulator) moves only the rest.
+A step then costs O(the changes) in Python and O(aged) only in C (the comparison, the
+order's tuple).
 """
 
 from __future__ import annotations
