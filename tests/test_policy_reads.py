@@ -342,8 +342,17 @@ class Compared(Policy):
     def decide(self, view: SchedulerView) -> Decision:
         d = self.fast.decide(view)
         assert d == self.whole.decide(view), self.steps
+        assert hint_holds(d, view), self.steps
         self.steps += 1
         return d
+
+
+def hint_holds(d: Decision, view: SchedulerView) -> bool:
+    """``d.order_kept`` (not part of the decision's equality) is what it says: the order's
+    first ``order_kept`` ids are the view's first waiting requests'."""
+    k = d.order_kept
+    waiting = [r.request_id for r in view.requests if not r.is_running]
+    return k == 0 or (len(waiting) >= k and tuple(waiting[:k]) == (d.prefill_order or ())[:k])
 
 
 fgroup = st.sampled_from([None, 0, 1, 2])
@@ -505,6 +514,7 @@ def test_feather_kept_aged_list_on_any_engine(data: st.DataObject, n_run: int, b
         view = SchedulerView(now, running + queue, len(queue), n_run, budget, 8, (), log)
         d = fast.decide(view)
         assert d == whole.decide(view)
+        assert hint_holds(d, view)
         how = data.draw(st.sampled_from(["follow", "follow", "keep", "shuffle"]))
         if how == "follow":  # the order's requests first (order_waiting)
             rank = {rid: i for i, rid in enumerate(d.prefill_order or ())}

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
 from ppas.core.view import RequestSnapshot, is_prefill_chunk, view_counts
 from ppas.cost.base import StepShape
-from ppas.engine.simulator import WaitingQueue
+from ppas.engine.simulator import WaitingQueue, _Chain
 from ppas.engine.step_rules import (
     RECENT_STEPS,
     PrefillCap,
@@ -195,6 +195,70 @@ def test_simulator_queue_keeps_its_head(waiting: list[Req],
         assert q.head is (next(iter(list(q)), None))
         if q:
             assert q[0] is q.head
+
+
+@settings(max_examples=400)
+@example(waiting=[Req(str(i), 5, 0) for i in range(12)],  # a hint one too long
+         ops=[("kept", 4, 0, [], ""), ("kept", 2, 1, [3], "")], cuts=[])
+@example(waiting=[Req(str(i), 5, 0) for i in range(12)],  # a kept id listed again
+         ops=[("kept", 4, 0, [], ""), ("kept", 2, 0, [2], "head")], cuts=[])
+@given(waiting=queues, ops=st.lists(st.tuples(
+    st.sampled_from(["append", "appendleft", "popleft", "clear", "order"] + ["kept"] * 5),
+    st.integers(0, 13), st.sampled_from([0, 0, 0, -1, 1, 2]),
+    st.lists(st.integers(0, 8), max_size=4, unique=True),
+    st.sampled_from(["", "", "", "head", "unknown", "twice"])), max_size=30),
+    cuts=st.lists(st.tuples(st.integers(-16, 16), st.integers(-16, 16)), max_size=4))
+def test_simulator_queue_applies_kept_orders(
+        waiting: list[Req], ops: list[tuple[str, int, int, list[int], str]],
+        cuts: list[tuple[int, int]]) -> None:
+    """Orders whose head is the queue's own (``Decision.order_kept``, as ``feather``
+    lists its aged requests step after step), the hint right, too long or too short,
+    and the rest the queue's ids (of its kept head again, or behind it) or unknown ids,
+    between appends at either end, admissions and clearing: after each, the queue is the
+    stable sort's (a deque sorted by ``order_waiting``), its head its first member, its
+    items indexed and sliced through the view's ``_Chain`` as listed, and reordering
+    logs nothing."""
+    q = WaitingQueue(waiting[:len(waiting) // 2])  # type: ignore[arg-type]
+    ref: deque[Req] = deque(q)
+    out = list(waiting[len(waiting) // 2:])  # the requests not in the queue
+    running = [Req("r", 5, 5)]
+    view_reqs = _Chain(running, q)  # type: ignore[arg-type]
+    for op, k, off, extra, bad in ops:
+        if op in ("append", "appendleft") and out:
+            r = out.pop()
+            getattr(q, op)(r)
+            getattr(ref, op)(r)
+        elif op == "popleft" and q:
+            out.append(q.popleft())
+            ref.popleft()
+        elif op == "clear":
+            out.extend(q)
+            q.clear()
+            ref.clear()
+        elif op in ("order", "kept"):
+            queued = [r.request_id for r in q]
+            k %= len(queued) + 1
+            head = tuple(queued[:k])
+            # (ids behind the head, and one of the head's again, an unknown one or one
+            # of those behind twice)
+            behind = tuple(queued[k + i] for i in extra if k + i < len(queued))
+            more = {"head": head[-1:], "unknown": ("x",), "twice": behind[:1]}.get(bad, ())
+            order = head + behind + more
+            kept = max(0, len(head) + off) if op == "kept" else 0
+            events = len(q.log.events)
+            order_waiting(q, Decision(100, order or None, order_kept=kept))
+            order_waiting(ref, Decision(100, order or None))
+            assert len(q.log.events) == events
+        assert list(q) == list(ref)
+        assert q.head is (ref[0] if ref else None)
+        assert [q[i] for i in range(len(q))] == list(ref)
+        assert q._fids == [r.request_id for r in q._front]  # (its ids, in order)
+        whole = running + list(ref)
+        assert list(view_reqs) == whole and len(view_reqs) == len(whole)
+        assert [view_reqs[i] for i in range(len(whole))] == whole
+        for a, b in cuts:
+            assert view_reqs[a:b] == whole[a:b]
+            assert view_reqs[a:] == whole[a:] and view_reqs[:b] == whole[:b]
 
 
 @dataclass

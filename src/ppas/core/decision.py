@@ -6,7 +6,7 @@ The token-budget view of a step is ``ppas.core.view``; the rules that apply a de
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -26,12 +26,19 @@ class Decision:
         or waiting (0: no limit): vLLM's ``long_prefill_token_threshold`` decided per step
         (``ppas.engine.step_rules`` rule 4). A long prompt then leaves the rest of the
         budget to the prompts behind it, as the static knob does.
+    order_kept: a hint, not part of the decision (equal decisions may differ in it): the
+        first ``order_kept`` ids of ``prefill_order`` are, in order, the first
+        ``order_kept`` waiting requests of the view decided on (a policy that keeps its
+        order between steps lists its kept head again). An engine whose queue is kept in
+        the last order may then move only the rest (the simulator's
+        ``WaitingQueue.move_to_front``, which checks it); others ignore it. 0: no hint.
     """
 
     prefill_budget: int
     prefill_order: tuple[str, ...] | None = None
     decodes_first: bool = False
     chunk_limit: int = 0
+    order_kept: int = field(default=0, compare=False)
 
 
 #: The shared ``Decision(b)`` of each budget ``budget_decision`` was asked for (at most

@@ -51,7 +51,8 @@ streak of decodes (those before its first other chunk), less those that finished
 its members take this step come from a bucket by residue (``_buckets``), its context from
 a running sum, its gaps are one value written at once (each member's last token came at
 the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
-it every step) and leaves an order that already is its front as it is.
+it every step), leaves an order that already is its front as it is, and moves only what
+follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``).
 ``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
 and gaps on random runs).
 
@@ -147,18 +148,26 @@ class EngineConfig:
 
 class WaitingQueue:
     """The waiting queue: a deque's operations (``append``, ``appendleft``, ``popleft``,
-    ``[0]``, ``len``, iteration, ``clear``, ``extend``) on an insertion-ordered dict by
-    request id, so that ``move_to_front`` applies a policy's ``prefill_order`` in
-    O(len(order)) instead of sorting the queue (``step_rules.order_waiting``). Every
-    membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``), and
+    ``[0]``, ``len``, iteration, ``clear``, ``extend``) on a list followed by an
+    insertion-ordered dict by request id, so that ``move_to_front`` applies a policy's
+    ``prefill_order`` in O(len(order)) instead of sorting the queue
+    (``step_rules.order_waiting``), and an order whose head is the queue's own head
+    (``Decision.order_kept``) in O(what changed). The queue is ``_front`` (a list; its
+    ids, in order, are ``_fids``) followed by ``_d``'s values. ``_front`` is empty but
+    after an order with a kept head: it then holds that order's requests, and loses them
+    from its head (admissions) or gains one there (preemptions) until the next order.
+    Every membership change is recorded in ``log`` (``ppas.core.view.WaitingLog``), and
     ``prompt_tokens`` is the sum of the members' prompt tokens
     (``SchedulerView.waiting_prompt_tokens``). ``head`` is the first member (None when
-    empty), kept by every method that changes the queue (``_d`` is changed by nothing
-    else), so that a step reads it without an iterator over the dict."""
+    empty), kept by every method that changes the queue (``_front``, ``_fids`` and ``_d``
+    are changed by nothing else), so that a step reads it without an iterator over the
+    dict."""
 
-    __slots__ = ("_d", "log", "prompt_tokens", "head")
+    __slots__ = ("_front", "_fids", "_d", "log", "prompt_tokens", "head")
 
     def __init__(self, items: Iterable[SimRequest] = ()) -> None:
+        self._front: list[SimRequest] = []
+        self._fids: list[str] = []
         self._d: OrderedDict[str, SimRequest] = OrderedDict()
         self.log = WaitingLog()
         self.prompt_tokens = 0
@@ -166,44 +175,58 @@ class WaitingQueue:
         self.extend(items)
 
     def __len__(self) -> int:
-        return len(self._d)
+        return len(self._front) + len(self._d)
 
     def __bool__(self) -> bool:
-        return bool(self._d)
+        return self.head is not None
 
     def __iter__(self) -> Iterator[SimRequest]:
+        if self._front:
+            return chain(self._front, self._d.values())
         return iter(self._d.values())
 
     def __getitem__(self, i: int) -> SimRequest:
-        n = len(self._d)
+        n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError("waiting queue index out of range")
         if i == 0:
             return self.head  # type: ignore[return-value]  # (the queue is not empty)
-        return next(islice(self._d.values(), i, None))
+        front = self._front
+        if i < len(front):
+            return front[i]
+        return next(islice(self._d.values(), i - len(front), None))
 
     def append(self, r: SimRequest) -> None:
-        d = self._d
-        if not d:
+        if self.head is None:
             self.head = r
-        d[r.request_id] = r
+        self._d[r.request_id] = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
     def appendleft(self, r: SimRequest) -> None:
-        d = self._d
-        d[r.request_id] = r
-        d.move_to_end(r.request_id, last=False)
+        rid = r.request_id
+        if self._front:
+            self._front.insert(0, r)
+            self._fids.insert(0, rid)
+        else:
+            d = self._d
+            d[rid] = r
+            d.move_to_end(rid, last=False)
         self.head = r
         self.log.events.append((True, r))
         self.prompt_tokens += r.prompt_tokens
 
     def popleft(self) -> SimRequest:
-        d = self._d
-        r = d.popitem(last=False)[1]
-        self.head = next(iter(d.values())) if d else None
+        front, d = self._front, self._d
+        if front:
+            r = front.pop(0)
+            del self._fids[0]
+            self.head = front[0] if front else next(iter(d.values())) if d else None
+        else:
+            r = d.popitem(last=False)[1]
+            self.head = next(iter(d.values())) if d else None
         self.log.events.append((False, r))
         self.prompt_tokens -= r.prompt_tokens
         return r
@@ -213,17 +236,25 @@ class WaitingQueue:
             self.append(r)
 
     def clear(self) -> None:
-        self.log.events.extend((False, r) for r in self._d.values())
+        self.log.events.extend((False, r) for r in self)
+        self._front.clear()
+        self._fids.clear()
         self._d.clear()
         self.head = None
         self.prompt_tokens = 0
 
-    def move_to_front(self, order: Sequence[str]) -> None:
+    def move_to_front(self, order: Sequence[str], kept: int = 0) -> None:
         """The queue stably sorted by rank in ``order``, unlisted ids last in queue order
         (``step_rules.order_waiting``): the listed requests moved to the front in that
-        order, O(len(order)). An order that lists an id twice is sorted as
+        order, O(len(order)). With ``kept`` (``Decision.order_kept``) they go to
+        ``_front`` (``_move_after``): O(the ids after the kept head) where the front
+        already starts with it. An order that lists an id twice is sorted as
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
         of ids listed), O(n log n)."""
+        if kept and self._move_after(order, kept):
+            return
+        if self._front:
+            self._unfront(0)
         d = self._d
         n = len(order)
         if n > 1 and len(set(order)) != n:  # (an id listed twice; the set built in C)
@@ -247,36 +278,97 @@ class WaitingQueue:
         if front is not None:
             self.head = d[front]
 
+    def _move_after(self, order: Sequence[str], kept: int) -> bool:
+        """``move_to_front(order)`` with the listed requests in ``_front``, when the
+        order's ids after its first ``kept`` are distinct and none of them is in the
+        front's first ``kept`` (False otherwise; the queue is then as it was). Where
+        ``_front`` starts with the order's first ``kept`` ids, in order (the hint
+        holds, checked), the front is cut to them and the other ids are moved from the
+        dict after them; otherwise the whole front goes back to the dict and the
+        order's requests are taken from it. Either way the result is the stable sort's:
+        the listed requests present, in the order's order, then the others in queue
+        order (moving front members back to the dict, in order, keeps the queue)."""
+        front, fids, d = self._front, self._fids, self._d
+        if kept > len(front) or kept > len(order):
+            kept = 0  # (the hint does not hold: the whole order is moved)
+        else:  # (compared as lists, in C: one copy where the hint is all of both)
+            head = order if kept == len(order) else order[:kept]
+            if (fids if kept == len(fids) else fids[:kept]) != [*head]:
+                kept = 0
+        rest = order[kept:]
+        if len(set(rest)) != len(rest):
+            return False  # (an id listed twice)
+        self._unfront(kept)
+        if kept and not all(map(d.__contains__, rest)):
+            return False  # (an id unknown, or listed twice: in the kept head)
+        pop = d.pop
+        for rid in rest:
+            r = pop(rid, None)
+            if r is not None:  # (an unknown id is skipped)
+                front.append(r)
+                fids.append(rid)
+        if front:
+            self.head = front[0]
+        return True
+
+    def _unfront(self, k: int) -> None:
+        """``_front``'s members past its first ``k`` go back to the dict's front, in
+        order: the queue is unchanged."""
+        front, fids, d = self._front, self._fids, self._d
+        if k >= len(front):
+            return
+        move = d.move_to_end
+        for i in range(len(front) - 1, k - 1, -1):
+            rid = fids[i]
+            d[rid] = front[i]
+            move(rid, last=False)
+        del front[k:], fids[k:]
+
 
 class _Chain(Sequence[SimRequest]):
-    """Running then waiting, without copying (policies rarely iterate)."""
+    """Running then waiting, without copying (policies rarely iterate). A slice within
+    the running requests and the queue's ``_front`` is a copy of those lists' items."""
 
-    __slots__ = ("a", "b", "d")
+    __slots__ = ("a", "b", "f", "d")
 
     def __init__(self, a: list[SimRequest], b: WaitingQueue) -> None:
         self.a, self.b = a, b
-        self.d = b._d  # (the queue's dict, never replaced: its length read in C)
+        self.f, self.d = b._front, b._d  # (the queue's, never replaced: lengths read in C)
 
     def __len__(self) -> int:
-        return len(self.a) + len(self.d)
+        return len(self.a) + len(self.f) + len(self.d)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        n = len(self.a)
+        a, f = self.a, self.f
+        n = len(a)
         if isinstance(i, slice):
-            start, stop, step = i.indices(n + len(self.d))
-            if step == 1 and stop <= n:
-                return self.a[start:stop]  # within the running requests: no copy of the rest
-            return list(self)[i]
+            nf = n + len(f)
+            start, stop, step = i.indices(nf + len(self.d))
+            if step != 1:
+                return list(self)[i]
+            if stop <= n:
+                return a[start:stop]  # within the running requests: no copy of the rest
+            if n <= start and stop <= nf:
+                return f[start - n:stop - n]  # within the queue's front
+            out = a[start:n] if start < n else []
+            if start < nf:
+                out += f[max(start - n, 0):stop - n]
+            if stop > nf:
+                out += islice(self.d.values(), max(start - nf, 0), stop - nf)
+            return out
         if i < 0:
-            i += n + len(self.d)
+            i += len(self)
         if i < n:
-            return self.a[i]
-        if i == n and self.d:  # the queue's head
-            return self.b.head  # type: ignore[return-value]  # (the queue is not empty)
+            return a[i]
+        if i == n and self.b.head is not None:  # the queue's head
+            return self.b.head
         return self.b[i - n]
 
     def __iter__(self) -> Iterator[SimRequest]:
-        return chain(self.a, self.d.values())  # (in C: policies' one pass over the view)
+        # (in C: policies' one pass over the view)
+        if self.f:
+            return chain(self.a, self.f, self.d.values())
+        return chain(self.a, self.d.values())
 
 
 class EngineSim:
@@ -509,10 +601,10 @@ class EngineSim:
         may go on past ``limit``: its steps read no waiting request (none is admitted in
         them; ``Policy.chunk_rule`` holds through arrivals), and the caller adds the
         arrivals up to the clock before the next step, as it would have before each."""
-        queued = self.waiting._d  # (the queue's truth, read without its __bool__)
+        waiting = self.waiting  # (its head: None when empty, read without its __bool__)
         runs = self._chunk_runs
         run_limit = math.inf if arrivals else limit
-        while self.now < limit and (self.running or queued):
+        while self.now < limit and (self.running or waiting.head is not None):
             if runs and self._chunk_run(run_limit):
                 runs = self._run_next  # (else the step that ended it is not one of a run)
                 continue
@@ -525,7 +617,7 @@ class EngineSim:
         self.stalled = False
         self._run = None
         self._run_steps = -1
-        if (self.waiting._d or self.record_steps or self.cadence is not None
+        if (self.waiting.head is not None or self.record_steps or self.cadence is not None
                 or not self._decode_run(limit)):
             self._step()  # (_run is None: reset above, and _decode_run set none)
 
@@ -773,7 +865,7 @@ class EngineSim:
 
     def _view(self) -> SchedulerView:
         waiting = self.waiting
-        num_waiting = len(waiting._d)
+        num_waiting = len(waiting._front) + len(waiting._d)  # (len(waiting), in C)
         nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
         log.trim(num_waiting)
@@ -933,10 +1025,10 @@ class EngineSim:
         self._carried = carried
         if preempted:
             return decodes, sched, places, preempted, tally
-        queued = waiting._d  # (WaitingQueue's dict: its truth and its head, read directly)
         max_num_seqs = self.max_num_seqs
-        while queued and budget > 0 and len(running) < max_num_seqs:
-            r = waiting.head  # type: ignore[assignment]  # waiting[0] (the queue is not empty)
+        # (WaitingQueue's head: its truth and its first member, read directly)
+        while waiting.head is not None and budget > 0 and len(running) < max_num_seqs:
+            r = waiting.head  # waiting[0]
             # A prefix-cache hit (vLLM's get_computed_blocks) skips the cached blocks: they
             # cost neither token budget nor prefill cap (none without a cache: KvPool.lookup).
             hit: Sequence[int] = () if counts_only else pool.lookup(r)

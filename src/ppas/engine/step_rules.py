@@ -184,13 +184,14 @@ def order_waiting(waiting: WaitingQueue, decision: Decision, priority: bool = Fa
     sorted by ``priority_key`` every step, with or without an order (the engine keeps its
     priority queue as a deque in this order; vLLM's heap would pop the same sequence).
     A queue with ``move_to_front`` (the simulator's ``WaitingQueue``) is reordered by it
-    under FCFS, to the same order in O(len(prefill_order))."""
+    under FCFS, to the same order in O(len(prefill_order)) (less where the decision's
+    ``order_kept`` hint holds)."""
     if len(waiting) < 2 or not (priority or decision.prefill_order):
         return
     if not priority:
         move = getattr(waiting, "move_to_front", None)
         if move is not None:
-            move(decision.prefill_order)
+            move(decision.prefill_order, decision.order_kept)
             return
     if priority:
         pkey = priority_key(decision)

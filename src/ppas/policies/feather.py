@@ -31,25 +31,31 @@ The policy is pure: the tree is rebuilt from the view every step; the paper main
 incrementally across steps. Per step: one pass over the view, the level keys of the
 waiting requests not yet aged (read once per request: ``Feather.keys_of``), and O(1 +
 shared levels) per batch request (``Feather.decide``). The aged requests' FCFS order
-keeps the queue's order among equal arrivals, which depends on earlier steps, so the
-view is read whole every step (O(queue), in C). Where the view has a ``waiting_log``, the
-last step's aged list is kept and checked against the view (``_Aged``): the requests
-that left it are its head and the rest still heads the queue, so only the requests
-behind them are tested for age and sorted, and the aged requests' keys are kept in a
-trie (O(the changes) a step, not O(aged)). Without block hashes (no prefix caching) no
-request has keys: the fresh requests' are not read, and the greedy takes them in the
-queue's order (every overlap 0), with the same heap.
+keeps the queue's order among equal arrivals, which depends on earlier steps, so
+without a ``waiting_log`` the view is read whole every step (O(queue), in C). Where the
+view has one, the last step's aged list is kept and checked against the view
+(``_Aged``): the requests that left it are its head and the rest still heads the queue
+(one list comparison, in C), and the aged requests' keys are kept in a trie. The waiting
+requests are followed by the log too (their arrivals in a heap, those with keys
+counted), so the newly aged ones come from the heap (the view's rest is read whole only
+where two of them arrived at once) and the fresh ones are read only as far as the
+greedy goes: without keys among them (no block hashes: no prefix caching) the greedy
+takes them in the queue's order (every overlap 0) and under a long queue STOPs at the
+first. The decision lists the kept head again and says so (``Decision.order_kept``), so
+an engine that keeps its queue in the last order (the simulator) moves only the rest.
+A step then costs O(the changes) in Python and O(aged) only in C (the comparison, the
+order's tuple).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from itertools import chain, compress, repeat
+from itertools import chain, compress, repeat, takewhile
 from operator import attrgetter, ge, lt, sub
 from operator import neg as negated
-from typing import Any
+from typing import Any, cast
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
@@ -182,33 +188,35 @@ class Feather(Policy):
         reaches ``budget``. The view lists the running requests first."""
         cfg = self.config
         now, max_wait = view.now, cfg.max_wait_s
-        batch_reqs: list[RequestView] = []  # running, then aged (their keys: the batch's)
-        left = 0  # the running prompts' tokens left
-        it = iter(view.requests)
-        for r in it:
-            if not r.is_running:
-                break
-            batch_reqs.append(r)
-            left += max(0, r.prompt_tokens - r.num_computed_tokens)
-        else:
-            return Decision(cfg.budget)  # nothing waits
-        waiting = [r]
-        waiting.extend(it)
-        if len(self._keys) > 2 * (len(batch_reqs) + len(waiting)) + 1024:
+        requests = view.requests
+        n = len(requests)
+        if len(self._keys) > 2 * n + 1024:
             self._keys.clear()  # (requests gone: O(1) amortised per request read)
         log = view.waiting_log
         kept = self._aged
+        fresh: Sequence[RequestView]
         if log is not None:
-            aged, order, fresh = kept.split(now, max_wait, waiting, log)
+            # (n_run: the running requests, at the view's head; m: the order's first m
+            # ids are the view's first m waiting requests; keyed: some fresh request has a
+            # level key)
+            n_run, aged, ids, fresh, m, keyed = kept.split(now, max_wait, requests, n, log)
+            if n_run == n:
+                return Decision(cfg.budget)  # nothing waits
         else:
-            aged, fresh = age(now, max_wait, waiting)
-            order = list(map(_request_id, aged))
-        if not fresh:
-            return Decision(cfg.budget, tuple(order))
-        keys_of = self.keys_of
+            n_run = _running(requests)
+            if n_run == n:
+                return Decision(cfg.budget)  # nothing waits
+            aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
+            ids, m = list(map(_request_id, aged)), 0
+            keyed = any(map(_block_hashes, fresh))  # (no block hashes, no keys)
         n_fresh = len(fresh)
+        if not n_fresh:
+            return Decision(cfg.budget, tuple(ids), order_kept=m)
+        order: list[str] = []  # the fresh requests added, after the aged ones (ids)
+        keys_of = self.keys_of
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
-        if any(map(_block_hashes, fresh)):
+        if keyed:
+            fresh = _listed(fresh)
             keys = [keys_of(r) for r in fresh]
             for i, ks in enumerate(keys):
                 for j, k in enumerate(ks):
@@ -217,35 +225,45 @@ class Feather(Policy):
                         index[k] = [(i, j)]
                     else:
                         lst.append((i, j))
-        else:  # no block hashes, no keys (level_keys): one empty list, never written
-            keys = [[]] * n_fresh
+        batch = n_run + len(aged)
+        added: list[RequestView] = []
+        stopped = False
+        if not index:
+            # No fresh request has a key: every overlap is 0 and stays 0 (an added request
+            # adds no key), so the heap below pops the fresh requests in their order.
+            for r in fresh:
+                if (batch > 0 and batch >= cfg.min_batch and 0 < cfg.min_overlap
+                        and r.num_cached_tokens < cfg.cached_fraction * r.prompt_tokens):
+                    stopped = True  # STOP (as below, with ov = 0)
+                    break
+                order.append(r.request_id)
+                added.append(r)
+                batch += 1
+            return self._decision(stopped, requests[:n_run], aged, added, ids, order, m)
         working: set[Hashable] = set()  # the batch's keys that fresh requests have
-        if index:  # (none without an index: each loop stops at its first key)
-            for r in batch_reqs:
+        for r in requests[:n_run]:  # (the running requests' keys: the batch's)
+            for k in keys_of(r):
+                if k not in index:
+                    break
+                working.add(k)
+        if log is not None:
+            kept.reach(index, working)  # (the aged requests' keys, as the loop below)
+        else:
+            for r in aged:
                 for k in keys_of(r):
                     if k not in index:
                         break
                     working.add(k)
-            if log is not None:
-                kept.reach(index, working)  # (the aged requests' keys, as the loop below)
-            else:
-                for r in aged:
-                    for k in keys_of(r):
-                        if k not in index:
-                            break
-                        working.add(k)
         overlap = [0] * n_fresh
         for k in working:
             for i, j in index[k]:
                 if j >= overlap[i]:
                     overlap[i] = j + 1
+        fresh = cast(list[RequestView], fresh)  # (keyed: a list, made above)
         heap = list(zip(map(negated, overlap), range(n_fresh), strict=True))  # (-ov, i), in C
         if working:
             heapify(heap)  # (else every overlap is 0: the list is sorted, a heap already)
         taken = [False] * n_fresh
-        batch = len(batch_reqs) + len(aged)
-        added: list[RequestView] = []
-        stopped = False
         while heap:
             neg, i = heappop(heap)
             ov = -neg
@@ -268,14 +286,31 @@ class Feather(Policy):
                     if not taken[i2] and j + 1 > overlap[i2]:
                         overlap[i2] = j + 1
                         heappush(heap, (-(j + 1), i2))
+        return self._decision(stopped, requests[:n_run], aged, added, ids, order, m)
+
+    def _decision(self, stopped: bool, running: Sequence[RequestView],
+                  aged: Sequence[RequestView], added: list[RequestView], ids: list[str],
+                  order: list[str], m: int) -> Decision:
+        """The greedy's decision: the whole budget unless it STOPped, else the running
+        prompts' tokens left and the listed requests' uncached prompts, summed only until
+        they reach the budget; the aged requests' ``ids`` listed, then the added ones'
+        (``order``), the first ``m`` the view's (``Decision.order_kept``). The listed
+        requests are summed first and the running prompts only if those stay under the
+        budget (all terms >= 0: a sum that reaches it with them reaches it with the
+        running prompts first too, and the budget is then the whole)."""
+        cfg = self.config
+        listed = tuple(ids + order) if order else tuple(ids)
         if not stopped:
-            return Decision(cfg.budget, tuple(order))
-        budget = left  # the running prompts and the added requests' uncached prompts
+            return Decision(cfg.budget, listed, order_kept=m)
+        budget = 0  # the listed requests' uncached prompts, then the running prompts
         for r in chain(aged, added):
             if budget >= cfg.budget:
                 break
             budget += uncached_prompt_tokens(r)
-        return Decision(min(cfg.budget, budget), tuple(order))
+        if budget < cfg.budget:  # (in C: the running prompts' tokens left)
+            budget += sum(map(max, repeat(0), map(sub, map(_prompt_tokens, running),
+                                                  map(_num_computed_tokens, running))))
+        return Decision(min(cfg.budget, budget), listed, order_kept=m)
 
 
 def age(now: float, max_wait: float, waiting: list[RequestView]
@@ -283,10 +318,11 @@ def age(now: float, max_wait: float, waiting: list[RequestView]
     """The waiting requests aged (``now - arrival >= max_wait``), FCFS (a stable sort:
     the queue's order among equal arrivals), and the others in the queue's order
     (``waiting`` itself where none is aged)."""
-    # (the waits now - arrival, tested against max_wait_s as written, in C)
+    # (the waits now - arrival, tested against max_wait_s as written, in C; the largest
+    # is now - the earliest arrival: a float difference is monotone in each term)
+    if not waiting or now - min(map(_arrival, waiting)) < max_wait:
+        return [], waiting  # (none aged: every wait tested by the largest's)
     waits = list(map(sub, repeat(now), map(_arrival, waiting)))
-    if not waits or max(waits) < max_wait:
-        return [], waiting  # (none aged: every wait tested by the max's)
     aged = list(compress(waiting, map(ge, waits, repeat(max_wait))))
     fresh = list(compress(waiting, map(lt, waits, repeat(max_wait))))
     aged.sort(key=_arrival)  # starvation bound: first, FCFS (stable: queue order)
@@ -325,45 +361,143 @@ class _Aged:
         self.at: dict[str, int] = {}  # id -> base + its index in reqs
         self.base = 0
         self.roots: dict[Hashable, list[Any]] = {}
+        self.aged_keyed = 0  # the list's requests with a level key
+        # The waiting requests, as the log shows them (a cache of the views, checked
+        # against each by the number of running requests it gives): id -> (its entry's
+        # number, it has a level key), the number of them with a key, and a lazy
+        # min-heap of (arrival, entry's number, request) holding every one not in the
+        # list (an entry is stale once its request left, came back or joined the list;
+        # one that joined stays in it while it waits: an aged request stays aged while
+        # the clock does not go back, and the heap is read again where it does).
+        self.waiting: dict[str, tuple[int, bool]] = {}
+        self.keyed = 0
+        self.arrivals: list[tuple[float, int, RequestView]] = []
 
-    def split(self, now: float, max_wait: float, waiting: list[RequestView],
-              log: WaitingLog) -> tuple[list[RequestView], list[str], list[RequestView]]:
-        """``age(now, max_wait, waiting)``, the aged requests' ids (a new list), and the
-        trie brought up to the aged list."""
-        gone = self._gone(now, log)
-        self.log, self.pos, self.now = log, log.end, now
-        reqs = self.reqs
+    def split(self, now: float, max_wait: float, requests: Sequence[RequestView], n: int,
+              log: WaitingLog) -> tuple[int, list[RequestView], list[str],
+                                        Sequence[RequestView], int, bool]:
+        """The running requests at the head of the view's ``requests`` (``n`` of them in
+        all), then ``age(now, max_wait, waiting)`` of the waiting ones behind, the aged
+        requests' ids, how many of the aged list's head are the view's first waiting
+        requests (the kept ones, 0 when the list is made again), and whether a fresh
+        request has a level key; the trie brought up to the aged list. The aged list and
+        the ids are the ones kept (read them, do not change them). Where the kept list
+        holds, the view is read by one slice, the kept head (compared, identity first);
+        the newly aged requests come from the heap of arrivals where no two of them
+        arrived at once (sorted by arrival, then: ``age``'s stable sort), else from the
+        rest of the view, read whole. The fresh requests are then ``requests[n_run +
+        m:]`` less the newly aged, read as the greedy goes (``_Tail``). The list's first
+        ``gone`` requests are dropped first (it is made again where it does not hold)."""
+        n_run, gone = self._follow(now, log, requests, n)
+        if n_run == n:  # nothing waits: no aged list
+            self._clear()
+            return n_run, self.reqs, self.ids, [], 0, False
         if gone >= 0:
-            m = len(reqs) - gone
-            if waiting[:m] == reqs[gone:]:  # (b), identity first
-                newly, fresh = age(now, max_wait, waiting[m:])
+            self._drop(gone)
+            reqs = self.reqs
+            m = len(reqs)
+            if _listed(requests[n_run:n_run + m]) == reqs:  # (b), identity first
+                fresh: Sequence[RequestView]
+                start = n_run + m
+                newly = self._newly(now, max_wait)
+                if newly is None:  # (equal arrivals: the queue's order ranks them)
+                    newly, fresh = age(now, max_wait, _listed(requests[start:]))
+                else:
+                    fresh = _Tail(requests, start, n - start - len(newly),
+                                  {r.request_id for r in newly})
                 if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
-                    self._drop(gone)  # (c) holds
-                    self._join(newly)
-                    return self.reqs[:], self.ids[:], fresh
-        aged, fresh = age(now, max_wait, waiting)
+                    self._join(newly)  # (c) holds
+                    return n_run, reqs, self.ids, fresh, m, self.keyed > self.aged_keyed
+        aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
+        self._clear()
+        self._join(aged)
+        return n_run, self.reqs, self.ids, fresh, 0, self.keyed > self.aged_keyed
+
+    def _clear(self) -> None:
+        """An empty list."""
         self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
         self.roots = {}
-        self._join(aged)
-        return aged, self.ids[:], fresh
+        self.aged_keyed = 0
 
-    def _gone(self, now: float, log: WaitingLog) -> int:
-        """How many of the last list's head left the queue since the last step, by the
-        log; -1 when that is not all that changed in it (or the log cannot tell)."""
+    def _follow(self, now: float, log: WaitingLog, requests: Sequence[RequestView],
+                n: int) -> tuple[int, int]:
+        """Bring the waiting requests up to the view (by the log's events since the last
+        step, or from the view where the log cannot tell, the clock went back or the
+        number of running requests the log gives does not split the view into running
+        then waiting ones) and return that number and how many of the last list's head
+        left the queue since the last step; -1 for the latter when that is not all that
+        changed in the list (or the log cannot tell)."""
         if log is not self.log or self.pos < log.base or now < self.now:
-            return -1
+            return self._read(now, log, requests), -1
         at, base = self.at, self.base
-        gone, last = 0, base - 1
+        waiting, arrivals, keys_of = self.waiting, self.arrivals, self.keys_of
+        gone, last, kept = 0, base - 1, True
+        num = self.pos
         for entered, r in log.events[self.pos - log.base:]:
-            i = at.get(r.request_id)
-            if i is None:
-                continue
+            rid = r.request_id
             if entered:
-                return -1  # (it left and came back: no longer the request kept)
-            gone += 1
-            if i > last:
-                last = i
-        return gone if last - base == gone - 1 else -1  # (distinct: a prefix)
+                has = bool(keys_of(r))
+                waiting[rid] = (num, has)
+                self.keyed += has
+                heappush(arrivals, (r.arrival_time, num, r))
+                if rid in at:
+                    kept = False  # (it left and came back: no longer the request kept)
+            else:
+                e = waiting.pop(rid, None)
+                if e is not None:
+                    self.keyed -= e[1]
+                i = at.get(rid)
+                if i is not None:
+                    gone += 1
+                    if i > last:
+                        last = i
+            num += 1
+        self.pos, self.now = num, now
+        n_run = n - len(waiting)
+        if not (0 <= n_run <= n and (n_run == 0 or requests[n_run - 1].is_running)
+                and (n_run == n or not requests[n_run].is_running)):
+            return self._read(now, log, requests), -1  # (the log does not tell the view)
+        return n_run, gone if kept and last - base == gone - 1 else -1  # (distinct: a prefix)
+
+    def _read(self, now: float, log: WaitingLog, requests: Sequence[RequestView]) -> int:
+        """The waiting requests read from the view (``_follow``); the running ones'
+        number."""
+        keys_of = self.keys_of
+        n_run = _running(requests)
+        waiting: dict[str, tuple[int, bool]] = {}
+        arrivals: list[tuple[float, int, RequestView]] = []
+        keyed = 0
+        for num, r in enumerate(_listed(requests[n_run:]), -len(requests)):
+            has = bool(keys_of(r))
+            waiting[r.request_id] = (num, has)
+            keyed += has
+            arrivals.append((r.arrival_time, num, r))
+        heapify(arrivals)
+        self.waiting, self.arrivals, self.keyed = waiting, arrivals, keyed
+        self.log, self.pos, self.now = log, log.end, now
+        return n_run
+
+    def _newly(self, now: float, max_wait: float) -> list[RequestView] | None:
+        """The waiting requests outside the list that are aged (``age``'s test), taken
+        from the heap by arrival (its stale entries dropped), or None where two of them
+        arrived at once (they are taken all the same: they join the list)."""
+        arrivals, waiting, at = self.arrivals, self.waiting, self.at
+        out: list[RequestView] = []
+        tie = False
+        while arrivals:
+            t, num, r = arrivals[0]
+            rid = r.request_id
+            e = waiting.get(rid)
+            if e is None or e[0] != num or rid in at:
+                heappop(arrivals)  # (stale)
+                continue
+            if now - t < max_wait:
+                break  # (the earliest of the rest waited less: none of them is aged)
+            heappop(arrivals)
+            if out and t == out[-1].arrival_time:
+                tie = True
+            out.append(r)
+        return None if tie else out
 
     def _drop(self, n: int) -> None:
         """The list's first ``n`` requests leave it."""
@@ -372,6 +506,8 @@ class _Aged:
         at = self.at
         for rid, keys in zip(self.ids[:n], self.keys[:n], strict=True):
             del at[rid]
+            if keys:
+                self.aged_keyed -= 1
             node = self.roots
             for k in keys:
                 e = node[k]
@@ -392,6 +528,8 @@ class _Aged:
             at[rid] = i
             i += 1
             keys = keys_of(r)
+            if keys:
+                self.aged_keyed += 1
             self.ids.append(rid)
             self.keys.append(keys)
             node = self.roots
@@ -417,6 +555,49 @@ class _Aged:
                     stack.append(children)
 
 
+class _Tail(Sequence[RequestView]):
+    """``requests[start:]`` of a view but the requests whose ids are in ``skip`` (``n``
+    of them left), read as it is iterated: by slices twice as long each time (O(1) for
+    the first request; O(n) for all n)."""
+
+    __slots__ = ("requests", "start", "n", "skip")
+
+    def __init__(self, requests: Sequence[RequestView], start: int, n: int,
+                 skip: set[str]) -> None:
+        self.requests, self.start, self.n, self.skip = requests, start, n, skip
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[RequestView]:
+        reqs, i, size, skip = self.requests, self.start, 1, self.skip
+        end = len(reqs)
+        while i < end:
+            part = reqs[i:i + size]
+            if skip:
+                yield from (r for r in part if r.request_id not in skip)
+            else:
+                yield from part
+            i += size
+            size *= 2
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        return list(self)[i]
+
+
+def _running(requests: Sequence[RequestView]) -> int:
+    """The number of running requests at the head of ``requests`` (in C)."""
+    return len(list(takewhile(_is_running, requests)))
+
+
+def _listed(part: Sequence[RequestView]) -> list[RequestView]:
+    """A slice of the view's requests as a list (itself where it is one)."""
+    return part if type(part) is list else list(part)
+
+
 _arrival = attrgetter("arrival_time")
+_is_running = attrgetter("is_running")
+_num_computed_tokens = attrgetter("num_computed_tokens")
+_prompt_tokens = attrgetter("prompt_tokens")
 _block_hashes = attrgetter("block_hashes")
 _request_id = attrgetter("request_id")
