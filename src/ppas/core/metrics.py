@@ -131,7 +131,9 @@ class Gaps:
         if not n:
             return math.nan
         v, c = self._arrays()
-        return float(np.dot(v, c) / n)
+        # (v * c).sum(): numpy's pairwise sum, the same bits on every machine; np.dot would
+        # call BLAS, whose sum order (and idle threads' CPU time) follows its thread count.
+        return float((v * c).sum() / n)
 
     def quantiles(self, qs: Sequence[float]) -> list[float]:
         """The ``qs`` percentiles of the expanded sample (NaN when empty): rank
