@@ -934,7 +934,7 @@ def test_holding_projects_at_least_once_in_hold_and_doubles_a_repeated_pick(
             n_follows = len(follows)
             a, m, pending, seen_by_plan = (p._plan_budget, p._plan_limit, p._pending,
                                            p._plan_pending)
-            cap_then, stall_then = p._plan_cap, p._plan_stall
+            cap_then, stall_then = p._plan_budget, p._plan_stall
             got = p.decide(v).prefill_budget
             assert 0 <= got <= c_max
             cap = (got if p.kv_capacity is None or not v.num_pending_prefills else

@@ -204,7 +204,7 @@ def test_simulator_queue_keeps_its_head(waiting: list[Req],
          ops=[("kept", 4, 0, [], ""), ("kept", 2, 0, [2], "head")], cuts=[])
 @given(waiting=queues, ops=st.lists(st.tuples(
     st.sampled_from(["append", "appendleft", "popleft", "clear", "order"] + ["kept"] * 5),
-    st.integers(0, 13), st.sampled_from([0, 0, 0, -1, 1, 2]),
+    st.integers(0, 13), st.sampled_from([0, 0, 0, -1, 1, 2, -3]),
     st.lists(st.integers(0, 8), max_size=4, unique=True),
     st.sampled_from(["", "", "", "head", "unknown", "twice"])), max_size=30),
     cuts=st.lists(st.tuples(st.integers(-16, 16), st.integers(-16, 16)), max_size=4))
@@ -212,7 +212,8 @@ def test_simulator_queue_applies_kept_orders(
         waiting: list[Req], ops: list[tuple[str, int, int, list[int], str]],
         cuts: list[tuple[int, int]]) -> None:
     """Orders whose head is the queue's own (``Decision.order_kept``, as ``feather``
-    lists its aged requests step after step), the hint right, too long or too short,
+    lists its aged requests step after step), the hint right, too long, too short or
+    negative,
     and the rest the queue's ids (of its kept head again, or behind it) or unknown ids,
     between appends at either end, admissions and clearing: after each, the queue is the
     stable sort's (a deque sorted by ``order_waiting``), its head its first member, its
@@ -244,7 +245,7 @@ def test_simulator_queue_applies_kept_orders(
             behind = tuple(queued[k + i] for i in extra if k + i < len(queued))
             more = {"head": head[-1:], "unknown": ("x",), "twice": behind[:1]}.get(bad, ())
             order = head + behind + more
-            kept = max(0, len(head) + off) if op == "kept" else 0
+            kept = len(head) + off if op == "kept" else 0  # (< 0: no hint)
             events = len(q.log.events)
             order_waiting(q, Decision(100, order or None, order_kept=kept))
             order_waiting(ref, Decision(100, order or None))

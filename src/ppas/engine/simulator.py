@@ -251,7 +251,7 @@ class WaitingQueue:
         already starts with it. An order that lists an id twice is sorted as
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
         of ids listed), O(n log n)."""
-        if kept and self._move_after(order, kept):
+        if kept > 0 and self._move_after(order, kept):  # (a hint < 0 is none)
             return
         if self._front:
             self._unfront(0)

@@ -148,10 +148,11 @@ class PredictiveConfig:
     * ``replan``: a projection's plan is followed by up to ``replan - 1`` of the decisions
       after it, while the first pending prompt stays the same (module doc:
       "Replanning"). 1: every step projects (the per-step rule of P-PAS §3).
-    * ``hold``: a pick that repeats the last projection's is followed by twice as many
-      decisions as the last one was, up to ``hold - 1``; a changed pick projects again at
-      the next decision (module doc: "Holding a repeated pick"). 1: every decision
-      projects. ``replan`` needs ``hold=1``.
+    * ``hold``: a projection's plan covers a window of decisions (itself and those that
+      follow it): twice the last window, at most ``hold``, when its pick repeats the last
+      projection's, else 1, so a changed pick projects again at the next decision
+      (module doc: "Holding a repeated pick"). 1: every decision projects. ``replan``
+      needs ``hold=1``.
     """
 
     c_min: int = 512
@@ -200,7 +201,7 @@ class Predictive(Policy):
         # budget and whether decodes ran then (a held budget never stalls more).
         self._window = 1
         self._pending, self._plan_pending = 0, 0
-        self._plan_cap, self._plan_stall = 0, False
+        self._plan_stall = False
         # The last projection's pick, (budget, limit), projected first the next time: it
         # is the likeliest to win again, and the best sum so far cuts the others early.
         self._last_pick: tuple[int, int] | None = None
@@ -246,12 +247,12 @@ class Predictive(Policy):
             # No decode to stall: the biggest chunk is the most efficient (P-PAS's B_max).
             return Decision(c_max)
         head = head_prompt(view) if self.config.replan > 1 else None
-        if self._plan_left > 0 and head == self._plan_head:  # replanning: follow the plan
+        if self._plan_left > 0 and head == self._plan_head:  # replanning or holding: follow
             b = self._follow(view)
             # Holding: a held budget does not stall decodes more than its projection's did
             # (a plan made with no decode running, or a limit that now admits more).
             if (hold == 1 or not view.num_running_decodes
-                    or (self._plan_stall and b <= self._plan_cap)):
+                    or (self._plan_stall and b <= self._plan_budget)):
                 self._plan_left -= 1
                 return Decision(b)
         last = self._last_pick
@@ -262,7 +263,7 @@ class Predictive(Policy):
             self._window = (min(2 * self._window, hold)
                             if last is not None and self._last_pick == last else 1)
             self._plan_left = self._window - 1
-            self._plan_cap, self._plan_stall = best_a, view.num_running_decodes > 0
+            self._plan_stall = view.num_running_decodes > 0
             self._plan_pending = view.num_pending_prefills
         return Decision(best_a)
 
