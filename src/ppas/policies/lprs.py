@@ -40,6 +40,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
@@ -114,7 +115,7 @@ class LprsApc(Policy):
         # one pass over the running requests: the prompts, and the decodes' context
         prompts: list[RequestView] = []
         dctx = 0
-        for r in view.requests[:n_running]:
+        for r in islice(view.requests, n_running):  # (no slice of the view: its iterator)
             c = r.num_computed_tokens
             if c < r.prompt_tokens:
                 prompts.append(r)
