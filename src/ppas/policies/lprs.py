@@ -44,12 +44,17 @@ from itertools import islice
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
+from ppas.core.slots import builder
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
 from ppas.policies.waiting import WaitingIndex
+
+#: ``Decision(prefill_budget, prefill_order, decodes_first, chunk_limit, order_kept)``,
+#: positionally (``ppas.core.slots``: the same object).
+_make_decision = builder(Decision)
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,8 @@ class LprsApc(Policy):
             for k, r in idx.smallest(c_t, now):
                 ranked.append((-((now - r.arrival_time) - k), len(ranked), r))
         finally:
-            idx.restore()
+            if idx.taken:  # (none when the answer was the memo's)
+                idx.restore()
         ranked.sort()
         top = ranked[:c_t]
         last = len(ranked) - 1
@@ -160,8 +166,9 @@ class LprsApc(Policy):
         room = 0
         for _, _, r in top:
             room += r.prompt_tokens - r.num_computed_tokens
-        return Decision(best_c if best_c < room else room,
-                        tuple([r.request_id for _, _, r in top]))
+        # Decision(budget, order), built without the frozen dataclass's __init__
+        return _make_decision(best_c if best_c < room else room,
+                              tuple([r.request_id for _, _, r in top]), False, 0, 0)
 
     def _chunk(self, step_t: Callable[[int], float]) -> int:
         """LPRS: the chunk with the smallest asymmetric penalty around the target (ties to
