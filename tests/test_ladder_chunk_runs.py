@@ -8,6 +8,7 @@ from collections import deque
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_views import dec, pre, view
 
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, EngineSim, replay
@@ -131,3 +132,21 @@ def test_no_rule_without_a_cost_model_or_decodes() -> None:
     assert p.chunk_rule(sim._view()) is None  # (no decode running)
     p.cost_model = None
     assert p.chunk_rule(sim._view()) is None
+
+
+def test_ladder_chunk_rule_at_a_rungs_exact_price() -> None:
+    """Hand-made views whose SLO is exactly a rung's price at the decodes' summed context:
+    ``decide`` and the rule both take that rung (``<=``), and a rule that priced the
+    decodes even one token further on would drop to the next."""
+    for ctxs, done in (([3000, 5000], 4096), ([100] * 7, 0), ([20000], 12345)):
+        reqs = [dec(i, c) for i, c in enumerate(ctxs)] + [pre(0, done)]
+        n, dctx = len(ctxs), sum(ctxs)
+        for rung in (2048, 512, 128):
+            slo = CM.chunk_time(done, n, dctx)(rung)
+            p = make_policy(f"tbt-ladder:tbt_slo={slo!r}")
+            p.bind_cost_model(CM)
+            v = view(reqs)
+            rule = p.chunk_rule(v)
+            assert rule is not None
+            assert p.decide(v).prefill_budget == rung
+            assert rule(v.now, done, dctx) == rung
