@@ -142,6 +142,10 @@ SPECS = st.one_of(
     st.builds(lambda b: f"sorted-f:budget={b}", st.sampled_from([256, 8192])),
     st.builds(lambda c, w, m: f"lprs-apc:max_concurrent={c},rem_weight={w},l_min={m},c_max=4096",
               st.integers(1, 4), st.sampled_from([0, 1, 1000]), st.sampled_from([16, 256])),
+    # targets that the candidate chunks' step times cross (the LPRS search's boundary)
+    st.builds(lambda t, o, m: f"lprs-apc:target_s={t},over_w={o},l_min={m},c_max=4096",
+              st.sampled_from([0.004, 0.008, 0.015]), st.sampled_from([0, 4]),
+              st.sampled_from([16, 256])),
 )
 
 
@@ -306,3 +310,51 @@ def test_walks_carried_over_decide_as_the_whole_rule(
                                    r.prompt_tokens, min(r.num_output_tokens + 1,
                                                         r.max_output_tokens - 1),
                                    r.max_output_tokens, True) for r in run]
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(["qwen2.5-0.5b", "qwen2.5-3b"]),
+       target=st.floats(0.001, 0.2), under=st.sampled_from([0, 0.5, 1, 4]),
+       over=st.sampled_from([0, 1, 4]), l_min=st.sampled_from([16, 256, 300]),
+       c_max=st.sampled_from([300, 4096, 8192]),
+       steps=st.lists(st.tuples(st.integers(0, 64), st.integers(0, 40000)), min_size=1,
+                      max_size=12))
+def test_lprs_chunk_search_is_the_scan(model: str, target: float, under: float, over: float,
+                                       l_min: int, c_max: int,
+                                       steps: list[tuple[int, int]]) -> None:
+    """``lprs-apc``'s chunk from the last step's boundary (``_chunk_monotone``) is the scan
+    of every candidate's (``_chunk``), step after step (the guess carried over), with
+    penalties of weight 0 (ties: the larger chunk)."""
+    if c_max < l_min:
+        return
+    cm = RooflineCostModel("l40s", model)
+    p = make_policy(f"lprs-apc:target_s={target!r},under_w={under},over_w={over},"
+                    f"l_min={l_min},c_max={c_max}")
+    assert isinstance(p, LprsApc)
+    p.bind_cost_model(cm)
+    for n_dec, k in steps:
+        t = cm.chunk_time(0, n_dec, k * n_dec)
+        assert p._chunk_monotone(t) == p._chunk(t), (n_dec, k)
+
+
+def test_lprs_smallest_memo_is_the_heaps() -> None:
+    """The index's answer kept while nobody enters or leaves (``_ScoreIndex.memo``) is the
+    heap's at every later ``now``, through the rounding margin's growth (keys 1e-7 apart
+    come within it as ``now`` grows), and is dropped on a change."""
+    from ppas.policies.lprs import _ScoreIndex
+    reqs = [RequestSnapshot(f"w{i}", 1.0 + (i % 5) * 1e-7, 100) for i in range(12)]
+    idx, ref = _ScoreIndex(0.0), _ScoreIndex(0.0)
+    for r in reqs:
+        idx.add(r)
+    for n in (1, 3):
+        for now in (2.0, 2.0, 50.0, 1e3, 1e5, 1e7, 1e9, 2.0):  # (and back: no longer in)
+            ref.clear()
+            for r in reqs:
+                ref.add(r)
+            want = [(x, r.request_id) for x, r in ref.smallest(n, now)]
+            ref.restore()
+            got = [(x, r.request_id) for x, r in idx.smallest(n, now)]
+            idx.restore()
+            assert got == want, (now, n)
+    idx.discard(reqs[0])
+    assert idx.memo is None

@@ -16,13 +16,14 @@ smallest chunk whenever decodes run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
 from ppas.cost.base import CostModel
-from ppas.policies.base import Policy
+from ppas.policies.base import ChunkRule, Policy
 from ppas.policies.registry import register
 
 LADDER = (2048, 1024, 512, 256, 128)
@@ -51,7 +52,13 @@ def ladder_chunk(cost_model: CostModel, tbt_slo: float, num_decodes: int,
     from the guess, the search moves to larger chunks while they fit, or to smaller ones
     until one fits, and ends where the scan from the largest would (with 0, it is that
     scan)."""
-    t = cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
+    return ladder_fit(cost_model.chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens),
+                      tbt_slo, ladder, start)
+
+
+def ladder_fit(t: Callable[[int], float], tbt_slo: float, ladder: tuple[int, ...],
+               start: int = 0) -> int:
+    """``ladder_chunk``'s search on ``t``, the step time as a function of the chunk."""
     if t(ladder[start]) <= tbt_slo:
         while start and t(ladder[start - 1]) <= tbt_slo:
             start -= 1
@@ -117,3 +124,30 @@ class TbtLadder(Policy):
             self._last = self._rung[c]
             return budget_decision(c)
         return budget_decision(self.ladder[-1])
+
+    def chunk_rule(self, view: SchedulerView) -> ChunkRule | None:
+        """``decide``'s budget while only ``now``, P's computed tokens and the decodes'
+        change (``Policy.chunk_rule``): with decodes running and P pending, ``decide``
+        prices the ladder beside ``num_running_decodes`` decodes whose context is the
+        running decodes' computed tokens, summed, at P's context (P is the only running
+        prompt, so the head); neither the clock nor the queue is read. The rule is that
+        search on the same numbers: equal to ``decide`` everywhere, not only short of P's
+        prompt left. None without a cost model (the smallest chunk: no run needed) or
+        with no decode running."""
+        cm = self.cost_model
+        n_dec = view.num_running_decodes
+        if cm is None or n_dec == 0:
+            return None
+        timer = cm.chunk_timers()  # (chunk_time, checked once)
+        slo, ladder, rung, smallest = self.config.tbt_slo, self.ladder, self._rung, \
+            self.ladder[-1]
+
+        def rule(now: float, prefill_ctx: int, decode_ctx: int) -> int:
+            # ladder_chunk(cm, slo, n_dec, decode_ctx, prefill_ctx, ladder, self._last)
+            c = ladder_fit(timer(prefill_ctx, n_dec, decode_ctx), slo, ladder, self._last)
+            if c:
+                self._last = rung[c]  # (the next search's guess, as decide keeps it)
+                return c
+            return smallest
+
+        return rule

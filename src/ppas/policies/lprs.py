@@ -28,6 +28,10 @@ scores the running prompts and the C_t smallest ``K`` (plus any within a roundin
 of the C_t-th), which hold the top C_t of the whole order: O(running + C_t log n) per
 step, O(log n) per queue change. Equal scores go in the view's (queue) order, which the
 index does not know: a step whose top C_t depends on it is decided by ``decide_whole``.
+The heap's answer is kept while nobody enters or leaves the queue (``_ScoreIndex.memo``),
+and the LPRS chunk is found from the last step's boundary between the chunks under the
+target and those over it (``_chunk_monotone``: step time is monotone in the chunk), about
+two prices a step instead of one per candidate.
 """
 
 from __future__ import annotations
@@ -36,15 +40,21 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
+from ppas.core.slots import builder
 from ppas.core.view import RequestView, SchedulerView, is_pending_prefill, pending_prefills
 from ppas.cost.base import CostModel, StepShape
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.registry import register
 from ppas.policies.waiting import WaitingIndex
+
+#: ``Decision(prefill_budget, prefill_order, decodes_first, chunk_limit, order_kept)``,
+#: positionally (``ppas.core.slots``: the same object).
+_make_decision = builder(Decision)
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,11 @@ class LprsApc(Policy):
         self.chunks = candidate_chunks(config.l_min, config.c_max)
         self.per_token_s = 0.0  # prefill seconds per token, for the aging score
         self._index: _ScoreIndex | None = None  # the waiting queue (a cache, module doc)
+        #: ``cost_model.chunk_timers()`` and the cost model it is of (made once per model)
+        self._timer: Callable[[int, int, int], Callable[[int], float]] | None = None
+        self._timer_of: CostModel | None = None
+        #: the last step's count of chunks under the target (``_chunk_monotone``'s guess)
+        self._i0 = 0
 
     def bind_cost_model(self, cost_model: CostModel | None) -> None:
         super().bind_cost_model(cost_model)
@@ -91,7 +106,8 @@ class LprsApc(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         log = view.waiting_log
-        if log is None or self.cost_model is None:
+        cm = self.cost_model
+        if log is None or cm is None:
             return self.decide_whole(view)
         cfg = self.config
         w, per_tok = cfg.rem_weight, self.per_token_s
@@ -101,42 +117,58 @@ class LprsApc(Policy):
         n_running = idx.sync(view, log)
         if idx.unsafe:
             return self.decide_whole(view)
-        run = view.requests[:n_running]
-        prompts = [r for r in run if r.num_computed_tokens < r.prompt_tokens]
+        # one pass over the running requests: the prompts, and the decodes' context
+        prompts: list[RequestView] = []
+        dctx = 0
+        for r in islice(view.requests, n_running):  # (no slice of the view: its iterator)
+            c = r.num_computed_tokens
+            if c < r.prompt_tokens:
+                prompts.append(r)
+            else:
+                dctx += c
         if not prompts and not idx.live:
             return Decision(cfg.c_max)
         n_dec = view.num_running_decodes
-        dctx = 0
-        for r in run:
-            if not r.num_computed_tokens < r.prompt_tokens:
-                dctx += r.num_computed_tokens
-        step_t, _ = self._predictor(view, n_dec, dctx)
-        best_c = self._chunk(step_t)
+        timer = self._timer
+        if timer is None or self._timer_of is not cm:
+            timer = self._timer = cm.chunk_timers()
+            self._timer_of = cm
+        # (_predictor's T: chunk_time(0, n_dec, dctx), the same function)
+        best_c = self._chunk_monotone(timer(0, n_dec, dctx))
         c_t = min(cfg.max_concurrent, view.max_num_seqs - n_dec,
                   (view.max_num_batched_tokens - n_dec) // cfg.l_min)
         if c_t < 1:
-            if any(0 < r.num_computed_tokens for r in prompts):
-                return Decision(0)
+            for r in prompts:
+                if 0 < r.num_computed_tokens:
+                    return Decision(0)
             c_t, best_c = 1, cfg.l_min
         # The top c_t by score, running prompts first among equals (the view's order).
         now = view.now
+        wp = w * per_tok  # (w * per_tok * x is (w * per_tok) * x: the same float)
         ranked: list[tuple[float, int, RequestView]] = [
-            (-((now - r.arrival_time) - w * per_tok * (r.prompt_tokens - r.num_computed_tokens)),
+            (-((now - r.arrival_time) - wp * (r.prompt_tokens - r.num_computed_tokens)),
              j, r) for j, r in enumerate(prompts)]
         waiting = len(prompts)  # ranked[j] for j >= waiting: waiting requests
         try:
             for k, r in idx.smallest(c_t, now):
                 ranked.append((-((now - r.arrival_time) - k), len(ranked), r))
         finally:
-            idx.restore()
+            if idx.taken:  # (none when the answer was the memo's)
+                idx.restore()
         ranked.sort()
         top = ranked[:c_t]
+        last = len(ranked) - 1
         for j, (s, i, _) in enumerate(top):  # equal waiting scores: the queue's order
-            if i >= waiting and any(ranked[m][0] == s and ranked[m][1] >= waiting
-                                    for m in (j - 1, j + 1) if 0 <= m < len(ranked)):
+            if i >= waiting and (
+                    (j and ranked[j - 1][0] == s and ranked[j - 1][1] >= waiting)
+                    or (j < last and ranked[j + 1][0] == s and ranked[j + 1][1] >= waiting)):
                 return self.decide_whole(view)
-        room = sum(r.prompt_tokens - r.num_computed_tokens for _, _, r in top)
-        return Decision(min(best_c, room), tuple(r.request_id for _, _, r in top))
+        room = 0
+        for _, _, r in top:
+            room += r.prompt_tokens - r.num_computed_tokens
+        # Decision(budget, order), built without the frozen dataclass's __init__
+        return _make_decision(best_c if best_c < room else room,
+                              tuple([r.request_id for _, _, r in top]), False, 0, 0)
 
     def _chunk(self, step_t: Callable[[int], float]) -> int:
         """LPRS: the chunk with the smallest asymmetric penalty around the target (ties to
@@ -150,6 +182,54 @@ class LprsApc(Policy):
             if pen <= best_pen:
                 best_c, best_pen = c, pen
         return best_c
+
+    def _chunk_monotone(self, step_t: Callable[[int], float]) -> int:
+        """``_chunk`` for a step time monotone in the chunk (a cost model's, as
+        ``largest_chunk_within`` assumes; ``tests/test_roofline.py``), from fewer prices.
+        The chunks under the target are then a prefix, ``chunks[:i0]``, over which the
+        penalty does not rise, and it does not fall over the rest, so the scan's pick (the
+        last chunk of least penalty) is ``chunks[i0 - 1]`` or, when ``chunks[i0]``'s
+        penalty is no larger, the last of the chunks from ``i0`` with ``chunks[i0]``'s
+        penalty. ``i0`` is searched from the last step's (``_i0``): it moves little."""
+        cfg = self.config
+        chunks, target, under_w, over_w = self.chunks, cfg.target_s, cfg.under_w, cfg.over_w
+        n = len(chunks)
+        i = self._i0
+        t_lo = t_hi = 0.0  # the times of chunks[i0 - 1] (< target) and chunks[i0] (>= it)
+        up = False
+        if i < n:
+            t = step_t(chunks[i])
+            if t < target:  # i0 > i: up while under the target
+                up = True
+                t_lo = t
+                i += 1
+                while i < n:
+                    t = step_t(chunks[i])
+                    if not t < target:
+                        t_hi = t
+                        break
+                    t_lo = t
+                    i += 1
+            else:
+                t_hi = t
+        if not up:  # i0 <= i: down while the chunk below is not under it
+            while i:
+                t = step_t(chunks[i - 1])
+                if t < target:
+                    t_lo = t
+                    break
+                t_hi = t
+                i -= 1
+        self._i0 = i
+        if i == n:
+            return chunks[-1]  # (every chunk under the target: the penalty only falls)
+        pen = over_w * (t_hi - target)
+        if i and under_w * (target - t_lo) < pen:
+            return chunks[i - 1]
+        j = i + 1
+        while j < n and over_w * (step_t(chunks[j]) - target) <= pen:
+            j += 1
+        return chunks[j - 1]
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every pending prompt scored and sorted."""
@@ -208,8 +288,16 @@ class _ScoreIndex(WaitingIndex):
         self.gen = 0
         self.unsafe = 0
         self.taken: list[tuple[float, str, int, RequestView]] = []
+        #: ``smallest``'s last answer, while no request entered or left: (n, |now|, the K
+        #: of the first entry it left on the heap (None: it emptied the heap), the n-th
+        #: K, the answer). The same live entries in the same heap order give the same
+        #: answer at a ``now`` whose margin still leaves that first entry out and keeps in
+        #: those it took (the margin grows with ``|now|``).
+        self.memo: tuple[int, float, float | None, float, list[tuple[float, RequestView]]] \
+            | None = None
 
     def add(self, r: RequestView) -> None:
+        self.memo = None
         rid, arrival = r.request_id, r.arrival_time
         if rid in self.live:
             self.discard(r)
@@ -222,12 +310,14 @@ class _ScoreIndex(WaitingIndex):
         heapq.heappush(self.heap, (k, rid, gen, r))
 
     def discard(self, r: RequestView) -> None:
+        self.memo = None
         e = self.live.pop(r.request_id, None)
         if e is not None:
             self.unsafe -= e[2]
 
     def clear(self) -> None:
         super().clear()
+        self.memo = None
         self.heap.clear()
         self.unsafe = 0
 
@@ -243,9 +333,15 @@ class _ScoreIndex(WaitingIndex):
         other scores strictly below all of them (``score = (now - arrival) - weight *
         remaining`` is ``now - K`` within ``4 * 2**-53 * (|now| + K)``, arrival and term
         being >= 0; the margin is far above). Taken off the heap: ``restore``."""
+        memo = self.memo
+        if memo is not None and memo[0] == n and abs(now) >= memo[1]:
+            k = memo[2]  # (the loop below would stop there again, or empty the heap)
+            if k is None or k - memo[3] > 1e-9 * (1.0 + abs(now) + abs(k)):
+                return memo[4]
         heap, live, taken, pop = self.heap, self.live, self.taken, heapq.heappop
         out: list[tuple[float, RequestView]] = []
         kn = math.inf
+        first_left: float | None = None
         while heap:
             k, rid, gen, r = heap[0]
             e = live.get(rid)
@@ -253,11 +349,13 @@ class _ScoreIndex(WaitingIndex):
                 pop(heap)  # stale: dropped
                 continue
             if len(out) >= n and k - kn > 1e-9 * (1.0 + abs(now) + abs(k)):
+                first_left = k
                 break
             taken.append(pop(heap))
             out.append((e[1], r))
             if len(out) == n:
                 kn = k
+        self.memo = (n, abs(now), first_left, kn, out)
         return out
 
     def restore(self) -> None:

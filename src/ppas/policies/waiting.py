@@ -56,13 +56,16 @@ class WaitingIndex(ABC):
         n_req = len(reqs)
         if log is self.log and self.pos >= log.base:
             live = self.live
-            for entered, r in log.events[self.pos - log.base:]:
-                if entered:
-                    self.add(r)
-                elif r.request_id in live:
-                    self.discard(r)
-            self.pos = log.end
-            self.compact()
+            events = log.events
+            k = self.pos - log.base
+            if k < len(events):  # (none since the last call: nothing to apply)
+                for entered, r in events[k:]:
+                    if entered:
+                        self.add(r)
+                    elif r.request_id in live:
+                        self.discard(r)
+                self.pos = log.base + len(events)  # (log.end)
+                self.compact()
             n = n_req - len(live)
             if 0 <= n <= n_req and (n == 0 or reqs[n - 1].is_running) and (
                     n == n_req or not reqs[n].is_running):
