@@ -148,7 +148,7 @@ def test_chunk_rule_is_decide_at_the_boundary(decodes: list[int], done: int, res
     that priced anything else (the decodes' exact context, say) would miss by one."""
     n = len(decodes)
     dctx = sum(decodes)
-    t = CM.chunk_timers()(done, n, dctx // n * n)(c)
+    t = CM.chunk_time(done, n, dctx // n * n)(c)
     policy = make_policy(f"sloweave:tpot_s={t + 0.001 + 1e-12!r}")
     policy.bind_cost_model(CM)
     reqs = [dec(i, k, last=now) for i, k in enumerate(decodes)]
