@@ -619,7 +619,8 @@ class EngineSim:
         them; ``Policy.chunk_rule`` holds through arrivals), and the caller adds the
         arrivals up to the clock before the next step, as it would have before each."""
         waiting = self.waiting  # (its head: None when empty, read without its __bool__)
-        if self._runs_for != (self.policy, self.record_steps):  # (set since: found again)
+        found = self._runs_for
+        if found[0] is not self.policy or found[1] != self.record_steps:  # (set since)
             self._chunk_runs = self._takes_chunk_runs()
             self._runs_for = (self.policy, self.record_steps)
             self._single_next = False
