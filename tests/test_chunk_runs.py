@@ -4,6 +4,7 @@ takes one at a time: every step's record, every request's times and blocks, the 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from hypothesis import HealthCheck, given, settings
@@ -69,6 +70,98 @@ def test_chunk_runs_equal_single_steps(reqs: list[tuple[float, int, int, float |
     slow, none = run(specs, policy, kv, False)
     assert none == 0
     assert state(fast) == state(slow)
+
+
+def drive(specs: list[RequestSpec], policy: str, kv: int | None, runs: bool,
+          grid: float) -> tuple[EngineSim, list[tuple[float, int]], int]:
+    """``specs`` added as they arrive, the engine driven to each arrival and to every
+    multiple of ``grid`` seconds by ``run_until(limit)`` (``arrivals`` False: no run goes
+    past a limit), chunk runs on or off (decode runs in both); the clock and steps at
+    every limit, and the steps taken in chunk runs."""
+    sim = EngineSim(make_policy(policy), CM, EngineConfig(num_kv_blocks=kv))
+    sim.recent = deque(maxlen=None)
+    sim._chunk_runs = runs and sim._chunk_runs
+    in_runs = 0
+    take = sim._chunk_run
+
+    def counted(limit: float) -> bool:
+        nonlocal in_runs
+        n = sim.num_steps
+        ok = take(limit)
+        in_runs += sim.num_steps - n
+        return ok
+
+    sim._chunk_run = counted  # type: ignore[method-assign]
+    specs = sorted(specs, key=lambda s: s.arrival_s)
+    marks = []
+    i = 0
+    while True:
+        while i < len(specs) and specs[i].arrival_s <= sim.now:
+            sim.add_request(specs[i])
+            i += 1
+        nxt = specs[i].arrival_s if i < len(specs) else math.inf
+        if sim.has_work():
+            sim.run_until(min(nxt, (math.floor(sim.now / grid) + 1) * grid))
+        elif i < len(specs):
+            sim.idle_until(nxt)
+        else:
+            return sim, marks, in_runs
+        marks.append((sim.now, sim.num_steps))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads, configs, st.one_of(st.none(), st.integers(250, 1500)),
+       st.sampled_from([0.004, 0.011, 0.05]))
+def test_run_until_a_limit_equals_single_steps(
+        reqs: list[tuple[float, int, int, float | None]], cfg: tuple[float, int, float, int],
+        kv: int | None, grid: float) -> None:
+    """``run_until(limit)`` without ``arrivals`` (chunk runs cut at every limit, on a grid
+    finer than most runs) takes the steps single steps take up to each limit."""
+    tpot, c_max, margin, mbt = cfg
+    policy = f"sloweave:tpot_s={tpot},c_max={c_max},margin_s={margin},mbt={mbt}"
+    specs = [RequestSpec(a, p, o, tpot_slo=s) for a, p, o, s in reqs]
+    fast, fast_marks, _ = drive(specs, policy, kv, True, grid)
+    slow, slow_marks, none = drive(specs, policy, kv, False, grid)
+    assert none == 0
+    assert fast_marks == slow_marks
+    assert state(fast) == state(slow)
+
+
+def test_run_until_a_limit_cuts_runs() -> None:
+    """The test above is not vacuous: runs are taken, and cut at the grid's limits."""
+    specs = [RequestSpec(0.01 * i, 8000 + 97 * i, 30 + 3 * i) for i in range(12)]
+    policy = "sloweave:tpot_s=0.015"
+    whole, _ = run(specs, policy, None, True)
+    fast, fast_marks, in_runs = drive(specs, policy, None, True, 0.011)
+    slow, slow_marks, _ = drive(specs, policy, None, False, 0.011)
+    assert fast_marks == slow_marks and state(fast) == state(slow)
+    assert in_runs > fast.num_steps // 2
+    assert len(fast_marks) > 3 * len(specs)  # (most limits are the grid's, inside runs)
+
+
+def test_chunk_runs_follow_the_policy_and_step_records_set_later() -> None:
+    """``run_until`` finds chunk runs again when ``record_steps`` or the policy is set
+    after the engine was made: with steps recorded every step is recorded (none taken
+    in a run), and a policy without a rule set in sloweave's place gets none."""
+    specs = [RequestSpec(0.01 * i, 8000 + 97 * i, 30 + 3 * i) for i in range(6)]
+    sim = EngineSim(make_policy("sloweave:tpot_s=0.015"), CM)
+    sim.record_steps = True
+    replay(sim, specs)
+    assert len(sim.steps) == sim.num_steps > 0
+    sim = EngineSim(make_policy("sloweave:tpot_s=0.015"), CM)
+    sim.policy = make_policy("mbt:2048")
+    sim.policy.bind_cost_model(CM)
+    taken = 0
+    take = sim._chunk_run
+
+    def counted(limit: float) -> bool:
+        nonlocal taken
+        taken += 1
+        return take(limit)
+
+    sim._chunk_run = counted  # type: ignore[method-assign]
+    replay(sim, specs)
+    assert taken == 0 and sim.num_steps > 0
 
 
 def test_chunk_runs_take_most_steps() -> None:
@@ -148,7 +241,7 @@ def test_chunk_rule_is_decide_at_the_boundary(decodes: list[int], done: int, res
     that priced anything else (the decodes' exact context, say) would miss by one."""
     n = len(decodes)
     dctx = sum(decodes)
-    t = CM.chunk_timers()(done, n, dctx // n * n)(c)
+    t = CM.chunk_time(done, n, dctx // n * n)(c)
     policy = make_policy(f"sloweave:tpot_s={t + 0.001 + 1e-12!r}")
     policy.bind_cost_model(CM)
     reqs = [dec(i, k, last=now) for i, k in enumerate(decodes)]

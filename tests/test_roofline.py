@@ -3,12 +3,14 @@ the held-out §2 chunking figures of other model sizes, and monotone step times.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppas.core.errors import PpasError
-from ppas.cost.base import StepShape, largest_chunk_within
+from ppas.cost.base import CostModel, StepShape, largest_chunk_within, largest_fitting
 from ppas.cost.catalog import ATTENTION_KERNELS, HARDWARE, MODELS
 from ppas.cost.roofline import RooflineCostModel
 
@@ -128,7 +130,35 @@ def test_chunk_time_is_step_time_of_one_chunk(hw: str, model: str, c: int, p: in
         return
     k = k if d else 0
     assert cm.chunk_time(p, d, k)(c) == cm.step_time(StepShape.one_chunk(c, p, d, k))
-    assert cm.chunk_timers()(p, d, k)(c) == cm.chunk_time(p, d, k)(c)
+    if c:
+        assert cm.chunk_pricer()(c, p, d, k) == cm.chunk_time(p, d, k)(c)
+        assert CostModel.chunk_pricer(cm)(c, p, d, k) == cm.chunk_time(p, d, k)(c)
+
+
+@settings(max_examples=400, deadline=None)
+@given(hw=st.sampled_from(HARDWARE.names()), model=st.sampled_from(MODELS.names()),
+       c=st.integers(1, 8192), p=st.integers(0, 200000), d=st.integers(0, 300),
+       k=st.integers(0, 10**7), c_max=st.integers(1, 8192), guess=st.integers(-3, 9000),
+       at=st.sampled_from([-1, 0, 1]), tp=st.sampled_from([1, 2, 4]),
+       kernel=st.sampled_from([None, *ATTENTION_KERNELS]))
+def test_chunk_search_is_largest_fitting_on_chunk_time(
+        hw: str, model: str, c: int, p: int, d: int, k: int, c_max: int, guess: int,
+        at: int, tp: int, kernel: str | None) -> None:
+    """``chunk_search`` (the search with ``chunk_time`` inlined) finds the chunk
+    ``largest_fitting`` finds on ``chunk_time``, from any guess, with the target on the
+    price of a chunk or one float either side of it (where a pricing off by one bit would
+    answer otherwise)."""
+    try:
+        cm = RooflineCostModel(hw, model, tp=tp, attention_kernel=kernel)
+    except PpasError:  # the model does not fit this GPU at this tp
+        return
+    k = k if d else 0
+    t = cm.chunk_time(p, d, k)
+    target = t(c)
+    target = math.nextafter(target, math.inf * at) if at else target
+    want = largest_fitting(t, target, c_max, guess)
+    assert cm.chunk_search()(p, d, k, target, c_max, guess) == want
+    assert CostModel.chunk_search(cm)(p, d, k, target, c_max, guess) == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -157,7 +187,8 @@ def test_pricer_is_step_time_of_the_fields(hw: str, model: str, chunks: list[tup
     doubled = Doubled(hw, model, tp=tp, attention_kernel=kernel)
     assert doubled.pricer()(*fields) == 2 * cm.step_time(shape)
     assert doubled.chunk_time(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
-    assert doubled.chunk_timers()(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
+    assert doubled.chunk_search() is not doubled._search  # (the generic search, its pricing)
+    assert doubled.chunk_pricer()(512, 7, 3, 300) == 2 * cm.chunk_time(7, 3, 300)(512)
 
 
 def test_attention_throughput_is_per_kernel_and_architecture_with_the_softmax_share() -> None:

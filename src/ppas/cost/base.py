@@ -115,12 +115,22 @@ class CostModel(ABC):
         st, one = self.step_time, StepShape.one_chunk
         return lambda c: st(one(c, prefill_ctx, num_decodes, decode_ctx_tokens))
 
-    def chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
-        """``chunk_time`` as one function for a caller that builds one per step (a chunk
-        run's rule, ``ppas.policies.sloweave``): ``chunk_timers()(p, nd, k)(c) ==
-        chunk_time(p, nd, k)(c)`` exactly; subclasses may return one that checks once
-        what ``chunk_time`` checks per call."""
-        return self.chunk_time
+    def chunk_pricer(self) -> Callable[[int, int, int, int], float]:
+        """``(c, p, nd, k) -> chunk_time(p, nd, k)(c)`` exactly, ``c >= 1``, for a caller
+        that prices one chunk at a time (a chunk run's steps, ``ppas.engine.simulator``);
+        subclasses may return a faster function that keeps the equality."""
+        chunk_time = self.chunk_time
+        return lambda c, p, nd, k: chunk_time(p, nd, k)(c)
+
+    def chunk_search(self) -> Callable[[int, int, int, float, int, int], int]:
+        """``(p, nd, k, target_s, c_max, guess) -> largest_fitting(chunk_time(p, nd, k),
+        target_s, c_max, guess)`` exactly, for callers that search once a step
+        (``largest_chunk_within``; a chunk run's rule, ``ppas.policies.sloweave``);
+        subclasses may return a faster function that keeps the equality (the same chunks
+        priced, in the same order)."""
+        chunk_time = self.chunk_time
+        return lambda p, nd, k, target_s, c_max, guess: largest_fitting(
+            chunk_time(p, nd, k), target_s, c_max, guess)
 
     def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
         """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
@@ -150,16 +160,17 @@ def largest_chunk_within(
     bisects the bracket. The chunks that fit are a prefix of [1, c_max] (monotone), so
     every bracketing ends at the same c as the search from [1, c_max]: 2 prices when the
     guess is the answer, O(log distance) otherwise."""
-    return largest_fitting(cost_model.chunk_time(prefill_ctx, num_decodes,
-                                                 decode_ctx * num_decodes),
-                           target_s, c_max, guess)
+    return cost_model.chunk_search()(prefill_ctx, num_decodes, decode_ctx * num_decodes,
+                                     target_s, c_max, guess)
 
 
 def largest_fitting(t: Callable[[int], float], target_s: float, c_max: int,
                     guess: int = 0) -> int:
     """``largest_chunk_within``'s search on a chunk's step time ``t`` (``CostModel
     .chunk_time``, monotone): the largest c in [0, c_max] with ``t(c) <= target_s``, from
-    ``guess`` (0: none)."""
+    ``guess`` (0: none). Its probes (``CostModel.chunk_search`` repeats them, in order):
+    the guess, then c_max's side or 1's by doubling steps, then bisection; or, without a
+    guess, 1, c_max, then bisection. Every probe is in [1, c_max]."""
     if 0 < guess <= c_max:
         if t(guess) <= target_s:  # the answer is at or above the guess
             lo, step = guess, 1

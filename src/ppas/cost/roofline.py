@@ -201,7 +201,9 @@ class RooflineCostModel(CostModel):
                 f"on {hw.name} ({hw.mem_gb:g} GB) at tensor-parallel degree {tp}; raise --tp"
             )
         self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
-        self._one_chunk = self._chunk_timers()  # (chunk_time's body, constants bound)
+        self._one_chunk = self._bind_chunk_time()  # (chunk_time's body, constants bound)
+        self._search = self._bind_chunk_search()  # (chunk_search's, the same)
+        self._chunk_price = self._bind_chunk_pricer()  # (chunk_pricer's, the same)
 
     def gemm_time(self, n: int, index: int) -> float:
         """One layer's GEMM ``index`` (0 qkv, 1 o, 2 gate-up, 3 down) over ``n`` tokens."""
@@ -351,16 +353,25 @@ class RooflineCostModel(CostModel):
         comparisons that pick the same float), without building shapes.
         ``tests/test_roofline.py`` checks the equality. A subclass that overrides
         ``step_time`` or ``prefill_attention_time`` gets the generic one (``_plain``); the
-        model's constants are bound once (``_chunk_timers``)."""
+        model's constants are bound once (``_bind_chunk_time``)."""
         if not self._plain():
             return super().chunk_time(prefill_ctx, num_decodes, decode_ctx_tokens)
         return self._one_chunk(prefill_ctx, num_decodes, decode_ctx_tokens)
 
-    def chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
-        """``chunk_time`` with its ``_plain`` test made once (``CostModel.chunk_timers``)."""
-        return self._one_chunk if self._plain() else super().chunk_timers()
+    def chunk_search(self) -> Callable[[int, int, int, float, int, int], int]:
+        """``largest_fitting`` on ``chunk_time`` (``CostModel.chunk_search``) in one
+        function: its probes in its order, each priced as ``chunk_time`` prices it
+        (``_bind_chunk_search``); the generic search for a subclass that overrides
+        ``step_time`` or ``prefill_attention_time`` (``_plain``)."""
+        return self._search if self._plain() else super().chunk_search()
 
-    def _chunk_timers(self) -> Callable[[int, int, int], Callable[[int], float]]:
+    def chunk_pricer(self) -> Callable[[int, int, int, int], float]:
+        """``chunk_time(p, nd, k)(c)`` as one function of ``(c, p, nd, k)``, ``c >= 1``
+        (``CostModel.chunk_pricer``; ``_bind_chunk_pricer``), or the generic one for a
+        subclass that overrides ``step_time`` or ``prefill_attention_time``."""
+        return self._chunk_price if self._plain() else super().chunk_pricer()
+
+    def _bind_chunk_time(self) -> Callable[[int, int, int], Callable[[int], float]]:
         """``chunk_time``'s body for this class's own pricing: the model's constants bound
         once (``__init__`` calls this after setting them; nothing changes them after), so
         that a call binds only its own three arguments."""
@@ -412,6 +423,163 @@ class RooflineCostModel(CostModel):
             return t
 
         return one_chunk
+
+    def _bind_chunk_pricer(self) -> Callable[[int, int, int, int], float]:
+        """``chunk_pricer``'s body: ``chunk_time``'s arithmetic with the exact rewrites
+        of ``_bind_chunk_search`` (whose probes price the same way), the model's
+        constants bound once."""
+        eager, graph_max = self._eager, self._graph_max
+        fixed_small, fixed_big = self._fixed + 0.0, self._fixed + eager
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        layer_gemm_time, lm_head_time = self.layer_gemm_time, self.lm_head_time
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        half_rows = 1 * (rows - 1) / 2
+        app = self._attn_per_pair
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+
+        def price(c: int, p: int, nd: int, decode_ctx_tokens: int) -> float:
+            n = c + nd
+            gemms = gemm_memo.get(n)
+            if gemms is None:
+                gemms = layer_gemm_time(n)
+            layer = n * act + gemms
+            pf = p / 1
+            w = (c + half_rows) * bpr
+            if split and w < split_waves:
+                x = (pf + c) / kv_block
+                x = w * (x if x > 1.0 else 1.0)
+                w = x if x < split_waves else split_waves
+            s = pf + (c + 1) / 2
+            if w > 1.0:
+                u = (pf + rows) / s
+                waves = w + tau * (u if u < 1.0 else 1.0)
+            else:
+                waves = 1.0
+            t_flop = app * (c * s) * waves / w
+            t_kv = kv * (p + c)
+            layer += t_flop if t_flop > t_kv else t_kv
+            layer += kv * decode_ctx_tokens
+            reqs = 1 + nd
+            lm = lm_memo.get(reqs)
+            if lm is None:
+                lm = lm_head_time(reqs)
+            return (layers * layer + lm + (fixed_big if n > graph_max else fixed_small)
+                    + per_req * reqs)
+
+        return price
+
+    def _bind_chunk_search(self) -> Callable[[int, int, int, float, int, int], int]:
+        """``chunk_search``'s body for this class's own pricing, the model's constants bound
+        once (as ``_bind_chunk_time``). ``largest_fitting``'s probes are a state machine
+        here, so that one copy of ``chunk_time``'s arithmetic prices them all, inlined.
+        That arithmetic is ``t``'s with exact rewrites only: for integers below 2**53,
+        ``(p + c) / 1 - c / 1`` is ``float(p)``, ``(c / 1 + 1) / 2`` is ``(c + 1) / 2`` and
+        ``float(p) + (c + 1) / 2`` is both ``u``'s denominator and the causal pairs'
+        factor; ``u`` is read only when ``w > 1``; ``fixed`` takes one of its two values.
+        Every probe is a chunk of at least 1 token (never the decode-only step).
+        ``tests/test_roofline.py`` checks it against ``largest_fitting``."""
+        eager, graph_max = self._eager, self._graph_max
+        fixed_small, fixed_big = self._fixed + 0.0, self._fixed + eager
+        gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
+        layer_gemm_time = self.layer_gemm_time
+        act, kv, layers, per_req = self._act_per_tok, self._kv_read_per_tok, self._layers, \
+            self._per_req
+        rows, bpr, tau, split = self._rows, self._blocks_per_row, self._tau_a, self._split_kv
+        half_rows = 1 * (rows - 1) / 2
+        app = self._attn_per_pair
+        split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
+
+        def search(p: int, nd: int, decode_ctx_tokens: int, target: float, c_max: int,
+                   guess: int) -> int:
+            d_kv = kv * decode_ctx_tokens
+            lm1 = lm_memo.get(1 + nd)
+            if lm1 is None:
+                lm1 = self.lm_head_time(1 + nd)
+            per_req1 = per_req * (1 + nd)
+            pf = p / 1  # chunk_time's ctx, (p + c) / 1 - c / 1, for every c
+            pr = pf + rows  # u's numerator
+            # largest_fitting's state: 0 the guess, 1 up from it (lo fits), 2 down from it
+            # (hi does not), 3 chunk 1 (no guess), 4 c_max (1 fits), 5 bisecting [lo, hi]
+            lo = hi = 0
+            step = 1
+            if 0 < guess <= c_max:
+                c, state = guess, 0
+            else:
+                c, state = 1, 3
+            while True:
+                # v = chunk_time(p, nd, decode_ctx_tokens)(c), c >= 1
+                n = c + nd
+                gemms = gemm_memo.get(n)
+                if gemms is None:
+                    gemms = layer_gemm_time(n)
+                layer = n * act + gemms
+                w = (c + half_rows) * bpr
+                if split and w < split_waves:
+                    x = (pf + c) / kv_block
+                    x = w * (x if x > 1.0 else 1.0)
+                    w = x if x < split_waves else split_waves
+                s = pf + (c + 1) / 2
+                if w > 1.0:
+                    u = pr / s
+                    waves = w + tau * (u if u < 1.0 else 1.0)
+                else:
+                    waves = 1.0
+                t_flop = app * (c * s) * waves / w
+                t_kv = kv * (p + c)
+                layer += t_flop if t_flop > t_kv else t_kv
+                layer += d_kv
+                fits = (layers * layer + lm1 + (fixed_big if n > graph_max else fixed_small)
+                        + per_req1) <= target
+                if state == 0:
+                    if fits:
+                        lo, state = c, 1
+                        c = lo + 1 if lo < c_max else c_max
+                        if c == lo:
+                            return lo  # c_max fits
+                    else:
+                        hi, state = c, 2
+                        c = hi - 1 if hi > 1 else 1
+                    continue
+                if state == 1:
+                    if fits:
+                        lo, step = c, step * 2
+                        c = lo + step
+                        if c > c_max:
+                            c = c_max
+                        if c == lo:
+                            return lo
+                        continue
+                    hi = c
+                elif state == 2:
+                    if not fits:
+                        if c == 1:
+                            return 0
+                        hi, step = c, step * 2
+                        c = hi - step
+                        if c < 1:
+                            c = 1
+                        continue
+                    lo = c
+                elif state == 5:
+                    if fits:
+                        lo = c
+                    else:
+                        hi = c
+                elif state == 3:
+                    if not fits:
+                        return 0
+                    lo, hi, c, state = 1, c_max, c_max, 4
+                    continue
+                elif fits:  # state 4: c_max fits
+                    return c
+                state = 5
+                if hi - lo <= 1:
+                    return lo
+                c = (lo + hi) // 2
+
+        return search
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

@@ -97,7 +97,7 @@ from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
 from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
-from ppas.cost.base import CostModel, causal_pairs
+from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
@@ -383,6 +383,9 @@ class EngineSim:
         #: ``step_time`` of a step's tally fields, without building its shape
         #: (``CostModel.pricer``: the same floats).
         self._price = cost_model.pricer()
+        #: ``step_time`` of one chunk beside decodes (``CostModel.chunk_pricer``: a chunk
+        #: run's steps).
+        self._chunk_price = cost_model.chunk_pricer()
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
         self.block_size = engine.block_size
         self.max_model_len = engine.max_model_len
@@ -460,9 +463,15 @@ class EngineSim:
         #: The members of the group the current step's schedule took at once (they lead
         #: its decodes; 0: none).
         self._fast = 0
+        #: ``_takes_chunk_runs()`` and what it was found for (the policy, ``record_steps``:
+        #: ``run_until`` finds it again when either changed).
         self._chunk_runs = self._takes_chunk_runs()
-        #: The last chunk run ended after a decode finished: the next step may start one.
-        self._run_next = False
+        self._runs_for: tuple[Policy, bool] = (policy, record_steps)
+        #: The next step is known not to be a chunk run's: the last chunk run stopped
+        #: before it (``_chunk_run``), and since then no step ran and nothing but arrivals
+        #: joined (none of which changes that step: ``Policy.chunk_rule``). Cleared by every
+        #: step taken singly (``_step``) and by freed KV (``release_kv``).
+        self._single_next = False
 
     def _takes_chunk_runs(self) -> bool:
         """Whether ``run_until`` looks for chunk runs (``_chunk_run``): the policy's class
@@ -509,6 +518,7 @@ class EngineSim:
         assert self.hold_kv and r.finish_time is not None and self.num_held > 0
         self.pool.release(r)
         self.num_held -= 1
+        self._single_next = False  # (a chunk run stopped for want of KV may now fit)
         if self.stalled and now > self.now:
             self.now = now
 
@@ -549,17 +559,24 @@ class EngineSim:
         new._group, new._buckets = [], None  # (the fork's requests are copies)
         new.policy = policy
         new._chunk_runs = new._takes_chunk_runs()
+        new._runs_for = (policy, new.record_steps)
+        new._single_next = False  # (another policy's rule may differ)
         return new
 
     # -- one step ----------------------------------------------------------------------------
     def step(self) -> None:
         """One engine step: view, decide, shape, advance (module doc)."""
+        self._forget_decode_run()
+        self._step()
+
+    def _forget_decode_run(self) -> None:
+        """Steps other than the last decode run's follow it: it is no longer rewound."""
         self._run = None
         self._run_steps = -1
-        self._step()
 
     def _step(self) -> None:
         """``step()`` once the last decode run is forgotten (``_run`` None)."""
+        self._single_next = False
         view = self._view()
         decision = self.policy.decide(view)
         cap = step_rules.enforced_budget(decision, view)
@@ -602,21 +619,23 @@ class EngineSim:
         them; ``Policy.chunk_rule`` holds through arrivals), and the caller adds the
         arrivals up to the clock before the next step, as it would have before each."""
         waiting = self.waiting  # (its head: None when empty, read without its __bool__)
+        found = self._runs_for
+        if found[0] is not self.policy or found[1] != self.record_steps:  # (set since)
+            self._chunk_runs = self._takes_chunk_runs()
+            self._runs_for = (self.policy, self.record_steps)
+            self._single_next = False
         runs = self._chunk_runs
         run_limit = math.inf if arrivals else limit
         while self.now < limit and (self.running or waiting.head is not None):
-            if runs and self._chunk_run(run_limit):
-                runs = self._run_next  # (else the step that ended it is not one of a run)
+            if runs and not self._single_next and self._chunk_run(run_limit):
                 continue
             self.advance(limit)
-            runs = self._chunk_runs
 
     def advance(self, limit: float = math.inf) -> None:
         """One ``step()``, or a run of decode-only steps taken in one go
         (``_decode_run``, when it applies and steps are not recorded)."""
         self.stalled = False
-        self._run = None
-        self._run_steps = -1
+        self._forget_decode_run()
         if (self.waiting.head is not None or self.record_steps or self.cadence is not None
                 or not self._decode_run(limit)):
             self._step()  # (_run is None: reset above, and _decode_run set none)
@@ -676,8 +695,7 @@ class EngineSim:
         self._group = []  # (it moves the running requests' tokens)
         start, dts, cap, n, last_launch, recent0, ltt0 = self._run
         recent = self.recent
-        keep = recent.maxlen if recent.maxlen is not None else k
-        first = k - keep if k > keep else 0  # the first step whose record is kept
+        first = _first_kept(recent, k)
         now, prev = start, last_launch
         for i in range(first):
             prev = now
@@ -728,14 +746,14 @@ class EngineSim:
         budget admits nobody), every token fits the global budget and the step's new KV
         blocks fit the free ones (so nobody is preempted), and it starts before ``limit``.
         The run stops before the first step that is not such a step (``step()`` takes
-        that one: ``_run_next`` False), or after the first at which a decode finishes
-        (the rule knew the decodes: a new run may follow, ``_run_next`` True). Per step:
-        the rule, one price and a few integer sums; the requests, the step records and
-        the inter-token gaps are written once a run, as the steps would, and the decodes
-        that finished leave as ``_advance`` has them leave, in the running order (the
-        decode group, ``_group``, stays the running list's prefix of decodes, its
-        members and their residues moving together, until one finishes). False when no
-        step ran."""
+        that one: ``_single_next``, which holds through arrivals, as the rule does), or
+        after the first at which a decode finishes (the rule knew the decodes: a new run
+        may follow). Per step: the rule, one price (``CostModel.chunk_pricer``) and a few
+        integer sums; the requests, the step records and the inter-token gaps are written
+        once a run, as the steps would, and the decodes that finished leave as
+        ``_advance`` has them leave, in the running order (the decode group, ``_group``,
+        stays the running list's prefix of decodes, its members and their residues
+        moving together, until one finishes). False when no step ran."""
         running = self.running
         now = self.now
         if now >= limit or len(running) - self._past_prompt != 1 or len(running) < 2:
@@ -766,41 +784,47 @@ class EngineSim:
         rule = self.policy.chunk_rule(self._view())
         if rule is None:
             return False
-        pool, price = self.pool, self._price
+        pool, price, chunk_price = self.pool, self._price, self._chunk_price
         room = self.mbt - n  # the global budget left after the decodes
         free = pool.num_free
         pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
         launches: list[float] = []
         dts: list[float] = []
         caps: list[int] = []
+        launch, took, capped = launches.append, dts.append, caps.append
         k = 0
+        broke = False  # (stopped before a step that is not a run's)
         while k < k_max and now < limit:
             b = rule(now, pc, dctx)
             if b < 0:
                 b = 0  # step_rules.enforced_budget with decodes running
             if b >= pp - pc or b > room:
-                break  # P would reach its prompt's end (or the budget admit), or too many
+                broke = True  # P would reach its prompt's end (or the budget admit)
+                break
             grow = residues[-k % bs]  # the decodes whose computed tokens fill their block
             if b:
                 extra = -(-(pc + b) // bs) - pb
                 if grow + extra > free:
-                    break  # KvPool.needed: someone would be preempted
-                # the tally of the step: P's chunk (StepTally.add), then the decodes
-                dt = price(b, 1, causal_pairs(b, pc), pc + b, n, dctx)
+                    broke = True  # KvPool.needed: someone would be preempted
+                    break
+                # the step's shape: P's chunk (StepTally.add), then the decodes
+                dt = chunk_price(b, pc, n, dctx)
                 pc += b
                 pb += extra
                 free -= grow + extra
             else:
                 if grow > free:
+                    broke = True
                     break
-                dt = price(0, 0, 0.0, 0, n, dctx)
+                dt = price(0, 0, 0.0, 0, n, dctx)  # the decode-only step
                 free -= grow
-            launches.append(now)
-            dts.append(dt)
-            caps.append(b)
+            launch(now)
+            took(dt)
+            capped(b)
             now += dt
             dctx += n
             k += 1
+        self._single_next = broke
         if not k:
             return False
         # The requests, as k steps leave them.
@@ -813,8 +837,7 @@ class EngineSim:
                 r.num_output_tokens += k
                 r.last_token_time = now
                 r.blocks = -(-c // bs)
-        self._run_next = k == k_max  # (the step k_max - 1 finished a decode)
-        if k == k_max:
+        if k == k_max:  # (the step k_max - 1 finished a decode)
             done = [r for r in running
                     if r is not head and r.num_output_tokens >= r.max_output_tokens]
             for r in done:
@@ -830,8 +853,7 @@ class EngineSim:
         self.gaps.repeat_each([e - a for a, e in zip(launches, ends, strict=True)], n)
         # The step records (the last ones the deque keeps).
         recent = self.recent
-        keep = recent.maxlen if recent.maxlen is not None else k
-        for i in range(k - keep if k > keep else 0, k):
+        for i in range(_first_kept(recent, k), k):
             t = launches[i]
             last = launches[i - 1] if i else self._last_launch
             recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
@@ -841,8 +863,7 @@ class EngineSim:
         self.num_steps += k
         self._carried = caps[-1] > 0  # (P's chunk is mid-prompt)
         self.stalled = False
-        self._run = None
-        self._run_steps = -1
+        self._forget_decode_run()
         # The decode group moves with its members: k more steps, k more tokens each.
         self._gstep += k
         self._group_ctx += k * len(self._group)
@@ -1256,6 +1277,13 @@ def _take_back(victim: SimRequest, decodes: list[SimRequest],
     return 0
 
 
+
+
+def _first_kept(recent: deque[StepRecord], k: int) -> int:
+    """The first of ``k`` new steps whose record ``recent`` keeps once all are appended
+    (the last ``maxlen``)."""
+    keep = recent.maxlen
+    return k - keep if keep is not None and k > keep else 0
 
 
 def _defined_in(cls: type, name: str) -> type:

@@ -138,7 +138,7 @@ class TbtLadder(Policy):
         n_dec = view.num_running_decodes
         if cm is None or n_dec == 0:
             return None
-        timer = cm.chunk_timers()  # (chunk_time, checked once)
+        timer = cm.chunk_time
         slo, ladder, rung, smallest = self.config.tbt_slo, self.ladder, self._rung, \
             self.ladder[-1]
 

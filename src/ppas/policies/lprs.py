@@ -88,7 +88,7 @@ class LprsApc(Policy):
         self.chunks = candidate_chunks(config.l_min, config.c_max)
         self.per_token_s = 0.0  # prefill seconds per token, for the aging score
         self._index: _ScoreIndex | None = None  # the waiting queue (a cache, module doc)
-        #: ``cost_model.chunk_timers()`` and the cost model it is of (made once per model)
+        #: ``cost_model.chunk_time`` and the cost model it is of (bound once per model)
         self._timer: Callable[[int, int, int], Callable[[int], float]] | None = None
         self._timer_of: CostModel | None = None
         #: the last step's count of chunks under the target (``_chunk_monotone``'s guess)
@@ -131,7 +131,7 @@ class LprsApc(Policy):
         n_dec = view.num_running_decodes
         timer = self._timer
         if timer is None or self._timer_of is not cm:
-            timer = self._timer = cm.chunk_timers()
+            timer = self._timer = cm.chunk_time
             self._timer_of = cm
         # (_predictor's T: chunk_time(0, n_dec, dctx), the same function)
         best_c = self._chunk_monotone(timer(0, n_dec, dctx))

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision, budget_decision
 from ppas.core.view import SchedulerView
-from ppas.cost.base import largest_chunk_within, largest_fitting
+from ppas.cost.base import largest_chunk_within
 from ppas.policies.base import ChunkRule, Policy, last_prefill_token_time
 from ppas.policies.registry import register
 
@@ -148,7 +148,7 @@ class SloWeave(Policy):
         if head is None:
             return None
         prompt = head.prompt_tokens
-        timer = cm.chunk_timers()  # (largest_chunk_within's chunk_time, checked once)
+        search = cm.chunk_search()  # (largest_chunk_within's search, checked once)
         # the search's guess (any guess gives the same chunk): the last chunk plus half
         # its change over the two steps before (floored), plus one: 2 prices when the
         # chunk is the guess or one less, 2.3 a step on average after a run's first on
@@ -171,9 +171,9 @@ class SloWeave(Policy):
             b2, b1 = before[0], before[1]
             guess = last + 1 + ((last - b2) // 2 if b2 else last - b1 if b1 else 0)
             # largest_chunk_within(cm, budget, n_dec, limit, decode_ctx // n_dec,
-            # prefill_ctx, guess), its chunk_time from the timer
-            c = largest_fitting(timer(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec),
-                                budget, limit, guess if guess < limit else limit)
+            # prefill_ctx, guess), the cost model's search taken once a run
+            c = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
+                       guess if guess < limit else limit)
             before = self._before = (before[1], last if own else 0, before[2])
             own = True
             last = self._last = c
