@@ -340,7 +340,9 @@ class _Aged:
     with the rest of the last list, in its order (so those precede every other aged
     request in the queue), and (c) the first newly aged request did not arrive before
     the last of the rest (the rest is sorted: the stable sort of the whole leaves it in
-    front). Otherwise ``age`` of the whole, and everything is read again. The list's
+    front); requests put back in front of the rest (preempted) join its head first where
+    they are aged, in arrival order and no later than its first (``_lead``). Otherwise
+    ``age`` of the whole, and everything is read again. The list's
     equality rests on (a)-(c) alone; the log says how many of its head to drop, and that
     the others stayed in the queue since their keys were read.
 
@@ -371,6 +373,7 @@ class _Aged:
         # the clock does not go back, and the heap is read again where it does).
         self.waiting: dict[str, tuple[int, bool]] = {}
         self.keyed = 0
+        self.entered = 0  # the requests the log shows entering since the last step
         self.arrivals: list[tuple[float, int, RequestView]] = []
 
     def split(self, now: float, max_wait: float, requests: Sequence[RequestView], n: int,
@@ -396,7 +399,12 @@ class _Aged:
             self._drop(gone)
             reqs = self.reqs
             m = len(reqs)
-            if _listed(requests[n_run:n_run + m]) == reqs:  # (b), identity first
+            same = _listed(requests[n_run:n_run + m]) == reqs  # (b), identity first
+            if not same and m and self.entered and self._lead(now, max_wait, requests,
+                                                               n_run, n):
+                m = len(reqs)  # (requests back in front of the list joined its head)
+                same = _listed(requests[n_run:n_run + m]) == reqs
+            if same:
                 fresh: Sequence[RequestView]
                 start = n_run + m
                 newly = self._newly(now, max_wait)
@@ -433,9 +441,12 @@ class _Aged:
         waiting, arrivals, keys_of = self.waiting, self.arrivals, self.keys_of
         gone, last, kept = 0, base - 1, True
         num = self.pos
-        for entered, r in log.events[self.pos - log.base:]:
+        events = log.events[self.pos - log.base:]
+        self.entered = 0
+        for entered, r in events:
             rid = r.request_id
             if entered:
+                self.entered += 1
                 has = bool(keys_of(r))
                 waiting[rid] = (num, has)
                 self.keyed += has
@@ -474,6 +485,7 @@ class _Aged:
             arrivals.append((r.arrival_time, num, r))
         heapify(arrivals)
         self.waiting, self.arrivals, self.keyed = waiting, arrivals, keyed
+        self.entered = 0
         self.log, self.pos, self.now = log, log.end, now
         return n_run
 
@@ -530,16 +542,54 @@ class _Aged:
             keys = keys_of(r)
             if keys:
                 self.aged_keyed += 1
+                self._grow(keys)
             self.ids.append(rid)
             self.keys.append(keys)
-            node = self.roots
-            for k in keys:
-                e = node.get(k)
-                if e is None:
-                    e = node[k] = [0, {}]
-                e[0] += 1
-                node = e[1]
         self.reqs.extend(reqs)
+
+    def _grow(self, keys: list[Hashable]) -> None:
+        """The trie gains a kept request's keys."""
+        node = self.roots
+        for k in keys:
+            e = node.get(k)
+            if e is None:
+                e = node[k] = [0, {}]
+            e[0] += 1
+            node = e[1]
+
+    def _lead(self, now: float, max_wait: float, requests: Sequence[RequestView],
+              start: int, n: int) -> bool:
+        """Where the view's waiting requests (``requests[start:n]``) start with a few
+        others (at most the log's entries since the last step: preempted requests put
+        back in front) and then the list's first, and those few are aged, not in the
+        list, in arrival order and arrived no later than the list's first: they join the
+        list's head (True). ``age`` of the queue then starts with them, then the list:
+        its stable sort leaves them in front (equal arrivals: queue order). The caller
+        checks the rest of the list against the view."""
+        first, at = self.reqs[0], self.at
+        lead: list[RequestView] = []
+        for r in requests[start:min(n, start + self.entered + 1)]:
+            if r is first:
+                break
+            t = r.arrival_time
+            if r.request_id in at or now - t < max_wait or (lead and t < lead[-1].arrival_time):
+                return False
+            lead.append(r)
+        else:
+            return False
+        if not lead or lead[-1].arrival_time > first.arrival_time:
+            return False
+        self.base -= len(lead)
+        keys = list(map(self.keys_of, lead))
+        for i, (r, ks) in enumerate(zip(lead, keys, strict=True), self.base):
+            at[r.request_id] = i
+            if ks:
+                self.aged_keyed += 1
+                self._grow(ks)
+        self.reqs[:0] = lead
+        self.ids[:0] = map(_request_id, lead)
+        self.keys[:0] = keys
+        return True
 
     def reach(self, index: dict[Hashable, Any], working: set[Hashable]) -> None:
         """Add to ``working`` the keys ``keys[j]`` of every kept request whose keys
