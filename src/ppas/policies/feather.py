@@ -59,6 +59,7 @@ from typing import Any, cast
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
+from ppas.core.order import IdLog, LoggedOrder
 from ppas.core.view import (
     BLOCK_SIZE,
     RequestView,
@@ -195,6 +196,7 @@ class Feather(Policy):
         log = view.waiting_log
         kept = self._aged
         fresh: Sequence[RequestView]
+        ids: Sequence[str]  # the aged requests' (an order read off a log where kept)
         if log is not None:
             # (n_run: the running requests, at the view's head; m: the order's first m
             # ids are the view's first m waiting requests; keyed: some fresh request has a
@@ -211,7 +213,7 @@ class Feather(Policy):
             keyed = any(map(_block_hashes, fresh))  # (no block hashes, no keys)
         n_fresh = len(fresh)
         if not n_fresh:
-            return Decision(cfg.budget, tuple(ids), order_kept=m)
+            return Decision(cfg.budget, _listing(ids, []), order_kept=m)
         order: list[str] = []  # the fresh requests added, after the aged ones (ids)
         keys_of = self.keys_of
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
@@ -289,8 +291,8 @@ class Feather(Policy):
         return self._decision(stopped, requests[:n_run], aged, added, ids, order, m)
 
     def _decision(self, stopped: bool, running: Sequence[RequestView],
-                  aged: Sequence[RequestView], added: list[RequestView], ids: list[str],
-                  order: list[str], m: int) -> Decision:
+                  aged: Sequence[RequestView], added: list[RequestView],
+                  ids: Sequence[str], order: list[str], m: int) -> Decision:
         """The greedy's decision: the whole budget unless it STOPped, else the running
         prompts' tokens left and the listed requests' uncached prompts, summed only until
         they reach the budget; the aged requests' ``ids`` listed, then the added ones'
@@ -299,7 +301,7 @@ class Feather(Policy):
         budget (all terms >= 0: a sum that reaches it with them reaches it with the
         running prompts first too, and the budget is then the whole)."""
         cfg = self.config
-        listed = tuple(ids + order) if order else tuple(ids)
+        listed = _listing(ids, order)
         if not stopped:
             return Decision(cfg.budget, listed, order_kept=m)
         budget = 0  # the listed requests' uncached prompts, then the running prompts
@@ -358,7 +360,8 @@ class _Aged:
         self.pos = 0  # the log's next event to read
         self.now = -float("inf")
         self.reqs: list[RequestView] = []  # the last aged list
-        self.ids: list[str] = []  # their ids
+        self.ids = IdLog()  # their ids from ``lo`` on (earlier ones: of earlier lists)
+        self.lo = 0
         self.keys: list[list[Hashable]] = []  # their keys
         self.at: dict[str, int] = {}  # id -> base + its index in reqs
         self.base = 0
@@ -377,7 +380,7 @@ class _Aged:
         self.arrivals: list[tuple[float, int, RequestView]] = []
 
     def split(self, now: float, max_wait: float, requests: Sequence[RequestView], n: int,
-              log: WaitingLog) -> tuple[int, list[RequestView], list[str],
+              log: WaitingLog) -> tuple[int, list[RequestView], LoggedOrder,
                                         Sequence[RequestView], int, bool]:
         """The running requests at the head of the view's ``requests`` (``n`` of them in
         all), then ``age(now, max_wait, waiting)`` of the waiting ones behind, the aged
@@ -394,7 +397,7 @@ class _Aged:
         n_run, gone = self._follow(now, log, requests, n)
         if n_run == n:  # nothing waits: no aged list
             self._clear()
-            return n_run, self.reqs, self.ids, [], 0, False
+            return n_run, self.reqs, self._order(), [], 0, False
         if gone >= 0:
             self._drop(gone)
             reqs = self.reqs
@@ -415,15 +418,16 @@ class _Aged:
                                   {r.request_id for r in newly})
                 if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
                     self._join(newly)  # (c) holds
-                    return n_run, reqs, self.ids, fresh, m, self.keyed > self.aged_keyed
+                    return n_run, reqs, self._order(), fresh, m, self.keyed > self.aged_keyed
         aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
         self._clear()
         self._join(aged)
-        return n_run, self.reqs, self.ids, fresh, 0, self.keyed > self.aged_keyed
+        return n_run, self.reqs, self._order(), fresh, 0, self.keyed > self.aged_keyed
 
     def _clear(self) -> None:
         """An empty list."""
-        self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
+        self.reqs, self.keys, self.at, self.base = [], [], {}, 0
+        self.ids, self.lo = IdLog(), 0
         self.roots = {}
         self.aged_keyed = 0
 
@@ -516,8 +520,8 @@ class _Aged:
         if not n:
             return
         at = self.at
-        for rid, keys in zip(self.ids[:n], self.keys[:n], strict=True):
-            del at[rid]
+        for r, keys in zip(self.reqs[:n], self.keys[:n], strict=True):
+            del at[r.request_id]
             if keys:
                 self.aged_keyed -= 1
             node = self.roots
@@ -528,8 +532,11 @@ class _Aged:
                     del node[k]  # (no kept request has this prefix, nor a longer one)
                     break
                 node = e[1]
-        del self.reqs[:n], self.ids[:n], self.keys[:n]
+        del self.reqs[:n], self.keys[:n]
         self.base += n
+        self.lo += n
+        if self.lo > 2 * len(self.reqs) + 4096:  # (the log's ids gone: O(1) amortised)
+            self._relog()
 
     def _join(self, reqs: list[RequestView]) -> None:
         """``reqs`` join the end of the list."""
@@ -543,9 +550,19 @@ class _Aged:
             if keys:
                 self.aged_keyed += 1
                 self._grow(keys)
-            self.ids.append(rid)
             self.keys.append(keys)
+        self.ids.extend(list(map(_request_id, reqs)))
         self.reqs.extend(reqs)
+
+    def _relog(self) -> None:
+        """The list's ids in a log of their own (the last one's are never changed: the
+        orders read off it stay what they were)."""
+        self.ids, self.lo = IdLog(), 0
+        self.ids.extend(list(map(_request_id, self.reqs)))
+
+    def _order(self) -> LoggedOrder:
+        """The list's ids, as an order."""
+        return self.ids.order(self.lo, self.lo + len(self.reqs))
 
     def _grow(self, keys: list[Hashable]) -> None:
         """The trie gains a kept request's keys."""
@@ -587,8 +604,8 @@ class _Aged:
                 self.aged_keyed += 1
                 self._grow(ks)
         self.reqs[:0] = lead
-        self.ids[:0] = map(_request_id, lead)
         self.keys[:0] = keys
+        self._relog()
         return True
 
     def reach(self, index: dict[Hashable, Any], working: set[Hashable]) -> None:
@@ -633,6 +650,14 @@ class _Tail(Sequence[RequestView]):
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
         return list(self)[i]
+
+
+def _listing(ids: Sequence[str], order: list[str]) -> tuple[str, ...] | LoggedOrder:
+    """The aged requests' ids then the added ones' (``ids`` itself where it is an order
+    read off a log: its ids shared, not copied)."""
+    if isinstance(ids, LoggedOrder):
+        return ids.then(tuple(order)) if order else ids
+    return tuple([*ids, *order])
 
 
 def _running(requests: Sequence[RequestView]) -> int:
