@@ -272,7 +272,9 @@ class WaitingQueue:
         if logged and self._move_logged(cast(LoggedOrder, order)):
             return
         self._src = None
-        if kept > 0 and self._move_after(order, kept):  # (a hint < 0 is none)
+        # (a hint < 0 is none; a logged order goes to the front even without one, so
+        # that the next one of its log follows it)
+        if (kept > 0 or logged) and self._move_after(order, max(kept, 0)):
             if logged and len(self._front) == len(order):
                 # (every id moved, distinct: the front is the order's requests, in order)
                 o = cast(LoggedOrder, order)
