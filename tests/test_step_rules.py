@@ -222,8 +222,8 @@ def test_simulator_queue_applies_kept_orders(
     items indexed and sliced through the view's ``_Chain`` as listed, and reordering
     logs nothing. Orders read off a log of ids (``LoggedOrder``) too: the log's next ids
     from the queue's front (or one off, or short of the last order's), extended by ids
-    behind it, then others (behind it, of the log's again, unknown, twice), or a new log; where the queue follows a log, its front
-    starts with that log's ids."""
+    behind it, then others (behind it, of the log's again, unknown, twice), or a new
+    log; where the queue follows a log, its front starts with that log's ids."""
     _queue_against_a_deque(waiting, ops, cuts)
 
 
