@@ -924,6 +924,8 @@ class EngineSim:
         nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
         log.trim(num_waiting)
+        src = waiting._src  # (WaitingLog.front: the log's ids the queue starts with)
+        log.front = None if src is None else LoggedOrder(src, waiting._slo, waiting._shi, ())
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
         # waiting_prompt_tokens, prefix_caching), the log only under FCFS

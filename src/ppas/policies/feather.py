@@ -402,7 +402,11 @@ class _Aged:
             self._drop(gone)
             reqs = self.reqs
             m = len(reqs)
-            same = _listed(requests[n_run:n_run + m]) == reqs  # (b), identity first
+            # (b): the engine says so (the log's front: the list's ids onward, the
+            # requests the list holds), else the view's head compared, identity first
+            front = log.front
+            same = (front is not None and front.log is self.ids and front.lo == self.lo
+                    and front.hi - front.lo >= m) or _listed(requests[n_run:n_run + m]) == reqs
             if not same and m and self.entered and self._lead(now, max_wait, requests,
                                                                n_run, n):
                 m = len(reqs)  # (requests back in front of the list joined its head)
