@@ -338,6 +338,12 @@ class WaitingQueue:
             self.head = front[0]
         return True
 
+    def followed(self) -> LoggedOrder | None:
+        """The log's ids the queue starts with (``WaitingLog.front``), where it follows
+        a logged order."""
+        src = self._src
+        return None if src is None else LoggedOrder(src, self._slo, self._shi, ())
+
     def _move_logged(self, order: LoggedOrder) -> bool:
         """``move_to_front(order)`` where ``order`` lists the front's log ids first (its
         log is ``_src``, from ``_slo`` through at least ``_shi``: ``IdLog`` never changes
@@ -924,8 +930,7 @@ class EngineSim:
         nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
         log.trim(num_waiting)
-        src = waiting._src  # (WaitingLog.front: the log's ids the queue starts with)
-        log.front = None if src is None else LoggedOrder(src, waiting._slo, waiting._shi, ())
+        log.front = waiting.followed()
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
         # waiting_prompt_tokens, prefix_caching), the log only under FCFS
