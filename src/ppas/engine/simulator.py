@@ -52,7 +52,9 @@ its members take this step come from a bucket by residue (``_buckets``), its con
 a running sum, its gaps are one value written at once (each member's last token came at
 the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
 it every step), leaves an order that already is its front as it is, and moves only what
-follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``).
+follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``), or,
+for an order read off a log of ids (``ppas.core.order``), what follows the log's ids it
+already starts with (known by identity and two numbers; the view's ``WaitingLog.front``).
 ``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
 and gaps on random runs).
 

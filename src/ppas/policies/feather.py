@@ -43,8 +43,12 @@ greedy goes: without keys among them (no block hashes: no prefix caching) the gr
 takes them in the queue's order (every overlap 0) and under a long queue STOPs at the
 first. The decision lists the kept head again and says so (``Decision.order_kept``), so
 an engine that keeps its queue in the last order (the simulator) moves only the rest.
-A step then costs O(the changes) in Python and O(aged) only in C (the comparison, the
-order's tuple).
+The aged list's ids are appended once each to a log of ids (``ppas.core.order.IdLog``)
+and the order is read off it (``LoggedOrder``: no tuple of the aged ids), so an engine
+that follows it (the simulator) knows its front from two numbers and says so in the
+waiting log (``WaitingLog.front``), which spares the comparison of the view's head. A
+step then costs O(the changes), where the engine follows the order; O(aged) in C where
+the view's head is compared instead.
 """
 
 from __future__ import annotations
