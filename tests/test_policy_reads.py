@@ -482,7 +482,10 @@ def test_feather_kept_aged_list_on_any_engine(data: st.DataObject, n_run: int, b
     (equal, or older than requests aged), admissions from the head or anywhere,
     admitted requests back in front (preemption), the queue shuffled, the clock still or
     going back: every step's Decision is the whole tree's (``feather._Aged`` checks
-    the kept list against each view)."""
+    the kept list against each view). The log's front says what the queue starts with
+    where the engine followed an order read off a log, and keeps saying it (less the
+    head admitted) while the queue is not reordered."""
+    from ppas.core.order import IdLog, LoggedOrder
     from ppas.core.view import RequestSnapshot, WaitingLog
     n = 0
 
@@ -519,18 +522,36 @@ def test_feather_kept_aged_list_on_any_engine(data: st.DataObject, n_run: int, b
         if how == "follow":  # the order's requests first (order_waiting)
             rank = {rid: i for i, rid in enumerate(d.prefill_order or ())}
             queue.sort(key=lambda r: rank.get(r.request_id, len(rank)))
+            o = d.prefill_order
+            log.front = None
+            if isinstance(o, LoggedOrder) and all(
+                    a == r.request_id for a, r in zip(o, queue, strict=False)) and (
+                    len(queue) >= len(o)):  # (every id listed waits: the engine says so)
+                log.front = LoggedOrder(o.log, o.lo, o.hi, ())
         elif how == "shuffle":
             queue = list(data.draw(st.permutations(queue)))
+            log.front = None
+            if data.draw(st.booleans()):  # (true of the queue, but another log's ids)
+                other = IdLog()
+                lo = fast._aged.lo  # type: ignore[attr-defined]
+                j = data.draw(st.integers(0, len(queue)))
+                other.extend(["-"] * lo + [r.request_id for r in queue[:j]])
+                log.front = other.order(lo, lo + j)
         k = data.draw(st.integers(0, len(queue)))
         if data.draw(st.booleans()):
             gone, queue = queue[:k], queue[k:]
+            f = log.front
+            if f is not None:  # (its head admitted)
+                log.front = LoggedOrder(f.log, min(f.lo + k, f.hi), f.hi, ())
         else:
+            log.front = None
             picked = data.draw(st.sets(st.integers(0, len(queue) - 1), max_size=k)
                                if queue else st.just(set()))
             gone = [r for i, r in enumerate(queue) if i in picked]
             queue = [r for i, r in enumerate(queue) if i not in picked]
         log.events.extend((False, r) for r in gone)
         if gone and data.draw(st.booleans()):  # preempted: back in front
+            log.front = None
             queue.insert(0, gone[0])
             log.events.append((True, gone[0]))
         now += data.draw(st.sampled_from([0.0, 0.3, 0.5, 1.0, -0.4]))

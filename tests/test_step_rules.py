@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
+from ppas.core.order import IdLog
 from ppas.core.view import RequestSnapshot, is_prefill_chunk, view_counts
 from ppas.cost.base import StepShape
 from ppas.engine.simulator import WaitingQueue, _Chain
@@ -203,7 +204,8 @@ def test_simulator_queue_keeps_its_head(waiting: list[Req],
 @example(waiting=[Req(str(i), 5, 0) for i in range(12)],  # a kept id listed again
          ops=[("kept", 4, 0, [], ""), ("kept", 2, 0, [2], "head")], cuts=[])
 @given(waiting=queues, ops=st.lists(st.tuples(
-    st.sampled_from(["append", "appendleft", "popleft", "clear", "order"] + ["kept"] * 5),
+    st.sampled_from(["append", "appendleft", "popleft", "clear", "order"] + ["kept"] * 5
+                    + ["logged"] * 5),
     st.integers(0, 13), st.sampled_from([0, 0, 0, -1, 1, 2, -3]),
     st.lists(st.integers(0, 8), max_size=4, unique=True),
     st.sampled_from(["", "", "", "head", "unknown", "twice"])), max_size=30),
@@ -218,8 +220,31 @@ def test_simulator_queue_applies_kept_orders(
     between appends at either end, admissions and clearing: after each, the queue is the
     stable sort's (a deque sorted by ``order_waiting``), its head its first member, its
     items indexed and sliced through the view's ``_Chain`` as listed, and reordering
-    logs nothing."""
+    logs nothing. Orders read off a log of ids (``LoggedOrder``) too: the log's next ids
+    from the queue's front (or one off, or short of the last order's), extended by ids
+    behind it, then others (behind it, of the log's again, unknown, twice), or a new
+    log; where the queue follows a log, its front starts with that log's ids."""
+    _queue_against_a_deque(waiting, ops, cuts)
+
+
+@settings(max_examples=300)
+@given(waiting=queues, ops=st.lists(st.tuples(
+    st.sampled_from(["append", "appendleft", "popleft", "popleft"] + ["logged"] * 6),
+    st.integers(0, 13), st.sampled_from([0, 0, 0, 0, 0, -1, 1, 2, -3]),
+    st.lists(st.integers(0, 8), max_size=4, unique=True),
+    st.sampled_from(["", "", "", "", "", "head", "unknown", "twice"])), max_size=40))
+def test_simulator_queue_follows_logged_orders(
+        waiting: list[Req], ops: list[tuple[str, int, int, list[int], str]]) -> None:
+    """Mostly orders read off one log of ids (``LoggedOrder``), as ``feather`` lists its
+    aged requests: the queue is the stable sort's after each (as above)."""
+    _queue_against_a_deque(waiting, ops, [(1, 3), (2, -1)])
+
+
+def _queue_against_a_deque(waiting: list[Req], ops: list[tuple[str, int, int, list[int], str]],
+                           cuts: list[tuple[int, int]]) -> None:
+    """The queue against a deque sorted by ``order_waiting`` under ``ops``."""
     q = WaitingQueue(waiting[:len(waiting) // 2])  # type: ignore[arg-type]
+    ids = IdLog()
     ref: deque[Req] = deque(q)
     out = list(waiting[len(waiting) // 2:])  # the requests not in the queue
     running = [Req("r", 5, 5)]
@@ -236,6 +261,33 @@ def test_simulator_queue_applies_kept_orders(
             out.extend(q)
             q.clear()
             ref.clear()
+        elif op == "logged":
+            queued = [r.request_id for r in q]
+            k %= len(queued) + 1
+            if q._src is ids and off != -3:
+                k = max(k, q._shi - q._slo)  # (mostly ids behind the log's)
+            behind = [queued[k + i] for i in extra if k + i < len(queued)]
+            more = {"head": tuple(queued[:1]), "unknown": ("x",),
+                    "twice": tuple(behind[:1])}.get(bad, ())
+            if q._src is not ids or off == -3:  # (a new log: the head, then ids behind)
+                ids = IdLog()
+                ids.extend(queued[:k])
+                lo = 0
+            else:  # (the last order's log from the front's first id, or one off)
+                lo = min(max(q._slo + (off if off in (-1, 1) else 0), 0), len(ids))
+            tail = tuple(behind[len(behind) // 2:]) if not bad else ()  # (not logged)
+            ids.extend(behind[:len(behind) - len(tail)])
+            more = tail + more
+            hi = len(ids) if off != 2 else max(lo, min(q._shi - 1, len(ids)))
+            logged = ids.order(lo, hi, more)
+            listed = list(logged)
+            kept = 0
+            while kept < min(len(listed), len(queued)) and listed[kept] == queued[kept]:
+                kept += 1
+            events = len(q.log.events)
+            order_waiting(q, Decision(100, logged or None, order_kept=kept if off else 0))
+            order_waiting(ref, Decision(100, tuple(listed) or None))
+            assert len(q.log.events) == events
         elif op in ("order", "kept"):
             queued = [r.request_id for r in q]
             k %= len(queued) + 1
@@ -254,6 +306,9 @@ def test_simulator_queue_applies_kept_orders(
         assert q.head is (ref[0] if ref else None)
         assert [q[i] for i in range(len(q))] == list(ref)
         assert q._fids == [r.request_id for r in q._front]  # (its ids, in order)
+        if q._src is not None:
+            n = q._shi - q._slo
+            assert q._fids[:n] == q._src._ids[q._slo:q._shi] and len(q._front) >= n
         whole = running + list(ref)
         assert list(view_reqs) == whole and len(view_reqs) == len(whole)
         assert [view_reqs[i] for i in range(len(whole))] == whole

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ppas.core.order import LoggedOrder
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -32,10 +34,13 @@ class Decision:
         order between steps lists its kept head again). An engine whose queue is kept in
         the last order may then move only the rest (the simulator's
         ``WaitingQueue.move_to_front``, which checks it); others ignore it. 0: no hint.
+        (An order that is a ``ppas.core.order.LoggedOrder`` is a tuple of ids that shares
+        them with the policy's earlier orders: equal to its tuple, cheaper to build and
+        to follow.)
     """
 
     prefill_budget: int
-    prefill_order: tuple[str, ...] | None = None
+    prefill_order: tuple[str, ...] | LoggedOrder | None = None
     decodes_first: bool = False
     chunk_limit: int = 0
     order_kept: int = field(default=0, compare=False)

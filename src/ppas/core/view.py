@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ppas.core.order import LoggedOrder
 from ppas.core.slots import builder
 
 
@@ -113,9 +114,15 @@ class WaitingLog:
     (``trim``, raising ``base``), so a reader that last read up to an event number below
     ``base`` must read the queue itself again. A policy that keeps an index of the waiting
     queue between steps (``ppas.policies.ordered``) applies the events since it last looked
-    instead of reading the whole queue: what it knows still comes from the view."""
+    instead of reading the whole queue: what it knows still comes from the view.
 
-    __slots__ = ("events", "base")
+    ``front``: None, or an order read off a log of ids (``ppas.core.order.LoggedOrder``)
+    that the queue starts with: its first ``len(front)`` waiting requests are, in order,
+    the ones its ids name, each the object of its last entering event (an engine that
+    put a policy's order first and kept it so: the simulator; a policy that listed it
+    knows the queue's head from it without reading the head)."""
+
+    __slots__ = ("events", "base", "front")
 
     #: Events kept beyond twice the queue's length before ``trim`` drops them all.
     SPARE = 4096
@@ -123,6 +130,7 @@ class WaitingLog:
     def __init__(self) -> None:
         self.events: list[tuple[bool, RequestView]] = []
         self.base = 0
+        self.front: LoggedOrder | None = None
 
     @property
     def end(self) -> int:

@@ -52,7 +52,9 @@ its members take this step come from a bucket by residue (``_buckets``), its con
 a running sum, its gaps are one value written at once (each member's last token came at
 the same step's end: ``Gaps.repeat``). The waiting queue keeps its head (admission reads
 it every step), leaves an order that already is its front as it is, and moves only what
-follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``).
+follows an order's kept head (``Decision.order_kept``, checked: ``WaitingQueue``), or,
+for an order read off a log of ids (``ppas.core.order``), what follows the log's ids it
+already starts with (known by identity and two numbers; the view's ``WaitingLog.front``).
 ``tests/test_engine_reference.py`` holds this loop to its earlier form (same steps, floats
 and gaps on random runs).
 
@@ -92,10 +94,12 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
+from typing import cast
 
 from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
+from ppas.core.order import IdLog, LoggedOrder
 from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
@@ -161,13 +165,23 @@ class WaitingQueue:
     (``SchedulerView.waiting_prompt_tokens``). ``head`` is the first member (None when
     empty), kept by every method that changes the queue (``_front``, ``_fids`` and ``_d``
     are changed by nothing else), so that a step reads it without an iterator over the
-    dict."""
+    dict.
 
-    __slots__ = ("_front", "_fids", "_d", "log", "prompt_tokens", "head")
+    Where the last order was a ``LoggedOrder`` (``ppas.core.order``) applied whole,
+    ``_src`` is its ``IdLog`` and the front's first ``_shi - _slo`` requests are those of
+    the log's ids ``[_slo, _shi)``, in order (admissions move ``_slo``; anything else that
+    changes the front's head forgets ``_src``): an order of that log from ``_slo`` through
+    at least ``_shi`` then lists them first, known without reading them (``_move_logged``).
+    """
+
+    __slots__ = ("_front", "_fids", "_d", "log", "prompt_tokens", "head", "_src", "_slo",
+                 "_shi")
 
     def __init__(self, items: Iterable[SimRequest] = ()) -> None:
         self._front: list[SimRequest] = []
         self._fids: list[str] = []
+        self._src: IdLog | None = None
+        self._slo = self._shi = 0
         self._d: OrderedDict[str, SimRequest] = OrderedDict()
         self.log = WaitingLog()
         self.prompt_tokens = 0
@@ -210,6 +224,7 @@ class WaitingQueue:
         if self._front:
             self._front.insert(0, r)
             self._fids.insert(0, rid)
+            self._src = None  # (the front no longer starts with the log's ids)
         else:
             d = self._d
             d[rid] = r
@@ -223,6 +238,8 @@ class WaitingQueue:
         if front:
             r = front.pop(0)
             del self._fids[0]
+            if self._slo < self._shi:
+                self._slo += 1  # (it was the log's id _slo)
             self.head = front[0] if front else next(iter(d.values())) if d else None
         else:
             r = d.popitem(last=False)[1]
@@ -240,6 +257,7 @@ class WaitingQueue:
         self._front.clear()
         self._fids.clear()
         self._d.clear()
+        self._src = None
         self.head = None
         self.prompt_tokens = 0
 
@@ -250,8 +268,19 @@ class WaitingQueue:
         ``_front`` (``_move_after``): O(the ids after the kept head) where the front
         already starts with it. An order that lists an id twice is sorted as
         ``step_rules`` ranks it (its last place counts, unlisted ids rank as the number
-        of ids listed), O(n log n)."""
-        if kept > 0 and self._move_after(order, kept):  # (a hint < 0 is none)
+        of ids listed), O(n log n). A ``LoggedOrder`` that continues the last one
+        (``_move_logged``) costs O(the ids after the front's)."""
+        logged = type(order) is LoggedOrder
+        if logged and self._move_logged(cast(LoggedOrder, order)):
+            return
+        self._src = None
+        # (a hint < 0 is none; a logged order goes to the front even without one, so
+        # that the next one of its log follows it)
+        if (kept > 0 or logged) and self._move_after(order, max(kept, 0)):
+            if logged and len(self._front) == len(order):
+                # (every id moved, distinct: the front is the order's requests, in order)
+                o = cast(LoggedOrder, order)
+                self._src, self._slo, self._shi = o.log, o.lo, o.hi
             return
         if self._front:
             self._unfront(0)
@@ -307,6 +336,40 @@ class WaitingQueue:
             if r is not None:  # (an unknown id is skipped)
                 front.append(r)
                 fids.append(rid)
+        if front:
+            self.head = front[0]
+        return True
+
+    def followed(self) -> LoggedOrder | None:
+        """The log's ids the queue starts with (``WaitingLog.front``), where it follows
+        a logged order."""
+        src = self._src
+        return None if src is None else LoggedOrder(src, self._slo, self._shi, ())
+
+    def _move_logged(self, order: LoggedOrder) -> bool:
+        """``move_to_front(order)`` where ``order`` lists the front's log ids first (its
+        log is ``_src``, from ``_slo`` through at least ``_shi``: ``IdLog`` never changes
+        an id) and the ids after them are distinct and waiting in the dict once the
+        front's others went back to it (False otherwise; the queue is then as it was).
+        The front is cut to its log ids and the others are moved from the dict after
+        them: the stable sort's result, as in ``_move_after``."""
+        if order.log is not self._src or order.lo != self._slo or order.hi < self._shi:
+            return False
+        shi = self._shi
+        rest = order.ids()[shi:order.hi]
+        if order.tail:
+            rest += order.tail
+        if len(set(rest)) != len(rest):
+            return False  # (an id listed twice)
+        self._unfront(shi - self._slo)
+        d = self._d
+        if not all(map(d.__contains__, rest)):
+            return False  # (an id unknown, or one of the front's)
+        front, fids, pop = self._front, self._fids, d.pop
+        for rid in rest:
+            front.append(pop(rid))
+            fids.append(rid)
+        self._shi = order.hi
         if front:
             self.head = front[0]
         return True
@@ -890,6 +953,7 @@ class EngineSim:
         nd = self._past_prompt  # step_rules.counts(running, num_waiting)[1], kept
         log = waiting.log
         log.trim(num_waiting)
+        log.front = waiting.followed()
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
         # waiting_prompt_tokens, prefix_caching), the log only under FCFS

@@ -43,8 +43,12 @@ greedy goes: without keys among them (no block hashes: no prefix caching) the gr
 takes them in the queue's order (every overlap 0) and under a long queue STOPs at the
 first. The decision lists the kept head again and says so (``Decision.order_kept``), so
 an engine that keeps its queue in the last order (the simulator) moves only the rest.
-A step then costs O(the changes) in Python and O(aged) only in C (the comparison, the
-order's tuple).
+The aged list's ids are appended once each to a log of ids (``ppas.core.order.IdLog``)
+and the order is read off it (``LoggedOrder``: no tuple of the aged ids), so an engine
+that follows it (the simulator) knows its front from two numbers and says so in the
+waiting log (``WaitingLog.front``), which spares the comparison of the view's head. A
+step then costs O(the changes), where the engine follows the order; O(aged) in C where
+the view's head is compared instead.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from typing import Any, cast
 
 from ppas.core.config import check_times, require
 from ppas.core.decision import Decision
+from ppas.core.order import IdLog, LoggedOrder
 from ppas.core.view import (
     BLOCK_SIZE,
     RequestView,
@@ -195,6 +200,7 @@ class Feather(Policy):
         log = view.waiting_log
         kept = self._aged
         fresh: Sequence[RequestView]
+        ids: Sequence[str]  # the aged requests' (an order read off a log where kept)
         if log is not None:
             # (n_run: the running requests, at the view's head; m: the order's first m
             # ids are the view's first m waiting requests; keyed: some fresh request has a
@@ -211,7 +217,7 @@ class Feather(Policy):
             keyed = any(map(_block_hashes, fresh))  # (no block hashes, no keys)
         n_fresh = len(fresh)
         if not n_fresh:
-            return Decision(cfg.budget, tuple(ids), order_kept=m)
+            return Decision(cfg.budget, _listing(ids, []), order_kept=m)
         order: list[str] = []  # the fresh requests added, after the aged ones (ids)
         keys_of = self.keys_of
         index: dict[Hashable, list[tuple[int, int]]] = {}  # key -> (fresh request, level)
@@ -289,8 +295,8 @@ class Feather(Policy):
         return self._decision(stopped, requests[:n_run], aged, added, ids, order, m)
 
     def _decision(self, stopped: bool, running: Sequence[RequestView],
-                  aged: Sequence[RequestView], added: list[RequestView], ids: list[str],
-                  order: list[str], m: int) -> Decision:
+                  aged: Sequence[RequestView], added: list[RequestView],
+                  ids: Sequence[str], order: list[str], m: int) -> Decision:
         """The greedy's decision: the whole budget unless it STOPped, else the running
         prompts' tokens left and the listed requests' uncached prompts, summed only until
         they reach the budget; the aged requests' ``ids`` listed, then the added ones'
@@ -299,7 +305,7 @@ class Feather(Policy):
         budget (all terms >= 0: a sum that reaches it with them reaches it with the
         running prompts first too, and the budget is then the whole)."""
         cfg = self.config
-        listed = tuple(ids + order) if order else tuple(ids)
+        listed = _listing(ids, order)
         if not stopped:
             return Decision(cfg.budget, listed, order_kept=m)
         budget = 0  # the listed requests' uncached prompts, then the running prompts
@@ -340,7 +346,9 @@ class _Aged:
     with the rest of the last list, in its order (so those precede every other aged
     request in the queue), and (c) the first newly aged request did not arrive before
     the last of the rest (the rest is sorted: the stable sort of the whole leaves it in
-    front). Otherwise ``age`` of the whole, and everything is read again. The list's
+    front); requests put back in front of the rest (preempted) join its head first where
+    they are aged, in arrival order and no later than its first (``_lead``). Otherwise
+    ``age`` of the whole, and everything is read again. The list's
     equality rests on (a)-(c) alone; the log says how many of its head to drop, and that
     the others stayed in the queue since their keys were read.
 
@@ -356,7 +364,8 @@ class _Aged:
         self.pos = 0  # the log's next event to read
         self.now = -float("inf")
         self.reqs: list[RequestView] = []  # the last aged list
-        self.ids: list[str] = []  # their ids
+        self.ids = IdLog()  # their ids from ``lo`` on (earlier ones: of earlier lists)
+        self.lo = 0
         self.keys: list[list[Hashable]] = []  # their keys
         self.at: dict[str, int] = {}  # id -> base + its index in reqs
         self.base = 0
@@ -371,10 +380,11 @@ class _Aged:
         # the clock does not go back, and the heap is read again where it does).
         self.waiting: dict[str, tuple[int, bool]] = {}
         self.keyed = 0
+        self.entered = 0  # the requests the log shows entering since the last step
         self.arrivals: list[tuple[float, int, RequestView]] = []
 
     def split(self, now: float, max_wait: float, requests: Sequence[RequestView], n: int,
-              log: WaitingLog) -> tuple[int, list[RequestView], list[str],
+              log: WaitingLog) -> tuple[int, list[RequestView], LoggedOrder,
                                         Sequence[RequestView], int, bool]:
         """The running requests at the head of the view's ``requests`` (``n`` of them in
         all), then ``age(now, max_wait, waiting)`` of the waiting ones behind, the aged
@@ -391,12 +401,21 @@ class _Aged:
         n_run, gone = self._follow(now, log, requests, n)
         if n_run == n:  # nothing waits: no aged list
             self._clear()
-            return n_run, self.reqs, self.ids, [], 0, False
+            return n_run, self.reqs, self._order(), [], 0, False
         if gone >= 0:
             self._drop(gone)
             reqs = self.reqs
             m = len(reqs)
-            if _listed(requests[n_run:n_run + m]) == reqs:  # (b), identity first
+            # (b): the engine says so (the log's front: the list's ids onward, the
+            # requests the list holds), else the view's head compared, identity first
+            front = log.front
+            same = (front is not None and front.log is self.ids and front.lo == self.lo
+                    and front.hi - front.lo >= m) or _listed(requests[n_run:n_run + m]) == reqs
+            if not same and m and self.entered and self._lead(now, max_wait, requests,
+                                                               n_run, n):
+                m = len(reqs)  # (requests back in front of the list joined its head)
+                same = _listed(requests[n_run:n_run + m]) == reqs
+            if same:
                 fresh: Sequence[RequestView]
                 start = n_run + m
                 newly = self._newly(now, max_wait)
@@ -407,15 +426,16 @@ class _Aged:
                                   {r.request_id for r in newly})
                 if not (m and newly and newly[0].arrival_time < reqs[-1].arrival_time):
                     self._join(newly)  # (c) holds
-                    return n_run, reqs, self.ids, fresh, m, self.keyed > self.aged_keyed
+                    return n_run, reqs, self._order(), fresh, m, self.keyed > self.aged_keyed
         aged, fresh = age(now, max_wait, _listed(requests[n_run:]))
         self._clear()
         self._join(aged)
-        return n_run, self.reqs, self.ids, fresh, 0, self.keyed > self.aged_keyed
+        return n_run, self.reqs, self._order(), fresh, 0, self.keyed > self.aged_keyed
 
     def _clear(self) -> None:
         """An empty list."""
-        self.reqs, self.ids, self.keys, self.at, self.base = [], [], [], {}, 0
+        self.reqs, self.keys, self.at, self.base = [], [], {}, 0
+        self.ids, self.lo = IdLog(), 0
         self.roots = {}
         self.aged_keyed = 0
 
@@ -433,9 +453,12 @@ class _Aged:
         waiting, arrivals, keys_of = self.waiting, self.arrivals, self.keys_of
         gone, last, kept = 0, base - 1, True
         num = self.pos
-        for entered, r in log.events[self.pos - log.base:]:
+        events = log.events[self.pos - log.base:]
+        self.entered = 0
+        for entered, r in events:
             rid = r.request_id
             if entered:
+                self.entered += 1
                 has = bool(keys_of(r))
                 waiting[rid] = (num, has)
                 self.keyed += has
@@ -474,6 +497,7 @@ class _Aged:
             arrivals.append((r.arrival_time, num, r))
         heapify(arrivals)
         self.waiting, self.arrivals, self.keyed = waiting, arrivals, keyed
+        self.entered = 0
         self.log, self.pos, self.now = log, log.end, now
         return n_run
 
@@ -504,8 +528,8 @@ class _Aged:
         if not n:
             return
         at = self.at
-        for rid, keys in zip(self.ids[:n], self.keys[:n], strict=True):
-            del at[rid]
+        for r, keys in zip(self.reqs[:n], self.keys[:n], strict=True):
+            del at[r.request_id]
             if keys:
                 self.aged_keyed -= 1
             node = self.roots
@@ -516,8 +540,11 @@ class _Aged:
                     del node[k]  # (no kept request has this prefix, nor a longer one)
                     break
                 node = e[1]
-        del self.reqs[:n], self.ids[:n], self.keys[:n]
+        del self.reqs[:n], self.keys[:n]
         self.base += n
+        self.lo += n
+        if self.lo > 2 * len(self.reqs) + 4096:  # (the log's ids gone: O(1) amortised)
+            self._relog()
 
     def _join(self, reqs: list[RequestView]) -> None:
         """``reqs`` join the end of the list."""
@@ -530,16 +557,64 @@ class _Aged:
             keys = keys_of(r)
             if keys:
                 self.aged_keyed += 1
-            self.ids.append(rid)
+                self._grow(keys)
             self.keys.append(keys)
-            node = self.roots
-            for k in keys:
-                e = node.get(k)
-                if e is None:
-                    e = node[k] = [0, {}]
-                e[0] += 1
-                node = e[1]
+        self.ids.extend(list(map(_request_id, reqs)))
         self.reqs.extend(reqs)
+
+    def _relog(self) -> None:
+        """The list's ids in a log of their own (the last one's are never changed: the
+        orders read off it stay what they were)."""
+        self.ids, self.lo = IdLog(), 0
+        self.ids.extend(list(map(_request_id, self.reqs)))
+
+    def _order(self) -> LoggedOrder:
+        """The list's ids, as an order."""
+        return self.ids.order(self.lo, self.lo + len(self.reqs))
+
+    def _grow(self, keys: list[Hashable]) -> None:
+        """The trie gains a kept request's keys."""
+        node = self.roots
+        for k in keys:
+            e = node.get(k)
+            if e is None:
+                e = node[k] = [0, {}]
+            e[0] += 1
+            node = e[1]
+
+    def _lead(self, now: float, max_wait: float, requests: Sequence[RequestView],
+              start: int, n: int) -> bool:
+        """Where the view's waiting requests (``requests[start:n]``) start with a few
+        others (at most the log's entries since the last step: preempted requests put
+        back in front) and then the list's first, and those few are aged, not in the
+        list, in arrival order and arrived no later than the list's first: they join the
+        list's head (True). ``age`` of the queue then starts with them, then the list:
+        its stable sort leaves them in front (equal arrivals: queue order). The caller
+        checks the rest of the list against the view."""
+        first, at = self.reqs[0], self.at
+        lead: list[RequestView] = []
+        for r in requests[start:min(n, start + self.entered + 1)]:
+            if r is first:
+                break
+            t = r.arrival_time
+            if r.request_id in at or now - t < max_wait or (lead and t < lead[-1].arrival_time):
+                return False
+            lead.append(r)
+        else:
+            return False
+        if not lead or lead[-1].arrival_time > first.arrival_time:
+            return False
+        self.base -= len(lead)
+        keys = list(map(self.keys_of, lead))
+        for i, (r, ks) in enumerate(zip(lead, keys, strict=True), self.base):
+            at[r.request_id] = i
+            if ks:
+                self.aged_keyed += 1
+                self._grow(ks)
+        self.reqs[:0] = lead
+        self.keys[:0] = keys
+        self._relog()
+        return True
 
     def reach(self, index: dict[Hashable, Any], working: set[Hashable]) -> None:
         """Add to ``working`` the keys ``keys[j]`` of every kept request whose keys
@@ -583,6 +658,14 @@ class _Tail(Sequence[RequestView]):
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
         return list(self)[i]
+
+
+def _listing(ids: Sequence[str], order: list[str]) -> tuple[str, ...] | LoggedOrder:
+    """The aged requests' ids then the added ones' (``ids`` itself where it is an order
+    read off a log: its ids shared, not copied)."""
+    if isinstance(ids, LoggedOrder):
+        return ids.then(tuple(order)) if order else ids
+    return tuple([*ids, *order])
 
 
 def _running(requests: Sequence[RequestView]) -> int:
