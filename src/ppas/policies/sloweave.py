@@ -175,6 +175,10 @@ class SloWeave(Policy):
             # of its chunk beside the decodes' exact context (Policy.chunk_rule's)
             c, dt = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
                            guess if guess < limit else limit, decode_ctx)
+            if c == left:
+                # P's prompt end: the engine takes this step singly (decide), and P's
+                # tail is a far guess for decide's search, the last chunk a near one
+                return c, dt
             b2, b1 = b1, (last if own else 0)
             self._before = (b2, b1, key)
             own = True
