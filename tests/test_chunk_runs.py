@@ -17,6 +17,7 @@ from ppas.policies import make_policy
 from ppas.workload import RequestSpec
 
 CM = RooflineCostModel("h200", "qwen2.5-3b")
+PRICE = CM.chunk_pricer()  # (a chunk run's step price: Policy.chunk_rule's second value)
 
 
 def run(specs: list[RequestSpec], policy: str, kv: int | None,
@@ -188,6 +189,25 @@ def test_chunk_runs_stop_before_the_kv_cache_runs_short() -> None:
         assert in_runs and fast.num_preemptions
 
 
+def test_a_rules_price_on_another_cost_model_is_not_the_steps() -> None:
+    """A policy bound to another cost model than the engine's (a misprediction study)
+    searches on its own, but the engine prices the steps on its own model: its chunk runs
+    equal its single steps (the rule's price is read only on the engine's model)."""
+    specs = [RequestSpec(0.0, 200, 40), RequestSpec(0.0, 300, 60),
+             RequestSpec(0.01, 5000, 5), RequestSpec(0.02, 3000, 8)]
+    other = RooflineCostModel("h100-sxm-80gb", "qwen2.5-3b")
+    assert other.chunk_pricer()(512, 300, 2, 600) != PRICE(512, 300, 2, 600)
+    sims = []
+    for runs in (True, False):
+        sim = EngineSim(make_policy("sloweave:tpot_s=0.02"), CM)
+        sim.policy.bind_cost_model(other)
+        sim.recent = deque(maxlen=None)
+        sim._chunk_runs = runs and sim._chunk_runs
+        replay(sim, specs)
+        sims.append(sim)
+    assert state(sims[0]) == state(sims[1])  # (an engine trusting any rule's price fails)
+
+
 def test_chunk_rule_is_decide() -> None:
     """Along runs stepped singly, the rule made at a run's first step gives ``decide``'s
     budget at every step of it wherever either is short of P's prompt left
@@ -218,9 +238,12 @@ def test_chunk_rule_is_decide() -> None:
                 p = head[0]
                 left = p.prompt_tokens - p.num_computed_tokens
                 dctx = sum(r.num_computed_tokens for r in decodes)
-                b = rule(sim.now, p.num_computed_tokens, dctx)
+                b, dt = rule(sim.now, p.num_computed_tokens, dctx)
                 d = sim.policy.decide(view).prefill_budget
                 assert min(b, left) == min(d, left)
+                # the step's price, given with every chunk, to the bit
+                assert dt == (PRICE(b, p.num_computed_tokens, len(decodes), dctx) if b
+                              else 0.0)
                 checked += 1
                 short += b < left
             else:
@@ -250,8 +273,9 @@ def test_chunk_rule_is_decide_at_the_boundary(decodes: list[int], done: int, res
     v = view(reqs, now)
     rule = policy.chunk_rule(v)
     assert rule is not None
-    b, d = rule(now, done, dctx), policy.decide(v).prefill_budget
+    (b, dt), d = rule(now, done, dctx), policy.decide(v).prefill_budget
     assert min(b, rest) == min(d, rest)
+    assert dt == (PRICE(b, done, n, dctx) if b else 0.0)  # (the exact context's price)
 
 
 def test_a_subclass_that_decides_otherwise_steps_singly() -> None:

@@ -115,7 +115,8 @@ def test_ladder_chunk_rule_is_decide() -> None:
                 p = head[0]
                 dctx = sum(r.num_computed_tokens for r in decodes)
                 guess = sim.policy._last
-                b = rule(sim.now, p.num_computed_tokens, dctx)
+                b, dt = rule(sim.now, p.num_computed_tokens, dctx)
+                assert dt == 0.0  # (unpriced)
                 sim.policy._last = guess
                 assert b == sim.policy.decide(view).prefill_budget
                 checked += 1
@@ -149,4 +150,4 @@ def test_ladder_chunk_rule_at_a_rungs_exact_price() -> None:
             rule = p.chunk_rule(v)
             assert rule is not None
             assert p.decide(v).prefill_budget == rung
-            assert rule(v.now, done, dctx) == rung
+            assert rule(v.now, done, dctx)[0] == rung

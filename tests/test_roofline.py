@@ -140,14 +140,15 @@ def test_chunk_time_is_step_time_of_one_chunk(hw: str, model: str, c: int, p: in
        c=st.integers(1, 8192), p=st.integers(0, 200000), d=st.integers(0, 300),
        k=st.integers(0, 10**7), c_max=st.integers(1, 8192), guess=st.integers(-3, 9000),
        at=st.sampled_from([-1, 0, 1]), tp=st.sampled_from([1, 2, 4]),
-       kernel=st.sampled_from([None, *ATTENTION_KERNELS]))
+       kernel=st.sampled_from([None, *ATTENTION_KERNELS]), k_step=st.integers(0, 10**7))
 def test_chunk_search_is_largest_fitting_on_chunk_time(
         hw: str, model: str, c: int, p: int, d: int, k: int, c_max: int, guess: int,
-        at: int, tp: int, kernel: str | None) -> None:
+        at: int, tp: int, kernel: str | None, k_step: int) -> None:
     """``chunk_search`` (the search with ``chunk_time`` inlined) finds the chunk
     ``largest_fitting`` finds on ``chunk_time``, from any guess, with the target on the
     price of a chunk or one float either side of it (where a pricing off by one bit would
-    answer otherwise)."""
+    answer otherwise); ``priced_chunk_search`` finds it too, with ``chunk_pricer``'s
+    price of it beside ``k_step`` decode tokens (or ``k``'s), to the bit."""
     try:
         cm = RooflineCostModel(hw, model, tp=tp, attention_kernel=kernel)
     except PpasError:  # the model does not fit this GPU at this tp
@@ -159,6 +160,10 @@ def test_chunk_search_is_largest_fitting_on_chunk_time(
     want = largest_fitting(t, target, c_max, guess)
     assert cm.chunk_search()(p, d, k, target, c_max, guess) == want
     assert CostModel.chunk_search(cm)(p, d, k, target, c_max, guess) == want
+    for ks in (k, k_step if d else 0):
+        priced = cm.priced_chunk_search()(p, d, k, target, c_max, guess, ks)
+        assert priced == (want, cm.chunk_pricer()(want, p, d, ks) if want else 0.0)
+        assert CostModel.priced_chunk_search(cm)(p, d, k, target, c_max, guess, ks) == priced
 
 
 @settings(max_examples=300, deadline=None)
@@ -188,6 +193,8 @@ def test_pricer_is_step_time_of_the_fields(hw: str, model: str, chunks: list[tup
     assert doubled.pricer()(*fields) == 2 * cm.step_time(shape)
     assert doubled.chunk_time(7, 3, 300)(512) == 2 * cm.chunk_time(7, 3, 300)(512)
     assert doubled.chunk_search() is not doubled._search  # (the generic search, its pricing)
+    assert doubled.priced_chunk_search()(7, 3, 300, 1.0, 512, 0, 303) == (
+        512, 2 * cm.chunk_time(7, 3, 303)(512))
     assert doubled.chunk_pricer()(512, 7, 3, 300) == 2 * cm.chunk_time(7, 3, 300)(512)
 
 

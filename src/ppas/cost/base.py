@@ -132,6 +132,23 @@ class CostModel(ABC):
         return lambda p, nd, k, target_s, c_max, guess: largest_fitting(
             chunk_time(p, nd, k), target_s, c_max, guess)
 
+    def priced_chunk_search(
+            self) -> Callable[[int, int, int, float, int, int, int], tuple[int, float]]:
+        """``(p, nd, k, target_s, c_max, guess, k_step) -> (c, price)``: ``c`` is
+        ``chunk_search()(p, nd, k, target_s, c_max, guess)`` and ``price`` is
+        ``chunk_pricer()(c, p, nd, k_step)`` (0.0 when ``c`` is 0), exactly, for a caller
+        that steps with the chunk it searched for (a chunk run's rule,
+        ``ppas.policies.sloweave``: the engine then does not price that step again);
+        subclasses may return a faster function that keeps the equality."""
+        search, price = self.chunk_search(), self.chunk_pricer()
+
+        def priced(p: int, nd: int, k: int, target_s: float, c_max: int, guess: int,
+                   k_step: int) -> tuple[int, float]:
+            c = search(p, nd, k, target_s, c_max, guess)
+            return c, (price(c, p, nd, k_step) if c else 0.0)
+
+        return priced
+
     def prefill_time(self, prompt_tokens: int, chunk: int, context: int = 0) -> float:
         """Time to prefill ``prompt_tokens`` alone in chunks of ``chunk`` tokens, starting
         from ``context`` cached tokens (no decodes alongside)."""

@@ -202,7 +202,12 @@ class RooflineCostModel(CostModel):
             )
         self.kv_capacity_tokens = int(free * tp / m.kv_bytes_per_token)
         self._one_chunk = self._bind_chunk_time()  # (chunk_time's body, constants bound)
-        self._search = self._bind_chunk_search()  # (chunk_search's, the same)
+        priced = self._priced_search = self._bind_chunk_search()  # (the same)
+
+        def search(p: int, nd: int, k: int, target_s: float, c_max: int, guess: int) -> int:
+            return priced(p, nd, k, target_s, c_max, guess, 0)[0]  # (chunk_search's)
+
+        self._search = search
         self._chunk_price = self._bind_chunk_pricer()  # (chunk_pricer's, the same)
 
     def gemm_time(self, n: int, index: int) -> float:
@@ -365,6 +370,14 @@ class RooflineCostModel(CostModel):
         ``step_time`` or ``prefill_attention_time`` (``_plain``)."""
         return self._search if self._plain() else super().chunk_search()
 
+    def priced_chunk_search(
+            self) -> Callable[[int, int, int, float, int, int, int], tuple[int, float]]:
+        """``chunk_search`` and ``chunk_pricer`` of its answer in one function
+        (``CostModel.priced_chunk_search``; ``_bind_chunk_search``: the answer's price
+        from its probe's sums), or the generic one for a subclass that overrides
+        ``step_time`` or ``prefill_attention_time`` (``_plain``)."""
+        return self._priced_search if self._plain() else super().priced_chunk_search()
+
     def chunk_pricer(self) -> Callable[[int, int, int, int], float]:
         """``chunk_time(p, nd, k)(c)`` as one function of ``(c, p, nd, k)``, ``c >= 1``
         (``CostModel.chunk_pricer``; ``_bind_chunk_pricer``), or the generic one for a
@@ -470,16 +483,23 @@ class RooflineCostModel(CostModel):
 
         return price
 
-    def _bind_chunk_search(self) -> Callable[[int, int, int, float, int, int], int]:
-        """``chunk_search``'s body for this class's own pricing, the model's constants bound
-        once (as ``_bind_chunk_time``). ``largest_fitting``'s probes are a state machine
+    def _bind_chunk_search(
+            self) -> Callable[[int, int, int, float, int, int, int], tuple[int, float]]:
+        """``priced_chunk_search``'s body (``chunk_search``'s too, its price unread) for
+        this class's own pricing, the model's constants bound once (as
+        ``_bind_chunk_time``). ``largest_fitting``'s probes are a state machine
         here, so that one copy of ``chunk_time``'s arithmetic prices them all, inlined.
         That arithmetic is ``t``'s with exact rewrites only: for integers below 2**53,
         ``(p + c) / 1 - c / 1`` is ``float(p)``, ``(c / 1 + 1) / 2`` is ``(c + 1) / 2`` and
         ``float(p) + (c + 1) / 2`` is both ``u``'s denominator and the causal pairs'
         factor; ``u`` is read only when ``w > 1``; ``fixed`` takes one of its two values.
-        Every probe is a chunk of at least 1 token (never the decode-only step).
-        ``tests/test_roofline.py`` checks it against ``largest_fitting``."""
+        Every probe is a chunk of at least 1 token (never the decode-only step). The
+        answer, when not 0, is the last probe that fit (every fitting probe becomes
+        ``lo`` or the answer): its layer sum before the decodes' KV read is kept
+        (``lo_layer``), so its price beside ``k_step`` decode tokens is ``chunk_pricer``'s
+        last three operations, in its order, on the same floats.
+        ``tests/test_roofline.py`` checks it against ``largest_fitting`` and
+        ``chunk_pricer``."""
         eager, graph_max = self._eager, self._graph_max
         fixed_small, fixed_big = self._fixed + 0.0, self._fixed + eager
         gemm_memo, lm_memo = self._gemm_memo, self._lm_memo
@@ -492,7 +512,7 @@ class RooflineCostModel(CostModel):
         split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
 
         def search(p: int, nd: int, decode_ctx_tokens: int, target: float, c_max: int,
-                   guess: int) -> int:
+                   guess: int, k_step: int) -> tuple[int, float]:
             d_kv = kv * decode_ctx_tokens
             lm1 = lm_memo.get(1 + nd)
             if lm1 is None:
@@ -503,6 +523,7 @@ class RooflineCostModel(CostModel):
             # largest_fitting's state: 0 the guess, 1 up from it (lo fits), 2 down from it
             # (hi does not), 3 chunk 1 (no guess), 4 c_max (1 fits), 5 bisecting [lo, hi]
             lo = hi = 0
+            lo_layer = 0.0
             step = 1
             if 0 < guess <= c_max:
                 c, state = guess, 0
@@ -529,15 +550,16 @@ class RooflineCostModel(CostModel):
                 t_flop = app * (c * s) * waves / w
                 t_kv = kv * (p + c)
                 layer += t_flop if t_flop > t_kv else t_kv
-                layer += d_kv
-                fits = (layers * layer + lm1 + (fixed_big if n > graph_max else fixed_small)
-                        + per_req1) <= target
+                fits = (layers * (layer + d_kv) + lm1
+                        + (fixed_big if n > graph_max else fixed_small) + per_req1) <= target
+                if fits:
+                    lo_layer = layer  # (c becomes lo or the answer)
                 if state == 0:
                     if fits:
                         lo, state = c, 1
                         c = lo + 1 if lo < c_max else c_max
                         if c == lo:
-                            return lo  # c_max fits
+                            break  # c_max fits
                     else:
                         hi, state = c, 2
                         c = hi - 1 if hi > 1 else 1
@@ -549,13 +571,13 @@ class RooflineCostModel(CostModel):
                         if c > c_max:
                             c = c_max
                         if c == lo:
-                            return lo
+                            break
                         continue
                     hi = c
                 elif state == 2:
                     if not fits:
                         if c == 1:
-                            return 0
+                            return 0, 0.0
                         hi, step = c, step * 2
                         c = hi - step
                         if c < 1:
@@ -569,15 +591,20 @@ class RooflineCostModel(CostModel):
                         hi = c
                 elif state == 3:
                     if not fits:
-                        return 0
+                        return 0, 0.0
                     lo, hi, c, state = 1, c_max, c_max, 4
                     continue
                 elif fits:  # state 4: c_max fits
-                    return c
+                    lo = c
+                    break
                 state = 5
                 if hi - lo <= 1:
-                    return lo
+                    break
                 c = (lo + hi) // 2
+            # chunk_pricer(lo, p, nd, k_step): lo_layer + kv * k_step, then step_time's sums
+            n = lo + nd
+            return lo, (layers * (lo_layer + kv * k_step) + lm1
+                        + (fixed_big if n > graph_max else fixed_small) + per_req1)
 
         return search
 

@@ -811,7 +811,8 @@ class EngineSim:
         The run stops before the first step that is not such a step (``step()`` takes
         that one: ``_single_next``, which holds through arrivals, as the rule does), or
         after the first at which a decode finishes (the rule knew the decodes: a new run
-        may follow). Per step: the rule, one price (``CostModel.chunk_pricer``) and a few
+        may follow). Per step: the rule, one price (``CostModel.chunk_pricer``, or the
+        rule's own, ``Policy.chunk_rule``, from the engine's cost model) and a few
         integer sums; the requests, the step records and the inter-token gaps are written
         once a run, as the steps would, and the decodes that finished leave as
         ``_advance`` has them leave, in the running order (the decode group, ``_group``,
@@ -848,6 +849,8 @@ class EngineSim:
         if rule is None:
             return False
         pool, price, chunk_price = self.pool, self._price, self._chunk_price
+        # the rule's price of its chunk is the step's when it priced on this engine's model
+        priced = self.policy.cost_model is self.cost_model
         room = self.mbt - n  # the global budget left after the decodes
         free = pool.num_free
         pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
@@ -858,7 +861,7 @@ class EngineSim:
         k = 0
         broke = False  # (stopped before a step that is not a run's)
         while k < k_max and now < limit:
-            b = rule(now, pc, dctx)
+            b, dt = rule(now, pc, dctx)
             if b < 0:
                 b = 0  # step_rules.enforced_budget with decodes running
             if b >= pp - pc or b > room:
@@ -870,8 +873,10 @@ class EngineSim:
                 if grow + extra > free:
                     broke = True  # KvPool.needed: someone would be preempted
                     break
-                # the step's shape: P's chunk (StepTally.add), then the decodes
-                dt = chunk_price(b, pc, n, dctx)
+                # the step's shape: P's chunk (StepTally.add), then the decodes; the
+                # rule's dt, when it gives one (> 0), is chunk_price's, the same float
+                if not (priced and dt > 0.0):
+                    dt = chunk_price(b, pc, n, dctx)
                 pc += b
                 pb += extra
                 free -= grow + extra

@@ -52,7 +52,7 @@ class Policy(Configured, ABC):
         request mid-prompt, P (a *chunk run*: ``ppas.engine.simulator``).
 
         ``decide(v)`` must be a bare budget (no order, ``decodes_first`` False, no chunk
-        limit) and ``rule(now, prefill_ctx, decode_ctx)`` must equal its
+        limit) and ``rule(now, prefill_ctx, decode_ctx)[0]`` must equal its
         ``prefill_budget`` wherever either is short of P's prompt left (``prompt_tokens -
         prefill_ctx``; both at least that otherwise: the engine then takes the step
         singly), for ``view`` itself and for every view ``v`` that differs from it only as
@@ -61,7 +61,11 @@ class Policy(Configured, ABC):
         some tokens further (their computed tokens summing to ``decode_ctx``), each having
         sampled its last token at ``now``, the waiting queue the same but for requests
         arrived at its end, ``recent_steps`` longer. Like ``decide``, free of side effects
-        on the decisions."""
+        on the decisions. The rule's second value is 0.0 or, for a budget ``b >= 1``, the
+        step's price on the policy's bound cost model, ``cost_model.chunk_pricer()(b,
+        prefill_ctx, num_running_decodes, decode_ctx)`` exactly (a search that priced
+        ``b`` gives it: ``CostModel.priced_chunk_search``); engines read it only where
+        they price on that cost model."""
         return None
 
     @property
@@ -79,8 +83,9 @@ class Policy(Configured, ABC):
         return f"<{type(self).__name__} {self.spec}>"
 
 
-#: ``Policy.chunk_rule``'s function: ``(now, prefill_ctx, decode_ctx) -> prefill budget``.
-ChunkRule = Callable[[float, int, int], int]
+#: ``Policy.chunk_rule``'s function: ``(now, prefill_ctx, decode_ctx) -> (prefill budget,
+#: price)``, the price 0.0 or the step's (``Policy.chunk_rule``).
+ChunkRule = Callable[[float, int, int], tuple[int, float]]
 
 
 def last_prefill_token_time(steps: Sequence[StepRecord]) -> float | None:

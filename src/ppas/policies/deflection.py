@@ -142,12 +142,12 @@ class TbtLadder(Policy):
         slo, ladder, rung, smallest = self.config.tbt_slo, self.ladder, self._rung, \
             self.ladder[-1]
 
-        def rule(now: float, prefill_ctx: int, decode_ctx: int) -> int:
+        def rule(now: float, prefill_ctx: int, decode_ctx: int) -> tuple[int, float]:
             # ladder_chunk(cm, slo, n_dec, decode_ctx, prefill_ctx, ladder, self._last)
             c = ladder_fit(timer(prefill_ctx, n_dec, decode_ctx), slo, ladder, self._last)
             if c:
                 self._last = rung[c]  # (the next search's guess, as decide keeps it)
-                return c
-            return smallest
+                return c, 0.0  # (unpriced: the engine prices the step)
+            return smallest, 0.0
 
         return rule

@@ -148,35 +148,41 @@ class SloWeave(Policy):
         if head is None:
             return None
         prompt = head.prompt_tokens
-        search = cm.chunk_search()  # (largest_chunk_within's search, checked once)
+        # largest_chunk_within's search, checked once, with its chunk's price
+        search = cm.priced_chunk_search()
         # the search's guess (any guess gives the same chunk): the last chunk plus half
         # its change over the two steps before (floored), plus one: 2 prices when the
         # chunk is the guess or one less, 2.3 a step on average after a run's first on
         # Mooncake x3, where the chunk shrinks a little every step as the contexts grow.
         # From the last run's end when P and the decodes are the same (``_before``).
         last, before = self._last, self._before
-        own = before[2] == (head.request_id, n_dec)  # last: this P's beside these decodes
-        if not own:
-            before = (0, 0, (head.request_id, n_dec))
+        key = (head.request_id, n_dec)
+        own = before[2] == key  # last: this P's beside these decodes
+        b2, b1 = (before[0], before[1]) if own else (0, 0)
 
-        def rule(now: float, prefill_ctx: int, decode_ctx: int) -> int:
-            nonlocal last, before, own
+        def rule(now: float, prefill_ctx: int, decode_ctx: int) -> tuple[int, float]:
+            nonlocal last, b2, b1, own
             # decide's arithmetic, in its order, on this view's constants
             x = (now + d_min) - now
             budget = (x if x > 0.0 else 0.0) - margin  # (max(0.0, x): the same float)
             if budget <= 0:
-                return 0
+                return 0, 0.0
             left = prompt - prefill_ctx
             limit = c_max if c_max < left else left
-            b2, b1 = before[0], before[1]
             guess = last + 1 + ((last - b2) // 2 if b2 else last - b1 if b1 else 0)
             # largest_chunk_within(cm, budget, n_dec, limit, decode_ctx // n_dec,
-            # prefill_ctx, guess), the cost model's search taken once a run
-            c = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
-                       guess if guess < limit else limit)
-            before = self._before = (before[1], last if own else 0, before[2])
+            # prefill_ctx, guess), the cost model's search taken once a run, and the price
+            # of its chunk beside the decodes' exact context (Policy.chunk_rule's)
+            c, dt = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
+                           guess if guess < limit else limit, decode_ctx)
+            if c == left:
+                # P's prompt end: the engine takes this step singly (decide), and P's
+                # tail is a far guess for decide's search, the last chunk a near one
+                return c, dt
+            b2, b1 = b1, (last if own else 0)
+            self._before = (b2, b1, key)
             own = True
             last = self._last = c
-            return c
+            return c, dt
 
         return rule
