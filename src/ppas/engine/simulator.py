@@ -68,16 +68,17 @@ with ``record_steps`` every step is taken singly.
 **Chunk runs** (``run_until``, ``_chunk_run``): while the running requests are decodes that
 all sampled their last token at the same step's end and one prompt P being chunked, a
 policy may give its budgets as a function of the clock, P's computed tokens and the
-decodes' (``Policy.chunk_rule``: ``sloweave``'s deadline search). Each such step then
-schedules every decode and a chunk of P short of its prompt's end: the run takes them in
-one go (the rule, one price and a few integer sums a step; the requests, records and gaps
+decodes' (``Policy.chunk_rule``: ``sloweave``'s deadline search, ``tbt-ladder``'s
+ladder). Each such step then schedules every decode and a chunk of P short of its prompt's
+end: the run takes them in one go (the rule, one price unless the rule priced the chunk on
+the engine's own cost model, and a few integer sums a step; the requests, records and gaps
 written once a run), up to the step at which a decode finishes, and stops before a step
 that would end P's prompt, admit or preempt. Only ``run_until`` takes them (its caller adds
 nothing before the limit, or only arrivals, which no step of a run reads: ``replay`` adds
 them after it): they are never cut back. Results are identical to single steps, every
-step's record compared (``tests/test_chunk_runs.py``); with step records, prefix caching,
-priority scheduling, vLLM's prefill cadence or chunk limit every step is taken singly
-(``_takes_chunk_runs``).
+step's record compared (``tests/test_chunk_runs.py``, ``test_ladder_chunk_runs.py``); with
+step records, prefix caching, priority scheduling, vLLM's prefill cadence or chunk limit
+every step is taken singly (``_takes_chunk_runs``).
 
 The policy's ``Decision.prefill_budget`` is the prefill cap; the global token budget is the
 policy's ``max_num_batched_tokens`` (P-PAS §3.2). Invariants checked by the tests:
