@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from chunk_run_engines import engine, state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from policy_views import dec, pre, view, wait
 
 from ppas.cost.roofline import RooflineCostModel
-from ppas.engine.simulator import EngineConfig, EngineSim, replay
+from ppas.engine.simulator import EngineSim, replay
 from ppas.policies import make_policy
 from ppas.workload import RequestSpec
 
@@ -24,31 +25,9 @@ def run(specs: list[RequestSpec], policy: str, kv: int | None,
         runs: bool) -> tuple[EngineSim, int]:
     """``specs`` replayed with every step's record kept; chunk runs on or off. Also the
     steps taken in chunk runs."""
-    sim = EngineSim(make_policy(policy), CM, EngineConfig(num_kv_blocks=kv))
-    sim.recent = deque(maxlen=None)  # every step's record, in both
-    sim._chunk_runs = runs and sim._chunk_runs
-    in_runs = 0
-    take = sim._chunk_run
-
-    def counted(limit: float) -> bool:
-        nonlocal in_runs
-        n = sim.num_steps
-        ok = take(limit)
-        in_runs += sim.num_steps - n
-        return ok
-
-    sim._chunk_run = counted  # type: ignore[method-assign]
+    sim, counter = engine(policy, CM, kv, runs)
     replay(sim, specs)
-    return sim, in_runs
-
-
-def state(sim: EngineSim) -> tuple[object, ...]:
-    reqs = [(r.first_scheduled_time, r.first_token_time, r.last_token_time, r.finish_time,
-             r.num_preemptions, r.failed, r.num_output_tokens, r.num_computed_tokens,
-             r.blocks) for r in sim.requests]
-    return (reqs, list(sim.recent), sim.gaps.one.tobytes(), sim.gaps.values, sim.gaps.counts,
-            sim.num_steps, sim.num_preemptions, sim.pool.num_free, sim.now,
-            [r.request_id for r in sim.finished])
+    return sim, counter.steps
 
 
 workloads = st.lists(st.tuples(st.floats(0, 1), st.integers(1, 4000), st.integers(1, 60),
@@ -79,20 +58,7 @@ def drive(specs: list[RequestSpec], policy: str, kv: int | None, runs: bool,
     multiple of ``grid`` seconds by ``run_until(limit)`` (``arrivals`` False: no run goes
     past a limit), chunk runs on or off (decode runs in both); the clock and steps at
     every limit, and the steps taken in chunk runs."""
-    sim = EngineSim(make_policy(policy), CM, EngineConfig(num_kv_blocks=kv))
-    sim.recent = deque(maxlen=None)
-    sim._chunk_runs = runs and sim._chunk_runs
-    in_runs = 0
-    take = sim._chunk_run
-
-    def counted(limit: float) -> bool:
-        nonlocal in_runs
-        n = sim.num_steps
-        ok = take(limit)
-        in_runs += sim.num_steps - n
-        return ok
-
-    sim._chunk_run = counted  # type: ignore[method-assign]
+    sim, counter = engine(policy, CM, kv, runs)
     specs = sorted(specs, key=lambda s: s.arrival_s)
     marks = []
     i = 0
@@ -106,7 +72,7 @@ def drive(specs: list[RequestSpec], policy: str, kv: int | None, runs: bool,
         elif i < len(specs):
             sim.idle_until(nxt)
         else:
-            return sim, marks, in_runs
+            return sim, marks, counter.steps
         marks.append((sim.now, sim.num_steps))
 
 
