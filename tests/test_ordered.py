@@ -414,7 +414,8 @@ def riding(v: SchedulerView) -> tuple[int, int]:
 @given(busy_views(), st.sampled_from(["ordered", "ordered:c_sat=16384",
                                       "ordered:c_max=8192,c_sat=16384",
                                       "ordered:ride_floor=true,kv_backlog=false",
-                                      "ordered:ride_floor=true,c_sat=16384"]))
+                                      "ordered:ride_floor=true,c_sat=16384",
+                                      "ordered:c_max=8192,ride_drain=true"]))
 def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) -> None:
     p = on_a100(spec)
     q = on_a100(spec + ("," if ":" in spec else ":") + "saturation=false")
@@ -498,6 +499,50 @@ def test_saturation_choice_is_monotone_in_the_backlog(
     assert _argmin(frontier, outputs_left, lo, n) <= _argmin(frontier, outputs_left, hi, n)
     assert _argmin(frontier, outputs_left + 1000, lo, n) <= _argmin(frontier, outputs_left,
                                                                     lo, n)
+
+
+CM_H100_16K = RooflineCostModel("h100-sxm-80gb", "qwen3-8b", max_num_batched_tokens=16384)
+
+
+def test_ride_drain_charges_decodes_only_for_the_drain() -> None:
+    # H100 / Qwen3-8B, c_max 8192, 36 decodes riding and 10k-token prompts waiting. Charged
+    # every output left, the riding decodes keep the budget at 4096 however long they run;
+    # charged only for the drain's steps, decodes with 300 outputs left let it grow to
+    # 8192 (the drain is over after a few steps either way), while decodes with 10 left,
+    # behind a drain of 80k tokens (10-20 steps), are charged every output: as before.
+    old, new = make_policy("ordered:c_max=8192"), make_policy("ordered:c_max=8192,ride_drain=true")
+    for p in (old, new):
+        p.bind_cost_model(CM_H100_16K)
+    for n_wait, left, want in ((2, 300, 8192), (8, 300, 8192), (8, 10, 4096)):
+        v = view([*decodes(36, 4000, left),
+                  *(waiting(f"w{i}", 10000, 5.0 + i / 100, out=300) for i in range(n_wait))],
+                 mbt=16384)
+        assert old.decide(v).prefill_budget == 4096
+        assert new.decide(v).prefill_budget == want, (n_wait, left)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 2000), max_size=64), st.integers(1, 2000), st.floats(0, 1e10),
+       st.integers(0, 64), st.sampled_from([4096, 8192, 16384, 40000, 400000]),
+       st.floats(0, 4000))
+def test_ride_drain_never_picks_a_smaller_chunk(rides: list[int], n: int, q: float,
+                                                n_dec: int, queued: int, rho: float) -> None:
+    # Charging a decode min(r, S(c)) instead of r cuts a bigger chunk's J by more (its step
+    # is longer, its drain shorter), so the choice is never smaller than the rule's that
+    # charges every output; when the drain outlasts every decode (S >= r for the biggest
+    # chunk, hence for all) the two are the same.
+    from ppas.policies.ordered import _argmin, _argmin_drain
+    p = on_a100("ordered:c_sat=16384")
+    costs = p.costs
+    assert costs is not None
+    cands = list(p.sat_chunks)
+    ride = n_dec * (costs.dec_ride + costs.dec_kv * 3000)
+    frontier = p._frontier(cands, rho * min(cands[-1], queued), queued, ride)
+    every = _argmin(frontier, sum(rides), q, n)
+    drain = _argmin_drain(frontier, rides, q, n, queued)
+    assert drain >= every
+    if not rides or max(rides) <= queued / frontier[-1][1]:
+        assert drain == every
 
 
 # -- the indexed path (a waiting log) against the straightforward one ------------------------

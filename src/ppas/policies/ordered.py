@@ -105,6 +105,20 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      the biggest chunk and double every riding decode's step for prefill it could not
      start. Invariant: the budget is the same as with the waiting queue cut before that
      first prompt (``tests/test_ordered.py``).
+   * **The drain's length** (``ride_drain=true``; off by default). ``L`` charges a riding
+     decode ``t(c)`` for every output it has left, as if every one of them rode a step of
+     the drain. The drain of the ``queued`` tokens lasts ``S(c) = queued / m`` steps; a
+     decode with ``r`` outputs left rides ``min(r, S(c))`` of them, and its later tokens
+     are decode steps whatever ``c`` was. With the option ``L`` becomes
+     ``sum_i min(r_i, S(c))``: a bigger chunk's drain is shorter, so long-running decodes
+     no longer hold the budget at the knee behind a backlog the bigger chunk clears
+     sooner. Invariant: the budget is never smaller than without the option, and equal
+     when the drain outlasts every riding decode (``S(c_top) >= max r_i``)
+     (``tests/test_ordered.py``). Off by default: with ``c_max=8192`` it meets every
+     latency bar on the Mooncake slice with an H100, where the knee's 4096-token steps
+     kept the longest prompts waiting, but on the Azure trace and on the A100 it raises
+     P99 TPOT 1.3-1.95x over the stock settings' (``docs/results/real-traffic.md``, "The
+     drain's length"). Its stopping rule is the whole admissible backlog (no early exit).
    **The idle limit** (``idle_limit=L``; 0, off, by default). vLLM serves running
    requests before it admits waiting ones, so a prompt that arrives while a long one is
    being prefilled waits for every chunk of it, whatever the order says; and a short
@@ -248,7 +262,8 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0,
+    ride_drain=false``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -284,6 +299,9 @@ class OrderedConfig:
       ``idle_window`` seconds' arrivals, in ``idle_limit``-token chunks, is below this
       share of the window (module doc, 2, "The load gate"; 0: no gate).
     * ``idle_window``: the window of arrivals the load gate reads, in seconds.
+    * ``ride_drain``: the saturation rule charges a riding decode a bigger step only for
+      the steps the drain lasts, ``min(r_i, S(c))`` of its ``r_i`` outputs left (module
+      doc, 2; false: every output left).
     """
 
     aging: float = 25.0
@@ -300,6 +318,7 @@ class OrderedConfig:
     idle_limit: int = 0
     idle_util: float = 0.0
     idle_window: float = 60.0
+    ride_drain: bool = False
 
     def __post_init__(self) -> None:
         require(self.idle_limit >= 0, f"idle_limit must be >= 0, got {self.idle_limit}")
@@ -716,6 +735,9 @@ class Ordered(Policy):
             q += queued
 
         held = 0
+        rides: list[int] | None = [] if self.config.ride_drain else None
+        if rides is not None:
+            early_exit = False  # (the argmin's stopping rule assumes every output is charged)
         for r in view.requests:
             if not r.is_running:
                 break
@@ -725,6 +747,8 @@ class Ordered(Policy):
                 take(r)
             elif r.num_output_tokens < r.max_output_tokens:
                 outputs_left += r.max_output_tokens - r.num_output_tokens
+                if rides is not None:
+                    rides.append(r.max_output_tokens - r.num_output_tokens)
         # The admissible backlog (module doc, 2): with ``kv_backlog``, the waiting prompts
         # count up to the first whose footprint does not fit in the KV room left.
         room = (self.kv_capacity - held - SLACK * n_running
@@ -746,7 +770,10 @@ class Ordered(Policy):
                     return ft
         if n == 0:
             return knee
-        return _argmin(self._frontier(cands, pairs, queued, ride), outputs_left, q, n)
+        frontier = self._frontier(cands, pairs, queued, ride)
+        if rides is not None:
+            return _argmin_drain(frontier, rides, q, n, queued)
+        return _argmin(frontier, outputs_left, q, n)
 
     def _frontier(self, cands: list[int], pairs: float, queued: int,
                   ride: float) -> list[tuple[int, int, float]]:
@@ -798,6 +825,24 @@ def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
     best_c, best_j = frontier[0][0], float("inf")
     for c, m, t in frontier:
         j = t * (outputs_left + q / m + (n - 1) / 2)
+        if j < best_j:
+            best_c, best_j = c, j
+    return best_c
+
+
+def _argmin_drain(frontier: list[tuple[int, int, float]], rides: list[int], q: float,
+                  n: int, queued: int) -> int:
+    """``_argmin`` with every riding decode charged only for the drain (``ride_drain``,
+    module doc, 2): the ``queued`` tokens take ``S = queued / m`` steps of ``t(c)``, and a
+    decode with ``r`` outputs left waits ``t(c)`` for ``min(r, S)`` of them::
+
+        J = t(c) (sum_i min(r_i, S) + q / m + (n - 1) / 2);
+
+    ties to the smaller chunk."""
+    best_c, best_j = frontier[0][0], float("inf")
+    for c, m, t in frontier:
+        s = queued / m
+        j = t * (sum(r if r < s else s for r in rides) + q / m + (n - 1) / 2)
         if j < best_j:
             best_c, best_j = c, j
     return best_c
