@@ -129,8 +129,9 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     "ordered-idle-gate": ("ordered:c_min=128,c_max=1024,idle_limit=200,idle_util=0.5,"
                           "idle_window=0.05"),
     # ordered's saturation rule charging riding decodes only for the drain (it reads their
-    # outputs left from the view, as the plugin's view gives them)
-    "ordered-ride-drain": "ordered:c_min=128,c_max=2048,ride_drain=true",
+    # outputs left from the view, as the plugin's view gives them; efficiency 0.5 puts
+    # COST's knee at 512, so the rule has room up to 2048)
+    "ordered-ride-drain": "ordered:c_min=128,c_max=2048,efficiency=0.5,ride_drain=true",
 }
 
 
