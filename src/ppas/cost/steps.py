@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ppas.cost.base import CostModel, StepShape, causal_pairs
 
 
@@ -129,16 +131,32 @@ class StepCosts:
         token + W * per pair``: ``step_time``'s ``A(n) + beta(n) (W - n (n + 1) / 2)``
         is ``[A(n) - beta(n) n (n + 1) / 2] + beta(n) W``, so per token is the least
         bracket per token (0 if one is negative) and per pair the least ``beta``. O(cap)
-        once per ``cap`` (memoised)."""
+        once per ``cap`` (memoised), as arrays (``_points``: ``_point``'s floats; the
+        least of a set of floats is one of them, whatever the order it is read in)."""
         got = self._floors.get(cap)
         if got is None:
             per_token, per_pair = float("inf"), float("inf")
-            for n in range(1, cap + 1):
-                a, beta = self._point(n)  # point(n), not memoised here
-                per_token = min(per_token, (a - beta * (n * (n + 1) / 2)) / n)
-                per_pair = min(per_pair, beta)
+            if cap >= 1:
+                n = np.arange(1, cap + 1, dtype=np.int64)
+                a, beta = self._points(n)
+                # (fmin skips a NaN, as the loop's min(least, x) does)
+                per_token = float(np.fmin.reduce((a - beta * (n * (n + 1) / 2)) / n))
+                per_pair = float(np.fmin.reduce(beta))
             got = self._floors[cap] = (max(0.0, per_token), max(0.0, per_pair))
         return got
+
+    def _points(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_point`` of each token count in ``n`` (>= 1), as arrays: the same grid
+        segment and the same operations in the same order, elementwise (the same floats;
+        ``tests/test_predictive.py`` holds them to ``_point``'s)."""
+        ns, fine = np.array(self._ns, dtype=np.int64), self._fine
+        top = len(ns) - 2
+        i = np.minimum(np.where(n <= fine, np.maximum(n - 1, 0),
+                                fine - 1 + (n - fine) // self._grid), top)
+        lo, hi = ns[i], ns[i + 1]
+        f = (n - lo) / (hi - lo)
+        a, b = np.array(self._a), np.array(self._beta)
+        return a[i] + f * (a[i + 1] - a[i]), b[i] + f * (b[i + 1] - b[i])
 
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``
