@@ -737,6 +737,16 @@ def test_the_prefill_floor_is_the_loops(chunks, cap, fitted) -> None:
         costs._point(n) for n in range(1, top + 1)]
 
 
+def test_step_costs_tabulate_the_cost_models_step_times() -> None:
+    # A(n) and beta(n) are read off the cost model's chunk pricer: its step times exactly.
+    for cm in (CM, FittedCostModel(0.01, 2e-5, 3e-11, 1e-4, 1e-8)):
+        costs = StepCosts(cm, candidate_chunks(512, 32768))
+        a = [cm.step_time(StepShape.one_chunk(n, 0)) for n in costs._ns]
+        assert costs._a == a
+        assert costs._beta == [max(0.0, (cm.step_time(StepShape.one_chunk(n, 8192)) - x)
+                                    / (n * 8192)) for n, x in zip(costs._ns, a, strict=True)]
+
+
 def test_the_candidates_prefill_floor_is_the_loops() -> None:
     for cap in (512, 4096, 32768):
         assert PROJ_COSTS.prefill_floor(cap) == reference_prefill_floor(PROJ_COSTS, cap)

@@ -41,6 +41,9 @@ import numpy as np
 
 from ppas.cost.base import CostModel, StepShape, causal_pairs
 
+#: ``StepCosts.point_rows``: four columns, one row per budget.
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 
 class StepCosts:
     """Precomputed, linearised step costs for a set of candidate chunk sizes."""
@@ -87,11 +90,13 @@ class StepCosts:
         self._grid = g = max(1, -(-(top - fine) // 1024))
         ns = [*range(1, fine + 1), *range(fine + g, top + g + 1, g)]
         self._ns = ns
-        self._a = [st(shape(n, 0)) for n in ns]
-        self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
+        chunk_st = cost_model.chunk_pricer()  # st(shape(n, p)) exactly (CostModel.chunk_pricer)
+        self._a = [chunk_st(n, 0, 0, 0) for n in ns]
+        self._beta = [max(0.0, (chunk_st(n, ref_ctx, 0, 0) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
         self.points: dict[int, tuple[float, float]] = {}  # point(n), memoised (read-only outside)
         self._floors: dict[int, tuple[float, float]] = {}  # prefill_floor(cap), memoised
+        self._rows: dict[tuple[int, ...], Columns] = {}  # point_rows(budgets), memoised
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -124,6 +129,19 @@ class StepCosts:
         if p is None:
             p = self.points[n] = self._point(n)
         return p
+
+    def point_rows(self, budgets: tuple[int, ...]) -> Columns:
+        """Columns of ``a``, ``A(a)``, ``beta(a)`` and ``beta(a) * a``, one row per budget
+        ``a`` (``point``'s floats), memoised per tuple of budgets (``predictive`` asks for
+        the same few at every projection; read-only: callers index copies out of them)."""
+        got = self._rows.get(budgets)
+        if got is None:
+            pts = [self.point(a) for a in budgets]
+            got = self._rows[budgets] = (
+                np.array(budgets, dtype=np.int64)[:, None],
+                np.array([p[0] for p in pts])[:, None], np.array([p[1] for p in pts])[:, None],
+                np.array([p[1] * a for p, a in zip(pts, budgets, strict=True)])[:, None])
+        return got
 
     def prefill_floor(self, cap: int) -> tuple[float, float]:
         """(per token, per causal pair), both >= 0, such that every prefill step of
