@@ -34,6 +34,7 @@ from ppas.policies.projection import (
     Prompt,
     Stream,
     Tail,
+    _finished_sums,
     arrival_rate,
     horizon_work,
     pending_work,
@@ -745,6 +746,25 @@ def test_step_costs_tabulate_the_cost_models_step_times() -> None:
         assert costs._a == a
         assert costs._beta == [max(0.0, (cm.step_time(StepShape.one_chunk(n, 8192)) - x)
                                     / (n * 8192)) for n, x in zip(costs._ns, a, strict=True)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.tuples(st.floats(0.0, 1e6), st.integers(0, 4)),
+                              min_size=5, max_size=5), min_size=1, max_size=4))
+def test_finished_sums_add_each_finish_in_order(rows) -> None:
+    # The arrays' running sums of completion times: the loop's ``total += t`` once per
+    # request finishing, in order, bit for bit (padded rows, one or several finishes).
+    t = np.array([[x for x, _ in r] for r in rows])
+    fin = np.array([[n for _, n in r] for r in rows], dtype=np.int64)
+    want = []
+    for r in rows:
+        total, sums = 0.0, []
+        for x, n in r:
+            for _ in range(n):
+                total += x
+            sums.append(total)
+        want.append(sums)
+    assert _finished_sums(t, fin).tolist() == want
 
 
 def test_the_candidates_prefill_floor_is_the_loops() -> None:
