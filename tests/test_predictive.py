@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from ppas.policies.projection import (
     Prompt,
     Stream,
     Tail,
+    _finished_sums,
     arrival_rate,
     horizon_work,
     pending_work,
@@ -710,6 +712,64 @@ def test_the_prefill_floor_prices_every_step_at_least(cap, data) -> None:
         pairs += take * (pos + (take + 1) / 2)
     price = PROJ_COSTS.step_time(n, pairs)
     assert price >= (n * per_token + pairs * per_pair) * (1 - 1e-12)
+
+
+def reference_prefill_floor(costs: StepCosts, cap: int) -> tuple[float, float]:
+    """``StepCosts.prefill_floor`` as a loop over ``_point`` (its rule before the arrays)."""
+    per_token, per_pair = float("inf"), float("inf")
+    for n in range(1, cap + 1):
+        a, beta = costs._point(n)
+        per_token = min(per_token, (a - beta * (n * (n + 1) / 2)) / n)
+        per_pair = min(per_pair, beta)
+    return max(0.0, per_token), max(0.0, per_pair)
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.integers(1, 40000), min_size=1, max_size=4),
+       cap=st.integers(0, 5000), fitted=st.booleans())
+def test_the_prefill_floor_is_the_loops(chunks, cap, fitted) -> None:
+    # The arrays' floor (and every point under it) is the loop's, bit for bit.
+    cm = FittedCostModel(0.01, 2e-5, 3e-11, 1e-4, 1e-8) if fitted else CM
+    costs = StepCosts(cm, chunks)
+    assert costs.prefill_floor(cap) == reference_prefill_floor(costs, cap)
+    top = costs.chunks[-1] + 2000
+    a, beta = costs._points(np.arange(1, top + 1))
+    assert [*zip(a.tolist(), beta.tolist(), strict=True)] == [
+        costs._point(n) for n in range(1, top + 1)]
+
+
+def test_step_costs_tabulate_the_cost_models_step_times() -> None:
+    # A(n) and beta(n) are read off the cost model's chunk pricer: its step times exactly.
+    for cm in (CM, FittedCostModel(0.01, 2e-5, 3e-11, 1e-4, 1e-8)):
+        costs = StepCosts(cm, candidate_chunks(512, 32768))
+        a = [cm.step_time(StepShape.one_chunk(n, 0)) for n in costs._ns]
+        assert costs._a == a
+        assert costs._beta == [max(0.0, (cm.step_time(StepShape.one_chunk(n, 8192)) - x)
+                                    / (n * 8192)) for n, x in zip(costs._ns, a, strict=True)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.tuples(st.floats(0.0, 1e6), st.integers(0, 4)),
+                              min_size=5, max_size=5), min_size=1, max_size=4))
+def test_finished_sums_add_each_finish_in_order(rows) -> None:
+    # The arrays' running sums of completion times: the loop's ``total += t`` once per
+    # request finishing, in order, bit for bit (padded rows, one or several finishes).
+    t = np.array([[x for x, _ in r] for r in rows])
+    fin = np.array([[n for _, n in r] for r in rows], dtype=np.int64)
+    want = []
+    for r in rows:
+        total, sums = 0.0, []
+        for x, n in r:
+            for _ in range(n):
+                total += x
+            sums.append(total)
+        want.append(sums)
+    assert _finished_sums(t, fin).tolist() == want
+
+
+def test_the_candidates_prefill_floor_is_the_loops() -> None:
+    for cap in (512, 4096, 32768):
+        assert PROJ_COSTS.prefill_floor(cap) == reference_prefill_floor(PROJ_COSTS, cap)
 
 
 @settings(max_examples=400, deadline=None)

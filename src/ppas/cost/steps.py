@@ -37,7 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ppas.cost.base import CostModel, StepShape, causal_pairs
+
+#: ``StepCosts.point_rows``: four columns, one row per budget.
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class StepCosts:
@@ -85,11 +90,13 @@ class StepCosts:
         self._grid = g = max(1, -(-(top - fine) // 1024))
         ns = [*range(1, fine + 1), *range(fine + g, top + g + 1, g)]
         self._ns = ns
-        self._a = [st(shape(n, 0)) for n in ns]
-        self._beta = [max(0.0, (st(shape(n, ref_ctx)) - a) / (n * ref_ctx))
+        chunk_st = cost_model.chunk_pricer()  # st(shape(n, p)) exactly (CostModel.chunk_pricer)
+        self._a = [chunk_st(n, 0, 0, 0) for n in ns]
+        self._beta = [max(0.0, (chunk_st(n, ref_ctx, 0, 0) - a) / (n * ref_ctx))
                       for n, a in zip(ns, self._a, strict=True)]
         self.points: dict[int, tuple[float, float]] = {}  # point(n), memoised (read-only outside)
         self._floors: dict[int, tuple[float, float]] = {}  # prefill_floor(cap), memoised
+        self._rows: dict[tuple[int, ...], Columns] = {}  # point_rows(budgets), memoised
 
     def prefill_time(self, c: int, start: int, end: int) -> float:
         """Time to prefill prompt tokens ``[start, end)`` alone in chunks of ``c`` (exact
@@ -123,22 +130,51 @@ class StepCosts:
             p = self.points[n] = self._point(n)
         return p
 
+    def point_rows(self, budgets: tuple[int, ...]) -> Columns:
+        """Columns of ``a``, ``A(a)``, ``beta(a)`` and ``beta(a) * a``, one row per budget
+        ``a`` (``point``'s floats), memoised per tuple of budgets (``predictive`` asks for
+        the same few at every projection; read-only: callers index copies out of them)."""
+        got = self._rows.get(budgets)
+        if got is None:
+            pts = [self.point(a) for a in budgets]
+            got = self._rows[budgets] = (
+                np.array(budgets, dtype=np.int64)[:, None],
+                np.array([p[0] for p in pts])[:, None], np.array([p[1] for p in pts])[:, None],
+                np.array([p[1] * a for p, a in zip(pts, budgets, strict=True)])[:, None])
+        return got
+
     def prefill_floor(self, cap: int) -> tuple[float, float]:
         """(per token, per causal pair), both >= 0, such that every prefill step of
         ``n`` in 1..``cap`` tokens and ``W`` causal pairs is priced at least ``n * per
         token + W * per pair``: ``step_time``'s ``A(n) + beta(n) (W - n (n + 1) / 2)``
         is ``[A(n) - beta(n) n (n + 1) / 2] + beta(n) W``, so per token is the least
         bracket per token (0 if one is negative) and per pair the least ``beta``. O(cap)
-        once per ``cap`` (memoised)."""
+        once per ``cap`` (memoised), as arrays (``_points``: ``_point``'s floats; the
+        least of a set of floats is one of them, whatever the order it is read in)."""
         got = self._floors.get(cap)
         if got is None:
             per_token, per_pair = float("inf"), float("inf")
-            for n in range(1, cap + 1):
-                a, beta = self._point(n)  # point(n), not memoised here
-                per_token = min(per_token, (a - beta * (n * (n + 1) / 2)) / n)
-                per_pair = min(per_pair, beta)
+            if cap >= 1:
+                n = np.arange(1, cap + 1, dtype=np.int64)
+                a, beta = self._points(n)
+                # (fmin skips a NaN, as the loop's min(least, x) does)
+                per_token = float(np.fmin.reduce((a - beta * (n * (n + 1) / 2)) / n))
+                per_pair = float(np.fmin.reduce(beta))
             got = self._floors[cap] = (max(0.0, per_token), max(0.0, per_pair))
         return got
+
+    def _points(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_point`` of each token count in ``n`` (>= 1), as arrays: the same grid
+        segment and the same operations in the same order, elementwise (the same floats;
+        ``tests/test_predictive.py`` holds them to ``_point``'s)."""
+        ns, fine = np.array(self._ns, dtype=np.int64), self._fine
+        top = len(ns) - 2
+        i = np.minimum(np.where(n <= fine, np.maximum(n - 1, 0),
+                                fine - 1 + (n - fine) // self._grid), top)
+        lo, hi = ns[i], ns[i + 1]
+        f = (n - lo) / (hi - lo)
+        a, b = np.array(self._a), np.array(self._beta)
+        return a[i] + f * (a[i + 1] - a[i]), b[i] + f * (b[i + 1] - b[i])
 
     def step_time(self, n: int, pairs: float) -> float:
         """A prefill-only step of ``n`` tokens (``n`` >= 1) whose chunks make ``pairs``

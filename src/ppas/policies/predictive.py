@@ -112,6 +112,7 @@ from ppas.policies.projection import (
     horizon_work,
     pending_work,
     project,
+    queue_rows,
     stream_runs,
 )
 from ppas.policies.registry import register
@@ -313,14 +314,14 @@ class Predictive(Policy):
         ctx = sum([c for _, c in decs])
         # Every candidate's budgets are <= c_max: one floor for all of them (on a short
         # queue the walks are short, and the floor's arrays would cost more than they cut).
-        floor = (Floor(costs, queue, c_max)
-                 if PREFILL_BOUND and len(queue) >= STREAM_MIN_PROMPTS else None)
+        rows = queue_rows(queue) if len(queue) >= STREAM_MIN_PROMPTS else None
+        floor = Floor(costs, queue, c_max, rows) if PREFILL_BOUND and rows is not None else None
         # Under a long queue the constant budgets are projected together as arrays
         # (``stream_runs``: the loop's floats), then finished in order against the bound.
         runs: dict[int, StreamRun] = {}
-        if decs and len(queue) >= STREAM_MIN_PROMPTS:
+        if decs and rows is not None:
             runs = stream_runs(costs, tuple(a for a in cands if a > 0), c_max, queue, decs,
-                               rate, ctx, Stream(queue, decs), tail, WAIT_BOUND, floor)
+                               rate, ctx, Stream(queue, decs, rows), tail, WAIT_BOUND, floor)
         # Of the limits the running decodes fill (each admits nothing now: limit_budget
         # 0), only the largest, ``full``: it waits for the fewest decodes to end before
         # it admits a prompt. Once decodes end the engine asks again, and the limits
@@ -387,7 +388,7 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     The view lists running requests first, then waiting ones, so this reads the running
     ones and the waiting ones up to the first that does not fit or that fills the budget:
     O(running + admitted), not O(queue)."""
-    room = capacity
+    used = 0  # the running requests' prompts and outputs, their slack added after
     allowance = 0
     n_run = 0
     for r in view.requests:
@@ -395,12 +396,13 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
             break
         n_run += 1
         prompt = r.prompt_tokens
-        room -= prompt + r.max_output_tokens + slack
+        used += prompt + r.max_output_tokens
         computed = r.num_computed_tokens
         if computed < prompt:  # is_pending_prefill(r) of a running request, inlined
             allowance += prompt - computed
     if n_run == 0:
         return budget  # an idle engine always admits its head (liveness)
+    room = capacity - used - n_run * slack  # (integers: the same as request by request)
     if allowance >= budget:
         return budget
     for r in islice(view.requests, n_run, None):

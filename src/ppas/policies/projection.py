@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from heapq import heappop, heappush
+from itertools import chain
 
 import numpy as np
 
@@ -177,9 +178,10 @@ class Floor:
 
     __slots__ = ("rest", "last")
 
-    def __init__(self, costs: StepCosts, queue: list[Prompt], cap: int) -> None:
+    def __init__(self, costs: StepCosts, queue: list[Prompt], cap: int,
+                 rows: np.ndarray | None = None) -> None:
         per_token, per_pair = costs.prefill_floor(cap)
-        q = np.array(queue, dtype=np.float64).reshape(len(queue), 3)
+        q = (queue_rows(queue) if rows is None else rows).astype(np.float64)  # exact
         start, rem = q[:, 0], q[:, 1] - q[:, 0]
         own = per_token * rem + per_pair * (rem * start + rem * (rem + 1) / 2)
         cum = np.cumsum(own)  # from the queue's start up to each prompt's end
@@ -188,6 +190,12 @@ class Floor:
         rest = suffix - np.arange(len(queue), 0, -1) * before
         self.rest = [*rest.tolist(), 0.0]
         self.last = [*((cum[-1] - before).tolist() if len(queue) else ()), 0.0]
+
+
+def queue_rows(queue: list[Prompt]) -> np.ndarray:
+    """The queue as an integer array, one row per prompt (``Floor`` and ``Stream`` of one
+    decision may share it: ``rows``)."""
+    return np.fromiter(chain.from_iterable(queue), np.int64, 3 * len(queue)).reshape(-1, 3)
 
 
 def horizon_work(view: SchedulerView, horizon: int
@@ -440,26 +448,38 @@ class Stream:
     The loop sums a step's pairs prompt by prompt in floats; each term and partial sum is
     an integer below 2**53 (``exact``), so both are exact and equal."""
 
-    def __init__(self, queue: list[Prompt], ini: list[Decode]) -> None:
-        q = np.array(queue, dtype=np.int64)
+    def __init__(self, queue: list[Prompt], ini: list[Decode],
+                 rows: np.ndarray | None = None) -> None:
+        q = queue_rows(queue) if rows is None else rows
         self.start, self.end, self.outs = q[:, 0], q[:, 1], q[:, 2]
         rem = self.end - self.start
         self.cum = np.cumsum(rem)
         self.before = self.cum - rem
+        self.offset = self.start - self.before  # a prompt's position less the stream's
         self.tokens = int(self.cum[-1])
         pairs = rem * self.start + rem * (rem + 1) // 2
         self.pairs_to = np.cumsum(pairs) - pairs
         self.max_end = int(self.end.max())
-        self.spawns = self.outs > 1
+        self.spawns = spawns = self.outs > 1
         self.n_ini = len(ini)
         d = np.array(ini, dtype=np.int64).reshape(len(ini), 2)
         self.ini_end = d[:, 0]
-        self.ends_ctx = np.concatenate((d[:, 1], self.end[self.spawns]))
         self.last_step = self.tokens + int(self.outs.max()) + int(self.ini_end.max(initial=0))
+        self._pairs_exact = bool(self.pairs_to[-1] < EXACT_INT)
+        # Per event (``stream_runs``' columns before sorting: the completions, the running
+        # decodes' ends, the spawned decodes' ends), what it changes: the requests
+        # finishing, the decodes running and their context (integers, exact in floats).
+        nq, nq_ini = len(queue), len(queue) + self.n_ini
+        self.event_terms = terms = np.zeros((4, nq_ini + int(np.count_nonzero(spawns))))
+        terms[0, :nq] = 1  # prompts completing
+        terms[1, :nq], terms[1, nq:] = ~spawns, 1  # requests finishing
+        terms[2, :nq], terms[2, nq:] = spawns, -1  # decodes starting less ending
+        terms[3, :nq] = self.end * spawns  # their context
+        terms[3, nq:nq_ini], terms[3, nq_ini:] = -d[:, 1], -self.end[spawns]
 
     def exact(self, a: int) -> bool:
         """Whether every step's causal pairs at budget ``a`` stay exact integers."""
-        return (a * (self.max_end + a) < EXACT_INT and self.pairs_to[-1] < EXACT_INT
+        return (a * (self.max_end + a) < EXACT_INT and self._pairs_exact
                 and self.last_step < ROW)
 
     def pairs(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -542,54 +562,52 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
         return out
     ride, alone, kv, base = costs.dec_ride, costs.dec_alone, costs.dec_kv, costs.dec_base
     nr, nq = len(rows), len(queue)
-    pts = [costs.point(a) for a in rows]
-    A = np.array(rows, dtype=np.int64)[:, None]  # one row per budget
-    PA = np.array([p[0] for p in pts])[:, None]
-    PB = np.array([p[1] for p in pts])[:, None]
-    PBA = np.array([p[1] * a for p, a in zip(pts, rows, strict=True)])[:, None]  # pb * budget
-    start, end, cum, before, tokens = s.start, s.end, s.cum, s.before, s.tokens
+    A, PA, PB, PBA = costs.point_rows(rows)  # one row per budget: a, A(a), beta(a), beta(a) a
+    start, cum, tokens = s.start, s.cum, s.tokens
     comp = -(-cum[None, :] // A)  # the step in which each prompt completes
-    spawns = s.spawns
     raw = np.concatenate((comp, np.broadcast_to(s.ini_end, (nr, s.n_ini)),
-                          (comp + s.outs - 1)[:, spawns]), axis=1)  # every event's step
+                          (comp + s.outs - 1)[:, s.spawns]), axis=1)  # every event's step
     ev = np.sort(raw, axis=1)  # each iteration's last step
     w = ev.shape[1]
     key = np.arange(nr, dtype=np.int64)[:, None] * ROW  # row r's steps as r * ROW + step
-    flat = (ev + key).ravel()
-    ic = np.searchsorted(flat, (comp + key).ravel())  # at the step's first copy
-    ie = np.searchsorted(flat, (raw[:, nq:] + key).ravel())
+    at = np.searchsorted((ev + key).ravel(), (raw + key).ravel())  # at the step's first copy
     n = nr * w
-    n_comp = np.bincount(ic, minlength=n).reshape(nr, w)
-    n_end = np.bincount(ie, minlength=n).reshape(nr, w)
-    n_spawn = np.bincount(ic, weights=np.tile(spawns, nr), minlength=n).reshape(nr, w)
-    d_ctx = (np.bincount(ic, weights=np.tile(end * spawns, nr), minlength=n)
-             - np.bincount(ie, weights=np.tile(s.ends_ctx, nr), minlength=n)).reshape(nr, w)
-    n_spawn, d_ctx = n_spawn.astype(np.int64), d_ctx.astype(np.int64)  # integers, exact
-    n_after = s.n_ini + np.cumsum(n_spawn - n_end, axis=1)  # decodes after each event
-    ctx_after = ctx_sum + np.cumsum(d_ctx, axis=1)
-    head_after = np.cumsum(n_comp, axis=1)
-    prev = _shift(ev, 0)  # each iteration's first step - 1
-    n_dec, ctx, head = _shift(n_after, s.n_ini), _shift(ctx_after, ctx_sum), _shift(head_after, 0)
-    prefill = prev < comp[:, -1:]
+    # Each column's events summed, the four terms at once (term i's columns as i * n + at)
+    n_comp, fin, d_dec, d_ctx = np.bincount(
+        (at + np.arange(0, 4 * n, n)[:, None]).ravel(), np.tile(s.event_terms, nr).ravel(),
+        4 * n).astype(np.int64).reshape(4, nr, w)
+    # The state before each event (column 0: now) and after it (column w: the end), as
+    # integer running sums: the decodes, their context, the prompts completed.
+    n_dec = _running(d_dec, s.n_ini)
+    ctx = _running(d_ctx, ctx_sum)
+    head = _running(n_comp, 0)
+    prev = _running(ev, 0, False)  # each iteration's first step - 1
+    n_after, head_after = n_dec[:, 1:], head[:, 1:]
+    n_dec, ctx, head, prev = n_dec[:, :-1], ctx[:, :-1], head[:, :-1], prev[:, :-1]
+    comp_last = comp[:, -1:]
+    prefill = prev < comp_last
     stalled = prefill & (n_dec == 0)  # no decode left, prompts left
     stall = np.where(stalled.any(axis=1), stalled.argmax(axis=1), w)
-    valid = np.arange(w)[None, :] < stall[:, None]
     k = ev - prev
-    hp = np.minimum(head, nq - 1)
-    pos = start[hp] + A * prev - before[hp]  # the head's position at the iteration's start
-    ride_k = k * (n_dec * ride + kv * ctx)
-    fills = [tail.fill(costs, a) for a in rows]  # the tail's prefill steps after the queue's
-    FILL = np.array([f for _, f in fills])[:, None]
-    fill_end = comp[:, -1:] + np.array([n for n, _ in fills], dtype=np.int64)[:, None]
-    f = np.clip(fill_end - prev, 0, k)
-    bare = k * (base + n_dec * alone + kv * ctx)  # decode-only (the queue is done)
-    filled = (f > 0) & ~prefill  # ... but for the tail's prefill
-    dur = np.where(filled, f * (FILL + n_dec * ride + kv * ctx)
-                   + (k - f) * (base + n_dec * alone + kv * ctx), bare)
-    lag = np.cumsum(np.where(filled, dur - bare, 0.0), axis=1)
+    pos = s.offset[np.minimum(head, nq - 1)] + A * prev  # the head's position at its start
+    kvc = kv * ctx
+    ride_k = k * (n_dec * ride + kvc)
+    alone_1 = base + n_dec * alone + kvc  # one decode-only step
+    dur = k * alone_1  # decode-only (the queue is done)
+    lag_ri = np.zeros(nr)  # each row's lag at its last iteration computed here
+    if tail.fill_tokens > 0:  # ... but for the tail's prefill (none without a tail)
+        fills = [tail.fill(costs, a) for a in rows]  # its steps after the queue's
+        FILL = np.array([f for _, f in fills])[:, None]
+        fill_end = comp_last + np.array([n for n, _ in fills], dtype=np.int64)[:, None]
+        f = np.clip(fill_end - prev, 0, k)
+        filled = (f > 0) & ~prefill
+        bare = dur
+        dur = np.where(filled, f * (FILL + n_dec * ride + kvc) + (k - f) * alone_1, bare)
+        lag = np.cumsum(np.where(filled, dur - bare, 0.0), axis=1)
+        lag_ri = lag[np.arange(nr), np.minimum(stall, w) - 1]
     run = k * PA + PBA * (k * pos + A * k * (k - 1) / 2) + ride_k  # k whole chunks
     dur = np.where(prefill & (n_comp == 0), run, dur)  # (a decode ends first)
-    done = np.flatnonzero(n_comp > 0)  # the head completes in the iteration's last step
+    done = np.flatnonzero(n_comp)  # the head completes in the iteration's last step
     rd = done // w
     kd, pd, ed = k.ravel()[done], pos.ravel()[done], ev.ravel()[done]
     ad, pa_s, pb_s, pba_s = A[rd, 0], PA[rd, 0], PB[rd, 0], PBA[rd, 0]
@@ -600,19 +618,21 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
     pairs = s.pairs(lo, hi).astype(np.float64)  # the loop's float sum, exactly
     n_tok = hi - lo
     # Only each row's last completion (the queue's last step) may take fewer than a.
-    for r, i in enumerate(np.searchsorted(done, ic[nq - 1::nq]).tolist()):
+    last = at[nq - 1::w]  # each row's last completion, at its first copy
+    for r, i in enumerate(np.searchsorted(done, last).tolist()):
         if n_tok[i] != rows[r]:
             pa_s[i], pb_s[i] = costs.point(int(n_tok[i]))
     flat_dur = dur.reshape(-1)  # a view: dur is a fresh array
     flat_dur[done] = (pre + (pa_s + pb_s * (pairs - n_tok * (0 + (n_tok + 1) / 2)))
                       + ride_k.ravel()[done])
     t = np.cumsum(dur, axis=1)
-    fin = np.where(valid, n_end + n_comp - n_spawn, 0)  # requests finishing at each end
+    valid = np.arange(w)[None, :] < stall[:, None]
+    fin = np.where(valid, fin, 0)  # requests finishing at each end
     total = _finished_sums(t, fin)
-    # Each row's last completion is its queue's last step (the iteration at ic's copy);
-    # where the decodes run out first it comes in the walk (t_pf 0.0 here, never read:
-    # every column before the stall has prompts left).
-    last = ic[nq - 1::nq] - np.arange(nr) * w
+    # Each row's last completion is its queue's last step (the iteration at its first
+    # copy); where the decodes run out first it comes in the walk (t_pf 0.0 here, never
+    # read: every column before the stall has prompts left).
+    last = last - np.arange(nr) * w
     t_pf = np.where(last < stall, t[np.arange(nr), np.minimum(last, w - 1)], 0.0)
     scale, coef = tail.scale, tail.coef
     left = head_after < nq
@@ -623,26 +643,28 @@ def stream_runs(costs: StepCosts, budgets: tuple[int, ...], b: int, queue: list[
         i = int(stall[r]) - 1  # the last iteration computed here
         if stall[r] < w:  # the loop goes on, at budget b, with no decode running
             h = int(head_after[r, i])
-            pos_h = int(start[h] + a_r * ev[r, i] - before[h])
+            pos_h = int(start[h] + a_r * ev[r, i] - s.before[h])
             out[a_r] = StreamRun(0.0, float(bmax[r]), partial(
                 _walk, costs, a_r, b, queue, [], 0, arrival_rate=arrival_rate,
                 limit=NO_LIMIT, step=int(ev[r, i]), t=float(t[r, i]),
                 total=float(total[r, i]), head=h, pos=pos_h, tail=tail,
                 wait_bound=wait_bound, floor=floor))
         else:
-            tp, te = float(t_pf[r]), float(t[r, i]) - float(lag[r, i])
+            tp, te = float(t_pf[r]), float(t[r, i]) - float(lag_ri[r])
             out[a_r] = StreamRun(float(total[r, i]) * scale + coef * tp
                                  + arrivals_wait(arrival_rate, te + tail.busy * tp),
                                  float(bmax[r]))
     return out
 
 
-def _shift(x: np.ndarray, first: int) -> np.ndarray:
-    """Each row's values one place later, ``first`` in front: the state before each event."""
-    y = np.empty_like(x)
-    y[:, 1:] = x[:, :-1]
+def _running(d: np.ndarray, first: int, add: bool = True) -> np.ndarray:
+    """Each row's running sums of ``d`` with ``first`` in front (``add``; else ``d`` itself
+    one place later): column i is the state before event i, column w after the last."""
+    nr, w = d.shape
+    y = np.empty((nr, w + 1), dtype=d.dtype)
     y[:, 0] = first
-    return y
+    y[:, 1:] = d
+    return np.cumsum(y, axis=1, out=y) if add else y
 
 
 def _finished_sums(t: np.ndarray, fin: np.ndarray) -> np.ndarray:
@@ -652,11 +674,14 @@ def _finished_sums(t: np.ndarray, fin: np.ndarray) -> np.ndarray:
     nr, w = t.shape
     if int(fin.max(initial=0)) <= 1:
         return np.cumsum(np.where(fin > 0, t, 0.0), axis=1)
-    reps = np.repeat(t.ravel(), fin.ravel())  # rows in order, each row's times in order
-    reps_row = np.repeat(np.repeat(np.arange(nr), w), fin.ravel())
-    rs = np.searchsorted(reps_row, np.arange(nr))
-    col = np.arange(len(reps)) - rs[reps_row]
-    m = np.zeros((nr, int(fin.sum(axis=1).max()) + 1))
-    m[reps_row, col + 1] = reps
-    sums = np.cumsum(m, axis=1)  # sums[r, n]: of row r's first n finishes
-    return sums[np.arange(nr)[:, None], np.cumsum(fin, axis=1)]
+    # Each row's times repeated once per finish, in order, after a 0.0 and padded with
+    # 0.0s to the longest row's count: one (nr, most + 1) block, summed along its rows.
+    upto = np.cumsum(fin, axis=1)  # finishes up to each iteration
+    n_fin = upto[:, -1]
+    most = int(n_fin.max())
+    reps = np.empty((nr, w + 2), dtype=np.int64)
+    reps[:, 0], reps[:, 1:-1], reps[:, -1] = 1, fin, most - n_fin
+    times = np.zeros((nr, w + 2))
+    times[:, 1:-1] = t
+    sums = np.cumsum(np.repeat(times.ravel(), reps.ravel()).reshape(nr, most + 1), axis=1)
+    return np.take_along_axis(sums, upto, axis=1)  # sums[r, n]: of row r's first n finishes
