@@ -480,6 +480,17 @@ def test_idle_floor_keeps_long_context_decodes_steps_short() -> None:
     assert old.decide(backlog).prefill_budget == old.config.c_max
 
 
+def a100_frontier(n_dec: int, queued: int, rho: float) -> list[tuple[int, int, float]]:
+    """The saturation rule's frontier on an A100 (``c_sat`` 16384) beside ``n_dec`` decodes
+    at 3000 tokens of context, ``queued`` tokens pending at ``rho`` causal pairs per token."""
+    p = on_a100("ordered:c_sat=16384")
+    costs = p.costs
+    assert costs is not None
+    cands = list(p.sat_chunks)
+    ride = n_dec * (costs.dec_ride + costs.dec_kv * 3000)
+    return p._frontier(cands, rho * min(cands[-1], queued), queued, ride)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 50_000), st.integers(1, 2000), st.floats(0, 1e10), st.floats(0, 1e10),
        st.integers(0, 64), st.sampled_from([4096, 8192, 16384, 40000]), st.floats(0, 4000))
@@ -487,12 +498,7 @@ def test_saturation_choice_is_monotone_in_the_backlog(
         outputs_left: int, n: int, q1: float, q2: float, n_dec: int, queued: int,
         rho: float) -> None:
     from ppas.policies.ordered import _argmin
-    p = on_a100("ordered:c_sat=16384")
-    costs = p.costs
-    assert costs is not None
-    cands = list(p.sat_chunks)
-    ride = n_dec * (costs.dec_ride + costs.dec_kv * 3000)
-    frontier = p._frontier(cands, rho * min(cands[-1], queued), queued, ride)
+    frontier = a100_frontier(n_dec, queued, rho)
     lo, hi = sorted((q1, q2))
     # More queued work (Q) never picks a smaller chunk; more decode work left (L) never
     # picks a bigger one.
@@ -532,12 +538,7 @@ def test_ride_drain_never_picks_a_smaller_chunk(rides: list[int], n: int, q: flo
     # charges every output; when the drain outlasts every decode (S >= r for the biggest
     # chunk, hence for all) the two are the same.
     from ppas.policies.ordered import _argmin, _argmin_drain
-    p = on_a100("ordered:c_sat=16384")
-    costs = p.costs
-    assert costs is not None
-    cands = list(p.sat_chunks)
-    ride = n_dec * (costs.dec_ride + costs.dec_kv * 3000)
-    frontier = p._frontier(cands, rho * min(cands[-1], queued), queued, ride)
+    frontier = a100_frontier(n_dec, queued, rho)
     every = _argmin(frontier, sum(rides), q, n)
     drain = _argmin_drain(frontier, rides, q, n, queued)
     assert drain >= every
