@@ -293,8 +293,9 @@ def test_walks_carried_over_decide_as_the_whole_rule(
         arrive(float(at), a, o)
     for step, (move, k, a, o) in enumerate([*moves, ("decode", 0, 1, 1)]):
         reqs = run + wait
-        view = SchedulerView(10.0 + step, reqs, len(wait), len(run), 8192, 64, (), log,
-                             sum(r.prompt_tokens for r in wait))
+        n_dec = sum(1 for r in run if r.num_computed_tokens >= r.prompt_tokens)  # (N_d)
+        view = SchedulerView(10.0 + step, reqs, len(wait) + len(run) - n_dec, n_dec, 8192,
+                             64, (), log, sum(r.prompt_tokens for r in wait))
         d = p.decide(view)
         assert d == q.decide(view)
         if move == "admit" and d.prefill_order:  # the first k + 1 of the order

@@ -56,11 +56,12 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import add, attrgetter, floordiv, neg, sub
+from operator import add, attrgetter, floordiv, neg
 from typing import Any, ClassVar
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
+from ppas.core.slots import builder
 from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
@@ -68,6 +69,10 @@ from ppas.policies.registry import register
 from ppas.policies.waiting import WaitingIndex
 
 METRICS = ("f", "none")
+
+#: ``Decision(prefill_budget, prefill_order, decodes_first, chunk_limit, order_kept)``,
+#: positionally (``ppas.core.slots``: the same object).
+_make_decision = builder(Decision)
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,6 @@ def footprint(r: RequestView) -> int:
 _prompt_tokens = attrgetter("prompt_tokens")
 _max_output_tokens = attrgetter("max_output_tokens")
 _num_output_tokens = attrgetter("num_output_tokens")
-_num_computed_tokens = attrgetter("num_computed_tokens")
-_positive = (0).__lt__
 
 
 def f_metric(sum_outputs: int, size: int) -> float:
@@ -114,9 +117,10 @@ class SortedF(Policy):
     short_queue: ClassVar[int] = 64
     sort_ratio: ClassVar[int] = 4
     #: A walk reads the index's sorted order until it has skipped this many requests that
-    #: do not fit, then asks its tree (``decide``): a skip costs about a fiftieth of a
-    #: tree's take. The same decision either way.
-    scan_limit: ClassVar[int] = 512
+    #: do not fit, then asks its tree (``decide``): a skip costs about a fortieth of the
+    #: tree's answer, and a walk that skips many (a full KV cache) mostly skips the rest of
+    #: the queue. The same decision either way.
+    scan_limit: ClassVar[int] = 64
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
@@ -173,6 +177,7 @@ class SortedF(Policy):
             outputs_sum = sum(outputs)
             self._running = (list(run), cap, prompts, room, outputs_sum)
         size = n_running
+        chunks = n_running - view.num_running_decodes  # (running with prompt tokens left)
         total = outputs_sum - sum(map(_num_output_tokens, run))
         # The budget is min(cfg.budget, the running requests' prompt tokens left + the
         # listed requests' uncached ones): ``need`` adds up the latter only until it
@@ -203,7 +208,8 @@ class SortedF(Policy):
                     need += uncached_prompt_tokens(r)
             if len(order) < len(cached) or complete:
                 self._listed = len(order)
-                return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
+                return _make_decision(_budget(cap_budget, need, prompts, run, chunks),
+                                      tuple(order), False, 0, 0)
             order.clear()  # past the last walk's end: walk again
             size, total, need = n_running, total0, 0
         room0 = room
@@ -229,7 +235,7 @@ class SortedF(Policy):
                 r = idx.live[key[2]][1]
                 if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
                     return Decision(_budget(cap_budget, uncached_prompt_tokens(r), prompts,
-                                            run), (r.request_id,))
+                                            run, chunks), (r.request_id,))
                 taken.append(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
@@ -279,7 +285,8 @@ class SortedF(Policy):
         self._walk = (idx, idx.version, room0, seq, complete, keys) if n_running else None
         idx.changes = []
         self._listed = len(order)
-        return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
+        return _make_decision(_budget(cap_budget, need, prompts, run, chunks), tuple(order),
+                              False, 0, 0)
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every waiting request read and sorted."""
@@ -323,13 +330,24 @@ class SortedF(Policy):
         return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
 
 
-def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView]) -> int:
+def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView],
+            chunks: int) -> int:
     """min(cap, need + the prompt tokens left of the running requests ``run``, whose
-    prompts are ``prompts``); those are summed only if ``need`` is under ``cap``."""
+    prompts are ``prompts`` and ``chunks`` of which have prompt tokens left (the view's
+    ``len(run) - num_running_decodes``); those are summed only if ``need`` is under
+    ``cap``, read from the last running request back until ``chunks`` are found (an
+    engine appends the requests it admits: the prompts left are at the end)."""
     if need >= cap:
         return cap
-    return min(cap, need + sum(filter(_positive, map(sub, prompts,
-                                                     map(_num_computed_tokens, run)))))
+    left = 0
+    i = len(run)
+    while chunks and i:
+        i -= 1
+        x = prompts[i] - run[i].num_computed_tokens
+        if x > 0:
+            left += x
+            chunks -= 1
+    return min(cap, need + left)
 
 
 #: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
