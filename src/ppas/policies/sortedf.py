@@ -42,11 +42,10 @@ order while it skips few that do not fit (``scan_limit``), and asks the tree pas
 the tree's nodes that reach past the room left are not updated by its takes (no later
 ask of the walk reads them). O(running + listed x log of the largest footprint) per step
 and O(log n) per queue change (and a bucket's insertion: at most ``2 * load`` keys
-moved), whatever waits. The key
-and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
-too; the budget reads it for the listed requests only. Requests with equal
-``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
-that would list one of them is decided by ``decide_whole``.
+moved), whatever waits. The key and the footprint do not read ``num_cached_tokens``, so
+this holds under a prefix cache too; the budget reads it for the listed requests only.
+Requests with equal ``(o_i, arrival)`` go in the view's (queue) order, which the index
+does not know: a step that would list one of them is decided by ``decide_whole``.
 """
 
 from __future__ import annotations
