@@ -117,11 +117,12 @@ class WholeLprsApc(LprsApc):
 WHOLE: dict[str, type[Policy]] = {"sorted-f": WholeSortedF, "lprs-apc": WholeLprsApc}
 
 
-def fresh(spec: str, whole: bool, short: int = 0) -> Policy:
+def fresh(spec: str, whole: bool, short: int = 0, scan: int = SortedF.scan_limit) -> Policy:
     p = make_policy(spec)
     if isinstance(p, SortedF):  # 0: the index's walk on every queue
         p.short_queue = short  # type: ignore[misc]
         p.sort_ratio = 0 if short == 0 else SortedF.sort_ratio  # type: ignore[misc]
+        p.scan_limit = scan  # type: ignore[misc]  # (0: the tree from the first skip)
     if whole:
         cls = WHOLE[p.name]
         q = cls.__new__(cls)
@@ -152,10 +153,12 @@ SPECS = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=st.lists(burst, min_size=2, max_size=40), extra=st.integers(0, 300),
        seqs=st.integers(1, 8), caching=st.booleans(), priority=st.booleans(),
-       spare=st.sampled_from([0, 4096]), short=st.sampled_from([0, 0, 2]), spec=SPECS)
+       spare=st.sampled_from([0, 4096]), short=st.sampled_from([0, 0, 2]),
+       scan=st.sampled_from([0, 1, 512]), spec=SPECS)
 def test_same_run_as_the_whole_queue_rule(
         reqs: list[tuple[float, int, int, int | None]], extra: int, seqs: int,
-        caching: bool, priority: bool, spare: int, short: int, spec: str) -> None:
+        caching: bool, priority: bool, spare: int, short: int, scan: int,
+        spec: str) -> None:
     specs = [RequestSpec(a, p, o, None, None,
                          prefix=() if g is None else ((f"g{g}", min(p, 512)),),
                          priority=i % 3)
@@ -166,7 +169,8 @@ def test_same_run_as_the_whole_queue_rule(
     old = WaitingLog.SPARE
     WaitingLog.SPARE = spare  # 0: the log is trimmed often, the index read again
     try:
-        fast = simulate(specs, fresh(spec, False, short), SMALL, engine, record_steps=True)
+        fast = simulate(specs, fresh(spec, False, short, scan), SMALL, engine,
+                        record_steps=True)
         whole = simulate(specs, fresh(spec, True), SMALL, engine, record_steps=True)
     finally:
         WaitingLog.SPARE = old
@@ -261,16 +265,17 @@ def test_a_finished_request_frees_room(metric: str, kv: int) -> None:
        moves=st.lists(st.tuples(st.sampled_from(["admit", "arrive", "finish", "decode", "gone"]),
                                 st.integers(0, 7), st.integers(1, 3000), st.integers(1, 60)),
                       max_size=30),
-       kv=st.sampled_from([2000, 6000, 20000, 60000]), metric=st.sampled_from(["f", "none"]))
+       kv=st.sampled_from([2000, 6000, 20000, 60000]), metric=st.sampled_from(["f", "none"]),
+       scan=st.sampled_from([0, 1, 3, 512]))
 def test_walks_carried_over_decide_as_the_whole_rule(
         waiting: list[tuple[int, int, int]], running: list[tuple[int, int]],
-        moves: list[tuple[str, int, int, int]], kv: int, metric: str) -> None:
+        moves: list[tuple[str, int, int, int]], kv: int, metric: str, scan: int) -> None:
     """``sorted-f`` carries its last walk over queue changes (``_carried``): step by
     step, requests admitted from the front of its order (or not), arrivals anywhere in
     the sorted order (equal keys too), running requests finishing or decoding, waiting
     ones leaving; every step decides as the whole rule."""
     spec = f"sorted-f:kv_tokens={kv},metric={metric}"
-    p, q = fresh(spec, False), fresh(spec, True)
+    p, q = fresh(spec, False, scan=scan), fresh(spec, True)
     log = WaitingLog()
     run: list[RequestView] = [RequestSnapshot(f"r{i}", 0.0, a, a, 0, o, True)
                               for i, (a, o) in enumerate(running)]
@@ -288,8 +293,9 @@ def test_walks_carried_over_decide_as_the_whole_rule(
         arrive(float(at), a, o)
     for step, (move, k, a, o) in enumerate([*moves, ("decode", 0, 1, 1)]):
         reqs = run + wait
-        view = SchedulerView(10.0 + step, reqs, len(wait), len(run), 8192, 64, (), log,
-                             sum(r.prompt_tokens for r in wait))
+        n_dec = sum(1 for r in run if r.num_computed_tokens >= r.prompt_tokens)  # (N_d)
+        view = SchedulerView(10.0 + step, reqs, len(wait) + len(run) - n_dec, n_dec, 8192,
+                             64, (), log, sum(r.prompt_tokens for r in wait))
         d = p.decide(view)
         assert d == q.decide(view)
         if move == "admit" and d.prefill_order:  # the first k + 1 of the order
@@ -310,6 +316,31 @@ def test_walks_carried_over_decide_as_the_whole_rule(
                                    r.prompt_tokens, min(r.num_output_tokens + 1,
                                                         r.max_output_tokens - 1),
                                    r.max_output_tokens, True) for r in run]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 30), st.integers(1, 4),
+                              st.integers(1, 200)), max_size=80),
+       load=st.sampled_from([1, 2, 256]))
+def test_footprint_index_keeps_the_sorted_order(ops: list[tuple[bool, int, int, int]],
+                                                load: int) -> None:
+    """``_FootprintIndex.buckets`` (what a walk reads in order) are the live keys in the
+    sorted order, each bucket nonempty, at most ``2 * load`` long, ``maxes`` its last key,
+    through adds (again too), discards and clears."""
+    from ppas.policies.sortedf import _FootprintIndex
+    idx = _FootprintIndex()
+    idx.load = load  # type: ignore[misc]
+    for step, (add, i, o, prompt) in enumerate(ops):
+        r = RequestSnapshot(f"w{i}", float(i % 3), prompt * 16, 0, 0, o)
+        if add:
+            idx.add(r)
+        elif i == 0 and step % 7 == 0:
+            idx.clear()
+        else:
+            idx.discard(r)
+        assert [k for b in idx.buckets for k in b] == sorted(k for k, _ in idx.live.values())
+        assert all(0 < len(b) <= 2 * load for b in idx.buckets)
+        assert idx.maxes == [b[-1] for b in idx.buckets]
 
 
 @settings(max_examples=200, deadline=None)

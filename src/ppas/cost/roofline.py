@@ -511,6 +511,8 @@ class RooflineCostModel(CostModel):
         app = self._attn_per_pair
         split_waves, kv_block = SPLIT_KV_WAVES, KV_BLOCK
 
+        base_memo: dict[int, float] = {}  # n -> n * act + layer_gemm_time(n)
+
         def search(p: int, nd: int, decode_ctx_tokens: int, target: float, c_max: int,
                    guess: int, k_step: int) -> tuple[int, float]:
             d_kv = kv * decode_ctx_tokens
@@ -532,10 +534,12 @@ class RooflineCostModel(CostModel):
             while True:
                 # v = chunk_time(p, nd, decode_ctx_tokens)(c), c >= 1
                 n = c + nd
-                gemms = gemm_memo.get(n)
-                if gemms is None:
-                    gemms = layer_gemm_time(n)
-                layer = n * act + gemms
+                layer = base_memo.get(n)
+                if layer is None:
+                    gemms = gemm_memo.get(n)
+                    if gemms is None:
+                        gemms = layer_gemm_time(n)
+                    layer = base_memo[n] = n * act + gemms
                 w = (c + half_rows) * bpr
                 if split and w < split_waves:
                     x = (pf + c) / kv_block

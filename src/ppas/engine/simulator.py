@@ -95,6 +95,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
+from operator import sub
 from typing import cast
 
 from ppas.core.config import require
@@ -919,14 +920,18 @@ class EngineSim:
         # sum) less its launch, in decode order (equal values).
         ends = launches[1:]
         ends.append(now)
-        self.gaps.repeat_each([e - a for a, e in zip(launches, ends, strict=True)], n)
+        self.gaps.repeat_each(map(sub, ends, launches), n)  # (e - a, each in C)
         # The step records (the last ones the deque keeps).
         recent = self.recent
+        last = self._last_launch
         for i in range(_first_kept(recent, k), k):
             t = launches[i]
-            last = launches[i - 1] if i else self._last_launch
-            recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
-                                           caps[i], caps[i], n, 1 if caps[i] else 0, n))
+            if i:
+                last = launches[i - 1]
+            cap = caps[i]
+            # (step_rules.step_interval, inlined)
+            recent.append(make_step_record(t, dts[i], t - last if last is not None else 0.0,
+                                           cap, cap, n, 1 if cap else 0, n))
         self._last_launch = launches[-1]
         self.now = now
         self.num_steps += k

@@ -173,16 +173,17 @@ class SloWeave(Policy):
             # largest_chunk_within(cm, budget, n_dec, limit, decode_ctx // n_dec,
             # prefill_ctx, guess), the cost model's search taken once a run, and the price
             # of its chunk beside the decodes' exact context (Policy.chunk_rule's)
-            c, dt = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
+            found = search(prefill_ctx, n_dec, decode_ctx // n_dec * n_dec, budget, limit,
                            guess if guess < limit else limit, decode_ctx)
+            c = found[0]
             if c == left:
                 # P's prompt end: the engine takes this step singly (decide), and P's
                 # tail is a far guess for decide's search, the last chunk a near one
-                return c, dt
+                return found
             b2, b1 = b1, (last if own else 0)
             self._before = (b2, b1, key)
             own = True
             last = self._last = c
-            return c, dt
+            return found
 
         return rule

@@ -37,12 +37,15 @@ reuses the requests that walk reached and only tests F again; so does a step who
 queue changed only in ways that walk can be carried over (``_carried``: the first
 requests it took admitted, arrivals it would not reach, others gone). The running
 requests' footprints are summed again only when the running set changes (a request's
-prompt and output limit do not change). O(running + listed x log of the largest
-footprint) per step and O(log n) per queue change, whatever waits. The key
-and the footprint do not read ``num_cached_tokens``, so this holds under a prefix cache
-too; the budget reads it for the listed requests only. Requests with equal
-``(o_i, arrival)`` go in the view's (queue) order, which the index does not know: a step
-that would list one of them is decided by ``decide_whole``.
+prompt and output limit do not change). A walk reads the index's keys in the sorted
+order while it skips few that do not fit (``scan_limit``), and asks the tree past that;
+the tree's nodes that reach past the room left are not updated by its takes (no later
+ask of the walk reads them). O(running + listed x log of the largest footprint) per step
+and O(log n) per queue change (and a bucket's insertion: at most ``2 * load`` keys
+moved), whatever waits. The key and the footprint do not read ``num_cached_tokens``, so
+this holds under a prefix cache too; the budget reads it for the listed requests only.
+Requests with equal ``(o_i, arrival)`` go in the view's (queue) order, which the index
+does not know: a step that would list one of them is decided by ``decide_whole``.
 """
 
 from __future__ import annotations
@@ -51,12 +54,13 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import add, attrgetter, floordiv, neg, sub
+from itertools import chain, repeat
+from operator import add, attrgetter, floordiv, neg
 from typing import Any, ClassVar
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
+from ppas.core.slots import builder
 from ppas.core.view import BLOCK_SIZE, RequestView, SchedulerView, uncached_prompt_tokens
 from ppas.cost.base import CostModel
 from ppas.policies.base import Policy
@@ -64,6 +68,10 @@ from ppas.policies.registry import register
 from ppas.policies.waiting import WaitingIndex
 
 METRICS = ("f", "none")
+
+#: ``Decision(prefill_budget, prefill_order, decodes_first, chunk_limit, order_kept)``,
+#: positionally (``ppas.core.slots``: the same object).
+_make_decision = builder(Decision)
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,6 @@ def footprint(r: RequestView) -> int:
 _prompt_tokens = attrgetter("prompt_tokens")
 _max_output_tokens = attrgetter("max_output_tokens")
 _num_output_tokens = attrgetter("num_output_tokens")
-_num_computed_tokens = attrgetter("num_computed_tokens")
-_positive = (0).__lt__
 
 
 def f_metric(sum_outputs: int, size: int) -> float:
@@ -109,6 +115,11 @@ class SortedF(Policy):
     #: step). The same decision either way.
     short_queue: ClassVar[int] = 64
     sort_ratio: ClassVar[int] = 4
+    #: A walk reads the index's sorted order until it has skipped this many requests that
+    #: do not fit, then asks its tree (``decide``): a skip costs about a fortieth of the
+    #: tree's answer, and a walk that skips many (a full KV cache) mostly skips the rest of
+    #: the queue. The same decision either way.
+    scan_limit: ClassVar[int] = 64
 
     def __init__(self, config: SortedFConfig, spec: str | None = None) -> None:
         super().__init__(config, spec)
@@ -165,6 +176,7 @@ class SortedF(Policy):
             outputs_sum = sum(outputs)
             self._running = (list(run), cap, prompts, room, outputs_sum)
         size = n_running
+        chunks = n_running - view.num_running_decodes  # (running with prompt tokens left)
         total = outputs_sum - sum(map(_num_output_tokens, run))
         # The budget is min(cfg.budget, the running requests' prompt tokens left + the
         # listed requests' uncached ones): ``need`` adds up the latter only until it
@@ -195,33 +207,60 @@ class SortedF(Policy):
                     need += uncached_prompt_tokens(r)
             if len(order) < len(cached) or complete:
                 self._listed = len(order)
-                return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
+                return _make_decision(_budget(cap_budget, need, prompts, run, chunks),
+                                      tuple(order), False, 0, 0)
             order.clear()  # past the last walk's end: walk again
             size, total, need = n_running, total0, 0
         room0 = room
         seq: list[tuple[int, RequestView]] = []
         keys: list[_Key] = []
         complete = False
+        # The walk reads the index's sorted order (``scan``) while it skips few requests
+        # that do not fit; past ``scan_limit`` skips it asks the tree (``first``), its
+        # takes so far set aside there first (``taken``). Either finds the first request
+        # in the sorted order, of those not taken, that fits the room left: every request
+        # the scan passed was taken or skipped, and a skipped one did not fit a room at
+        # least the present one.
+        scan = chain.from_iterable(idx.buckets)
+        skips = self.scan_limit
+        taken: list[_Key] = []
+        on_tree = False
+        found: _Key | None
         try:
             if size == 0:  # the sorted order's head: it fits (room = M), or goes alone
-                key = idx.first(1 << 62)
-                assert key is not None
+                key = next(scan)
                 if idx.tied(key):
                     return self.decide_whole(view)
                 r = idx.live[key[2]][1]
                 if key[3] * BLOCK_SIZE > room:  # larger than M: alone (liveness)
                     return Decision(_budget(cap_budget, uncached_prompt_tokens(r), prompts,
-                                            run), (r.request_id,))
-                idx.take(key)
+                                            run, chunks), (r.request_id,))
+                taken.append(key)
                 order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
                 size, total = 1, key[0]
                 need = uncached_prompt_tokens(r)
-            while True:
-                key = idx.first(room // BLOCK_SIZE)  # the next in the sorted order that fits
-                if key is None:
+            while True:  # the next in the sorted order that fits
+                blocks = room // BLOCK_SIZE
+                if on_tree:
+                    found = idx.first(blocks)
+                else:
+                    for found in scan:
+                        if found[3] <= blocks:
+                            break
+                        skips -= 1
+                        if skips < 0:  # many skipped: the tree from here
+                            for k in taken:
+                                idx.take(k, blocks)
+                            on_tree = True
+                            found = idx.first(blocks)
+                            break
+                    else:
+                        found = None
+                if found is None:
                     complete = True
                     break
+                key = found
                 if idx.tied(key):
                     return self.decide_whole(view)
                 o = key[0]
@@ -230,9 +269,12 @@ class SortedF(Policy):
                 keys.append(key)
                 if f and (total + o) / ((size + 1) * (size + 1)) > total / (size * size):
                     break  # (size >= 1: f_metric's quotients, inlined)
-                idx.take(key)
-                order.append(r.request_id)
                 room -= key[3] * BLOCK_SIZE
+                if on_tree:
+                    idx.take(key, room // BLOCK_SIZE)
+                else:
+                    taken.append(key)
+                order.append(r.request_id)
                 size += 1
                 total += o
                 if need < cap_budget:
@@ -242,7 +284,8 @@ class SortedF(Policy):
         self._walk = (idx, idx.version, room0, seq, complete, keys) if n_running else None
         idx.changes = []
         self._listed = len(order)
-        return Decision(_budget(cap_budget, need, prompts, run), tuple(order))
+        return _make_decision(_budget(cap_budget, need, prompts, run, chunks), tuple(order),
+                              False, 0, 0)
 
     def decide_whole(self, view: SchedulerView) -> Decision:
         """The rule as stated (module doc): every waiting request read and sorted."""
@@ -286,13 +329,24 @@ class SortedF(Policy):
         return Decision(min(cfg.budget, budget), tuple(order)), len(waiting)
 
 
-def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView]) -> int:
+def _budget(cap: int, need: int, prompts: list[int], run: Sequence[RequestView],
+            chunks: int) -> int:
     """min(cap, need + the prompt tokens left of the running requests ``run``, whose
-    prompts are ``prompts``); those are summed only if ``need`` is under ``cap``."""
+    prompts are ``prompts`` and ``chunks`` of which have prompt tokens left (the view's
+    ``len(run) - num_running_decodes``); those are summed only if ``need`` is under
+    ``cap``, read from the last running request back until ``chunks`` are found (an
+    engine appends the requests it admits: the prompts left are at the end)."""
     if need >= cap:
         return cap
-    return min(cap, need + sum(filter(_positive, map(sub, prompts,
-                                                     map(_num_computed_tokens, run)))))
+    left = 0
+    i = len(run)
+    while chunks and i:
+        i -= 1
+        x = prompts[i] - run[i].num_computed_tokens
+        if x > 0:
+            left += x
+            chunks -= 1
+    return min(cap, need + left)
 
 
 #: One waiting request in ``_FootprintIndex``: (o_i, arrival, id, footprint in blocks), the
@@ -363,10 +417,13 @@ class _FootprintIndex(WaitingIndex):
     O(log of the largest footprint). ``live``: id -> (key, request). ``ties``: live
     requests by ``(o_i, arrival)``, to tell where the order needs the queue's (``tied``).
     Within a step, ``take`` sets a request aside (its list's head moves on: ``cut``) and
-    ``restore`` undoes the step's changes to the tree (``undo``). Memory: O(waiting
-    requests + largest footprint)."""
+    ``restore`` undoes the step's changes to the tree (``undo``). ``buckets``: every key
+    again, in the sorted order, in lists of at most ``2 * load`` (``maxes``: each one's
+    last key), for a walk to read in order. Memory: O(waiting requests + largest
+    footprint)."""
 
     max_changes: ClassVar[int] = 32  # changes kept for ``_carried`` (past it: a walk)
+    load: ClassVar[int] = 256  # a bucket is split past twice this
 
     def __init__(self) -> None:
         super().__init__()
@@ -378,6 +435,9 @@ class _FootprintIndex(WaitingIndex):
         self.cut: dict[int, int] = {}  # footprint -> its requests taken this step
         self.undo: list[tuple[int, tuple[Any, ...]]] = []  # (node, its value before)
         self.version = 0  # counts the changes of the set of requests
+        # The keys in the sorted order, cut in nonempty lists; maxes[i] = buckets[i][-1]
+        self.buckets: list[list[_Key]] = []
+        self.maxes: list[_Key] = []
         # Since the last walk (``SortedF.decide`` empties it): (added?, key) for each
         # change of the set, in order; None: not known (too many, or the index read again)
         self.changes: list[tuple[bool, _Key]] | None = None
@@ -401,6 +461,25 @@ class _FootprintIndex(WaitingIndex):
         lst.insert(i, key)
         if i == 0:
             self._set(blocks, key)
+        buckets, maxes = self.buckets, self.maxes
+        if not buckets:
+            buckets.append([key])
+            maxes.append(key)
+            return
+        j = bisect_left(maxes, key)
+        if j == len(maxes):  # past every key: the last bucket's end
+            j -= 1
+            bucket = buckets[j]
+            bucket.append(key)
+            maxes[j] = key
+        else:
+            bucket = buckets[j]
+            bucket.insert(bisect_left(bucket, key), key)
+        if len(bucket) > 2 * self.load:
+            half = len(bucket) >> 1
+            buckets.insert(j + 1, bucket[half:])
+            del bucket[half:]
+            maxes.insert(j, bucket[-1])
 
     def _note(self, entered: bool, key: _Key) -> None:
         """A change of the set of requests: a new version, and the change kept for
@@ -430,6 +509,14 @@ class _FootprintIndex(WaitingIndex):
         del lst[i]
         if i == 0:
             self._set(key[3], lst[0] if lst else _NONE)
+        maxes = self.maxes
+        j = bisect_left(maxes, key)
+        bucket = self.buckets[j]
+        del bucket[bisect_left(bucket, key)]
+        if not bucket:
+            del self.buckets[j], maxes[j]
+        elif maxes[j] is key:
+            maxes[j] = bucket[-1]
 
     def clear(self) -> None:
         super().clear()
@@ -438,6 +525,8 @@ class _FootprintIndex(WaitingIndex):
         self.ties.clear()
         self.lists.clear()
         self.tree = [_NONE] * (2 * self.size)
+        self.buckets.clear()
+        self.maxes.clear()
 
     def compact(self) -> None:
         """(Nothing stale is kept.)"""
@@ -494,8 +583,11 @@ class _FootprintIndex(WaitingIndex):
         """Another live request has ``key``'s ``(o_i, arrival)``."""
         return self.ties[(key[0], key[1])] > 1
 
-    def take(self, key: _Key) -> None:
-        """Set ``first``'s answer (its list's head) aside for this step."""
+    def take(self, key: _Key, bound: int) -> None:
+        """Set ``first``'s answer (its list's head) aside for this step, whose later
+        ``first`` calls ask for at most ``bound`` blocks: a node that reaches past leaf
+        ``bound`` is read by none of them and is left as it is (a node that does not is
+        kept right by every ``take`` below it: each had a bound at least this one)."""
         b = key[3]
         n = self.cut.get(b, 0) + 1
         self.cut[b] = n
@@ -504,12 +596,15 @@ class _FootprintIndex(WaitingIndex):
         i = self.size + b
         undo.append((i, tree[i]))
         v = tree[i] = lst[n] if n < len(lst) else _NONE
+        top = self.size + bound + 1  # (node i of width w reaches leaf (i + 1) * w - size - 1)
+        w = 1
         while i > 1:  # each parent: the lesser of v (the child that changed) and its sibling
             s = tree[i ^ 1]
             if s < v:
                 v = s
             i >>= 1
-            if tree[i] is v:
+            w <<= 1
+            if (i + 1) * w > top or tree[i] is v:
                 break
             undo.append((i, tree[i]))
             tree[i] = v
