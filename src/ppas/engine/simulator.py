@@ -929,8 +929,7 @@ class EngineSim:
             if i:
                 last = launches[i - 1]
             cap = caps[i]
-            # (step_rules.step_interval, inlined)
-            recent.append(make_step_record(t, dts[i], t - last if last is not None else 0.0,
+            recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
                                            cap, cap, n, 1 if cap else 0, n))
         self._last_launch = launches[-1]
         self.now = now
