@@ -75,12 +75,15 @@ class Workload:
 
 def workloads(args: argparse.Namespace) -> list[Workload]:
     azure_window = (0.0, 1200.0) if args.quick else (0.0, 3600.0)
+    k = getattr(args, "output_scale", None)
+    tag = f" (outputs x{k:g})" if k is not None else ""
     out = []
     if "azure" in args.traces:
-        out.append(Workload("azure-2023-code", args.azure, TraceTransform(window=azure_window)))
+        out.append(Workload("azure-2023-code" + tag, args.azure, TraceTransform(
+            window=azure_window, output_scale=k)))
     if "mooncake" in args.traces and not args.quick:
-        out.append(Workload("mooncake-synthetic", args.mooncake, TraceTransform(
-            window=(0.0, 600.0), time_scale=1.33, drop_longer_than=32768)))
+        out.append(Workload("mooncake-synthetic" + tag, args.mooncake, TraceTransform(
+            window=(0.0, 600.0), time_scale=1.33, drop_longer_than=32768, output_scale=k)))
     if not out:
         fail("real_traffic.py", f"--traces must name azure and/or mooncake, got {args.traces!r}")
     for w in out:
@@ -238,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="which workloads: azure and/or mooncake (default both; --quick: azure)")
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
+    ap.add_argument("--output-scale", type=float, default=None, metavar="K",
+                    help="a held-out shape: every output K times longer (rounded, at least "
+                         "1 token), the arrivals and prompts as they are")
     ap.add_argument("--gpus", default=None,
                     help="HARDWARE/MODEL,... (default h100-sxm-80gb/qwen3-8b,"
                          "a100-sxm-80gb/qwen2.5-7b; --quick: the first)")
@@ -253,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         fail("real_traffic.py", str(e))
     if not loads or any(not (0 < x <= 100) for x in loads):
         fail("real_traffic.py", f"--loads must be numbers in (0, 100], got {args.loads!r}")
+    k = args.output_scale
+    if k is not None and not (math.isfinite(k) and 0 < k <= 100):
+        fail("real_traffic.py", f"--output-scale must be a number in (0, 100], got {k!r}")
     if any(len(g) != 2 for g in gpus):
         fail("real_traffic.py", f"--gpus must be HARDWARE/MODEL,..., got {args.gpus!r}")
     start(args, argv)

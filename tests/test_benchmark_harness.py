@@ -57,6 +57,11 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path: Path) -> None:
         assert proc.stderr.startswith(f"{name}: error: ")
 
 
+def test_real_traffic_refuses_a_bad_output_scale() -> None:
+    refuses("real_traffic.py", ["--output-scale", "0"], ["--output-scale", "nan"],
+            ["--output-scale", "x"], ["--output-scale", "101"])
+
+
 def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
     """benchmarks/trace_speed.py: one row per trace (as published and overloaded) and
     policy, with the bar beside; the mean E2E is the simulator's own."""

@@ -132,6 +132,9 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     # outputs left from the view, as the plugin's view gives them; efficiency 0.5 puts
     # COST's knee at 512, so the rule has room up to 2048)
     "ordered-ride-drain": "ordered:c_min=128,c_max=2048,efficiency=0.5,ride_drain=true",
+    # ordered's aging by the solo prefill alone (it reads max_tokens only through the
+    # footprint; aging 2 makes requests overdue within these runs' 150 ms of arrivals)
+    "ordered-solo-prefill": "ordered:c_min=128,c_max=1024,aging=2,drain=0,solo=prefill",
 }
 
 

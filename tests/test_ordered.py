@@ -85,6 +85,29 @@ def test_solo_estimate_is_close_to_the_engines(prompt: int, out: int) -> None:
     assert s == pytest.approx(ref, rel=0.1)
 
 
+@pytest.mark.parametrize(("prompt", "out"), [(100, 10), (2000, 300), (7000, 2000), (20000, 5)])
+def test_solo_prefill_is_the_solo_ttft_whatever_the_outputs(prompt: int, out: int) -> None:
+    p = ordered("ordered:solo=prefill")
+    s = p.solo_estimate(prompt, out)
+    assert s == p.solo_estimate(prompt, 1)  # the outputs (a max_tokens cap in vLLM) unread
+    assert s == pytest.approx(solo_latency(prompt, out, CM).ttft, rel=0.1)
+    assert s < ordered().solo_estimate(prompt, out) or out == 1
+
+
+def test_solo_prefill_ages_a_long_output_request_by_its_prefill() -> None:
+    # A 6k-token prompt with 2,000 outputs: alone, its prefill takes a fraction of a second
+    # and its decode tens of seconds. Aged by its solo E2E it would be passed by every
+    # shorter prompt for minutes; aged by its solo prefill it goes first after K of those.
+    e2e, pre = ordered("ordered:aging=5,drain=0"), ordered("ordered:aging=5,drain=0,solo=prefill")
+    now = 100.0
+    waited = 5 * pre.solo_estimate(6000, 2000) + 1e-3
+    assert waited < 5 * e2e.solo_estimate(6000, 2000)
+    v = view([dec(0, ctx=2000), waiting("short", 100, now - 1e-3),
+              waiting("long", 6000, now - waited, out=2000)], now=now)
+    assert e2e.decide(v).prefill_order == ("short", "long")
+    assert pre.decide(v).prefill_order == ("long", "short")
+
+
 def test_budget_knee_grows_with_riding_decodes() -> None:
     p = ordered("ordered:c_max=16384")
     few = p.chunk(1, 2000)
@@ -142,9 +165,9 @@ def overdue(p: Ordered, r: RequestSnapshot, now: float) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(views(), st.sampled_from([0.5, 3.0, 30.0]))
-def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float) -> None:
-    p = ordered(f"ordered:aging={k:g},drain=0")  # the aging bound alone
+@given(views(), st.sampled_from([0.5, 3.0, 30.0]), st.sampled_from(["e2e", "prefill"]))
+def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float, solo: str) -> None:
+    p = ordered(f"ordered:aging={k:g},drain=0,solo={solo}")  # the aging bound alone
     d = p.decide(v)
     pending = [r for r in v.requests if is_pending_prefill(r)]
     assert 0 <= d.prefill_budget <= p.max_num_batched_tokens

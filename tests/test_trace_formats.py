@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -311,6 +312,24 @@ def test_length_scale_keeps_one_token_and_shared_prefixes() -> None:
         assert r.prefix_tokens <= r.prompt_tokens
     a, b = small.requests[15], small.requests[17]  # lines 16 and 18 share blocks
     assert a.prefix[:3] == b.prefix[:3] and a.prefix[0][1] == 5
+
+
+def test_output_scale_scales_outputs_alone() -> None:
+    tr = Trace((RequestSpec(0, 100, 13), RequestSpec(1, 95, 1), RequestSpec(2, 5, 2)), 2, "t")
+    out = TraceTransform(output_scale=10).apply(tr)
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in out] == [
+        (0, 100, 130), (1, 95, 10), (2, 5, 20)]
+    assert "output lengths x10 (at least 1 token)" in out.description
+    low = TraceTransform(output_scale=0.1).apply(tr)
+    assert [r.output_tokens for r in low] == [1, 1, 1]  # rounded, at least 1
+    both = TraceTransform(length_scale=0.5, output_scale=4).apply(tr)
+    assert [(r.prompt_tokens, r.output_tokens) for r in both] == [(50, 24), (48, 4), (2, 4)]
+    huge = Trace((RequestSpec(0, 10, 20_000),), 1, "t")
+    with pytest.raises(PpasError, match="output scale 100 makes a request of 2000000 output"):
+        TraceTransform(output_scale=100).apply(huge)
+    for bad in (0.0, -1.0, 101.0, math.nan, math.inf):
+        with pytest.raises(PpasError, match="output_scale must be a number"):
+            TraceTransform(output_scale=bad)
 
 
 def test_drop_longer_than_counts_and_reports() -> None:

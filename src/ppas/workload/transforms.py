@@ -78,19 +78,24 @@ class TraceTransform:
       exclusive with ``time_scale``.
     * ``length_scale``: prompt and output lengths (and shared prefixes) multiplied by it,
       rounded, at least 1 token.
-    * ``drop_longer_than``: requests whose prompt + output exceed it (tokens) dropped."""
+    * ``drop_longer_than``: requests whose prompt + output exceed it (tokens) dropped.
+    * ``output_scale``: output lengths alone multiplied by it (after ``length_scale``),
+      rounded, at least 1 token: the same arrivals and prompts with a larger decode share
+      (``benchmarks/real_traffic.py --output-scale``)."""
 
     window: Window | None = None
     time_scale: float | None = None
     rate: float | None = None
     length_scale: float | None = None
     drop_longer_than: int | None = None
+    output_scale: float | None = None
 
     def __post_init__(self) -> None:
         require(self.time_scale is None or self.rate is None,
                 "give a time scale or a rate, not both (both rescale the arrivals)")
         for key, hi in (("time_scale", MAX_TIME_SCALE), ("rate", MAX_RATE),
-                        ("length_scale", MAX_LENGTH_SCALE)):
+                        ("length_scale", MAX_LENGTH_SCALE),
+                        ("output_scale", MAX_LENGTH_SCALE)):
             v = getattr(self, key)
             require(v is None or (math.isfinite(v) and 0 < v <= hi),
                     f"{key} must be a number in (0, {hi:g}], got {v!r}")
@@ -144,6 +149,9 @@ class TraceTransform:
         if self.length_scale is not None:
             reqs = [_scaled(r, self.length_scale) for r in reqs]
             words.append(f"lengths x{self.length_scale:g} (at least 1 token)")
+        if self.output_scale is not None:
+            reqs = [_outputs_scaled(r, self.output_scale) for r in reqs]
+            words.append(f"output lengths x{self.output_scale:g} (at least 1 token)")
         if self.drop_longer_than is not None:
             cap = self.drop_longer_than
             kept = [r for r in reqs if r.prompt_tokens + r.output_tokens <= cap]
@@ -168,6 +176,15 @@ class TraceTransform:
 
 def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
     return replace(r, arrival_s=arrival_s)
+
+
+def _outputs_scaled(r: RequestSpec, f: float) -> RequestSpec:
+    """Output length times ``f`` (rounded, >= 1); the prompt as it is."""
+    ot = max(1, round(r.output_tokens * f))
+    if ot > MAX_OUTPUT_TOKENS:
+        raise PpasError(f"output scale {f:g} makes a request of {ot} output tokens; the "
+                        f"limit is {MAX_OUTPUT_TOKENS}")
+    return replace(r, output_tokens=ot)
 
 
 def _scaled(r: RequestSpec, f: float) -> RequestSpec:
