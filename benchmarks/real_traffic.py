@@ -76,6 +76,9 @@ class Workload:
 def workloads(args: argparse.Namespace) -> list[Workload]:
     azure_window = (0.0, 1200.0) if args.quick else (0.0, 3600.0)
     k = getattr(args, "output_scale", None)
+    prog = getattr(args, "prog", "real_traffic.py")
+    if k is not None and not (math.isfinite(k) and 0 < k <= 100):
+        fail(prog, f"--output-scale must be a number in (0, 100], got {k!r}")
     tag = f" (outputs x{k:g})" if k is not None else ""
     out = []
     if "azure" in args.traces:
@@ -101,6 +104,13 @@ def add_one_workload(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
     ap.add_argument("--configs", required=True, help="';'-separated config strings")
+    add_output_scale(ap)
+
+
+def add_output_scale(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--output-scale", type=float, default=None, metavar="K",
+                    help="a held-out shape: every output K times longer (rounded, at least "
+                         "1 token), the arrivals and prompts as they are")
 
 
 def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[str]]:
@@ -118,7 +128,7 @@ def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[st
     if not Path(path).is_file():
         fail(prog, f"trace file {path!r} not found (give --{args.trace})")
     ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
-                            mooncake=args.mooncake)
+                            mooncake=args.mooncake, output_scale=args.output_scale, prog=prog)
     return workloads(ns)[0], configs
 
 
@@ -241,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="which workloads: azure and/or mooncake (default both; --quick: azure)")
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
-    ap.add_argument("--output-scale", type=float, default=None, metavar="K",
-                    help="a held-out shape: every output K times longer (rounded, at least "
-                         "1 token), the arrivals and prompts as they are")
+    add_output_scale(ap)
     ap.add_argument("--gpus", default=None,
                     help="HARDWARE/MODEL,... (default h100-sxm-80gb/qwen3-8b,"
                          "a100-sxm-80gb/qwen2.5-7b; --quick: the first)")
@@ -259,13 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         fail("real_traffic.py", str(e))
     if not loads or any(not (0 < x <= 100) for x in loads):
         fail("real_traffic.py", f"--loads must be numbers in (0, 100], got {args.loads!r}")
-    k = args.output_scale
-    if k is not None and not (math.isfinite(k) and 0 < k <= 100):
-        fail("real_traffic.py", f"--output-scale must be a number in (0, 100], got {k!r}")
     if any(len(g) != 2 for g in gpus):
         fail("real_traffic.py", f"--gpus must be HARDWARE/MODEL,..., got {args.gpus!r}")
-    start(args, argv)
     ws = workloads(args)
+    start(args, argv)
     results = []
     try:
         for w in ws:

@@ -3,10 +3,10 @@
 For each config at each load of one of ``real_traffic.py``'s workloads, it prints the
 run's mean E2E, P99 TTFT and P99 TPOT, the prefill steps (how many, their mean prefill
 tokens, decodes riding and duration), and the tail: the requests whose TTFT is in the top
-1% (at least one). For the tail it gives the median prompt against every request's, and
-the means of the wait before the first chunk was scheduled, the time from there to the
-first token, the prefill steps that carried the prompt, its tokens per step and their
-share of the step's budget, and the decodes riding those steps. So a TTFT tail reads as
+1% (at least one). For the tail it gives the median prompt and output against every
+request's, and the means of the wait before the first chunk was scheduled, the time from
+there to the first token, the prefill steps that carried the prompt, its tokens per step
+and their share of the step's budget, and the decodes riding those steps. So a TTFT tail reads as
 "long prompts waiting for their first chunk" or "long prompts chunked thin", and the
 effect of a budget rule on it can be seen.
 
@@ -80,6 +80,8 @@ def tail_of(trace: Any, config: str, hardware: str, model: str,
         "tail_requests": k,
         "tail_prompt_median": statistics.median(r.prompt_tokens for r in tail),
         "prompt_median": statistics.median(r.prompt_tokens for r in done),
+        "tail_output_median": statistics.median(r.max_output_tokens for r in tail),
+        "output_median": statistics.median(r.max_output_tokens for r in done),
         "tail_wait_s": statistics.fmean(p[0] for p in per),
         "tail_prefill_s": statistics.fmean(p[1] for p in per),
         "tail_steps": statistics.fmean(p[2] for p in per),
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
         t = Table(("config", "<40"), ("load", ">5"), ("E2E", ">7.3f"), ("P99 TTFT", ">8.3f"),
                   ("P99 TPOT", ">8.4f"), ("steps", ">6d"), ("tok/step", ">8.0f"),
                   ("riding", ">6.1f"), ("ms", ">6.1f"), ("tail prompt", ">11.0f"),
-                  ("all", ">6.0f"), ("wait", ">6.2f"), ("prefill", ">7.2f"),
+                  ("all", ">6.0f"), ("tail out", ">8.0f"), ("all", ">6.0f"), ("wait", ">6.2f"),
+                  ("prefill", ">7.2f"),
                   ("its steps", ">9.1f"), ("tok/step", ">8.0f"), ("share", ">5.2f"),
                   ("riding", ">6.1f"))
         t.print_header()
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                 t.print_row(c[:40], f"{x:g}", f["mean_e2e"], f["p99_ttft"], f["p99_tpot"],
                             f["prefill_steps"], f["step_prefill_tokens"], f["step_decodes"],
                             f["step_ms"], f["tail_prompt_median"], f["prompt_median"],
+                            f["tail_output_median"], f["output_median"],
                             f["tail_wait_s"], f["tail_prefill_s"], f["tail_steps"],
                             f["tail_tokens_per_step"], f["tail_budget_share"],
                             f["tail_decodes"])

@@ -60,6 +60,7 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path: Path) -> None:
 def test_real_traffic_refuses_a_bad_output_scale() -> None:
     refuses("real_traffic.py", ["--output-scale", "0"], ["--output-scale", "nan"],
             ["--output-scale", "x"], ["--output-scale", "101"])
+    refuses("ttft_tail.py", ["--configs", "ordered", "--output-scale", "0"])
 
 
 def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:

@@ -108,6 +108,21 @@ def test_solo_prefill_ages_a_long_output_request_by_its_prefill() -> None:
     assert pre.decide(v).prefill_order == ("long", "short")
 
 
+def test_kv_footprint_false_leaves_admission_to_the_engine() -> None:
+    # 10,000 KV tokens: beside a decode's 2,032, a 4,000-token prompt fits but its whole
+    # footprint (prompt + 8,000 outputs) does not. The footprint rule admits nothing this
+    # step; without it the prompt is listed and budgeted, and vLLM's own admission (its
+    # prompt's blocks) and preemption decide.
+    v = view([dec(0, ctx=2000), waiting("w", 4000, 9.9, out=8000)])
+    p, q = ordered(), ordered("ordered:kv_footprint=false")
+    p.kv_capacity = q.kv_capacity = 10_000
+    assert p.decide(v).prefill_budget == 0
+    d = q.decide(v)
+    assert d.prefill_order == ("w",) and d.prefill_budget >= 4000
+    p.kv_capacity = 20_000  # room for the footprint: the same decision as without the rule
+    assert p.decide(v) == d
+
+
 def test_budget_knee_grows_with_riding_decodes() -> None:
     p = ordered("ordered:c_max=16384")
     few = p.chunk(1, 2000)
@@ -324,14 +339,16 @@ BURST = [((i * 7919) % 1000 / 1000, 1 + (i * 104729) % 12000, 1 + (i * 31) % 80)
 
 @settings(max_examples=40, deadline=None)
 @given(specs, st.sampled_from([0.25, 1.0, 4.0]), st.sampled_from([None, 600, 3000]),
-       st.booleans())
-@example(BURST, 1.0, None, False)
-@example(BURST, 1.0, None, True)
+       st.booleans(), st.booleans())
+@example(BURST, 1.0, None, False, True)
+@example(BURST, 1.0, None, True, True)
+@example(BURST, 1.0, 600, False, False)
 def test_aging_bound_in_the_simulator(
         trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
-        prefix: bool) -> None:
+        prefix: bool, footprint: bool) -> None:
     reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
-    pol = ordered(f"ordered:aging={k:g},overdue_prefix={str(prefix).lower()},drain=0")
+    pol = ordered(f"ordered:aging={k:g},overdue_prefix={str(prefix).lower()},drain=0,"
+                  f"kv_footprint={str(footprint).lower()}")
     rec = Recorder(pol)
     res = simulate(reqs, rec, CM, EngineConfig(num_kv_blocks=kv_blocks), record_steps=True)
     # Every request finishes (none is longer than the KV cache: 600 blocks = 9600 tokens
@@ -633,21 +650,23 @@ def outcome(res: SimResult) -> tuple[object, ...]:
 @settings(max_examples=60, deadline=None)
 @given(specs, st.sampled_from([0.01, 0.25, 4.0]), st.sampled_from([None, 400, 1500]),
        st.sampled_from([0.0, 0.05]), st.sampled_from([4, 256]), st.booleans(),
-       st.sampled_from([0.0, 0.02, 1.0]))
-@example(BURST, 0.01, 400, 0.0, 256, False, 0.0)
-@example(BURST, 0.01, 400, 0.0, 256, True, 0.0)
-@example(BURST, 0.01, 400, 0.0, 256, False, 1.0)
-@example(BURST, 0.01, None, 0.0, 256, False, 0.02)
+       st.sampled_from([0.0, 0.02, 1.0]), st.booleans())
+@example(BURST, 0.01, 400, 0.0, 256, False, 0.0, True)
+@example(BURST, 0.01, 400, 0.0, 256, True, 0.0, True)
+@example(BURST, 0.01, 400, 0.0, 256, False, 1.0, True)
+@example(BURST, 0.01, None, 0.0, 256, False, 0.02, True)
+@example(BURST, 0.01, 400, 0.0, 256, False, 1.0, False)
 def test_indexed_path_in_the_simulator_changes_nothing(
         trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
-        kv_ratio: float, max_num_seqs: int, prefix: bool, drain: float) -> None:
+        kv_ratio: float, max_num_seqs: int, prefix: bool, drain: float,
+        footprint: bool) -> None:
     """At every step of a run (arrivals, admissions, preemptions under a tight KV cache,
     requests turning overdue) the indexed decision is the straightforward one cut, and
     the run (every request's times, the steps, the preemptions, the gaps) is the run of
     the straightforward decisions with their whole order."""
     reqs = [RequestSpec(a * 3, p, o) for a, p, o in sorted(trace)]
     spec = (f"ordered:aging={k:g},kv_ratio={kv_ratio:g},overdue_prefix={str(prefix).lower()}"
-            f",drain={drain:g}")
+            f",drain={drain:g},kv_footprint={str(footprint).lower()}")
     engine = EngineConfig(num_kv_blocks=kv_blocks, max_num_seqs=max_num_seqs)
     pinned = Pinned(ordered(spec))
     res = simulate(reqs, pinned, CM, engine)
