@@ -12,7 +12,7 @@ lengths, the ones the engine sees)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ppas.core.config import check_fields, require
 from ppas.core.errors import PpasError
@@ -88,7 +88,9 @@ class TraceTransform:
     rate: float | None = None
     length_scale: float | None = None
     drop_longer_than: int | None = None
-    output_scale: float | None = None
+    # Not in the repr, so an experiment's workload keeps the settings hash it had before
+    # the field existed (experiment files cannot set it; the benchmarks can).
+    output_scale: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         require(self.time_scale is None or self.rate is None,
