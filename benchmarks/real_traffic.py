@@ -43,6 +43,7 @@ from harness import Table, fail, finish, parser, start
 from ppas.analysis.capacity import trace_capacity
 from ppas.analysis.tune import Evaluator, Figures, MeanE2E, StockSpace, search, short_name
 from ppas.core.errors import PpasError
+from ppas.core.limits import MAX_LENGTH_SCALE
 from ppas.core.metrics import geomean_improvement
 from ppas.core.slo import SloSpec
 from ppas.cost.catalog import MAX_MODEL_LEN
@@ -77,8 +78,8 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     azure_window = (0.0, 1200.0) if args.quick else (0.0, 3600.0)
     k = getattr(args, "output_scale", None)
     prog = getattr(args, "prog", "real_traffic.py")
-    if k is not None and not (math.isfinite(k) and 0 < k <= 100):
-        fail(prog, f"--output-scale must be a number in (0, 100], got {k!r}")
+    if k is not None and not (math.isfinite(k) and 0 < k <= MAX_LENGTH_SCALE):
+        fail(prog, f"--output-scale must be a number in (0, {MAX_LENGTH_SCALE:g}], got {k!r}")
     tag = f" (outputs x{k:g})" if k is not None else ""
     out = []
     if "azure" in args.traces:
