@@ -26,7 +26,8 @@ Bases, each its own engine (global budget and vLLM knobs fixed for the run):
         [--stock BURST=vllm:...] [--recompute-oracle] [--json OUT]
 
 **Real traces** (``--trace FILE``, issue 20): the trace (``--trace-window``,
-``--time-scale``, ``--drop-longer-than`` as ``ppas tune``'s) at each of ``--loads``; the base
+``--time-scale``, ``--drop-longer-than`` as ``ppas tune``'s; ``--output-scale K`` the held-out shape
+of ``real_traffic.py``, every output K times longer) at each of ``--loads``; the base
 is the best single stock vLLM setting for all loads (``--base``, else picked by
 ``ppas.analysis.tune.search`` over ``StockSpace`` for ``--objective``); the search adds the
 ordering actions and the shortest-first continuation (``headroom.TRACE_ACTIONS``,
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 
 from harness import Table, finish, parser, start
 from policy_comparison import stock_grid
+from real_traffic import add_output_scale
 
 from ppas.analysis import headroom as hr
 from ppas.analysis import tune
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--time-scale", type=float, help="arrival times multiplied by it first")
     g.add_argument("--drop-longer-than", type=int, metavar="TOKENS",
                    help="requests over this many tokens (prompt + output) dropped")
+    add_output_scale(g)
     g.add_argument("--loads", default="1,1.5,2", help="rate multipliers (default 1,1.5,2)")
     g.add_argument("--objective", default="mean-e2e", choices=("mean-e2e", "p99-ttft"))
     g.add_argument("--tpot-slo", type=float, default=0.1,
@@ -295,9 +298,10 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
         HARDWARE.get(a.hardware), MODELS.get(a.model)
         if a.base is not None and make_policy(a.base).name != "vllm":
             raise PpasError(f"--base takes a stock setting (vllm:...), got {a.base!r}")
-        raw = load_trace(a.trace)
         tf = TraceTransform(parse_window(a.trace_window) if a.trace_window else None,
-                            a.time_scale, None, None, a.drop_longer_than)
+                            a.time_scale, None, None, a.drop_longer_than,
+                            output_scale=a.output_scale)
+        raw = load_trace(a.trace)
         if a.quick:
             loads, a.windows, a.window_s = loads[:1], 1, 30.0
         traces = {x: tf.at_load(x).apply(raw) if tf.at_load(x) else raw for x in loads}

@@ -108,7 +108,7 @@ def add_one_workload(ap: argparse.ArgumentParser) -> None:
     add_output_scale(ap)
 
 
-def add_output_scale(ap: argparse.ArgumentParser) -> None:
+def add_output_scale(ap: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     ap.add_argument("--output-scale", type=float, default=None, metavar="K",
                     help="a held-out shape: every output K times longer (rounded, at least "
                          "1 token), the arrivals and prompts as they are")

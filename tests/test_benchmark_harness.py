@@ -61,6 +61,9 @@ def test_real_traffic_refuses_a_bad_output_scale() -> None:
     refuses("real_traffic.py", ["--output-scale", "0"], ["--output-scale", "nan"],
             ["--output-scale", "x"], ["--output-scale", "101"])
     refuses("ttft_tail.py", ["--configs", "ordered", "--output-scale", "0"])
+    head = str(ROOT / "tests" / "data" / "traces" / "azure-2023-code-head.csv")
+    refuses("headroom.py", ["--trace", head, "--output-scale", "0"],
+            ["--trace", head, "--output-scale", "inf"])
 
 
 def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:
