@@ -437,3 +437,43 @@ def test_srpt_bound_orders_short_first() -> None:
     trace = [RequestSpec(0.0, 6000, 1), RequestSpec(0.0, 1000, 3)]
     want = (1000 / rate + 7000 / rate + 2 * d_min) / 2
     assert headroom.srpt_bound(trace, cm, 8192) == pytest.approx(want, rel=1e-12)
+
+
+def _bench_headroom():  # type: ignore[no-untyped-def]
+    """``benchmarks/headroom.py`` as a module (its siblings on the path, as when run)."""
+    import importlib
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("headroom")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_bisect_aging_keeps_only_tail_safe_bounds_inside_the_interval() -> None:
+    """Between a tail-safe grid bound and an unsafe better-scoring one, every bound kept is
+    tail-safe by its own run's figures, lies inside the interval, replays to its value,
+    and the best comes last; a grid without such a pair runs nothing."""
+    bench = _bench_headroom()
+    base = make_policy("mbt:2048")
+    cm = _cm(base)
+    objective = headroom.MeanE2E()
+    fcfs = headroom.Run(MIXED, headroom.Scripted(base), cm, None, objective)
+    v0 = fcfs.finish()
+    stock = headroom.tail_figures(fcfs.sim)
+    assert bench.tail_safe(stock, stock)
+    unsafe = {**stock, "p99_ttft": 2 * stock["p99_ttft"]}
+    assert not bench.tail_safe(unsafe, stock)
+    lo, hi = 1e-3, 1e3
+    found = bench.bisect_aging(MIXED, base, cm, objective,
+                               [(lo, v0, stock), (hi, 0.5 * v0, unsafe)], stock)
+    assert found, "the interval's low end (FCFS-like) is safe, so a bound near it is too"
+    assert [v for _, v, _ in found] == sorted((v for _, v, _ in found), reverse=True)
+    for g, v, f in found:
+        assert lo < g < hi and bench.tail_safe(f, stock)
+        run = headroom.Run(MIXED, headroom.Scripted(headroom.ShortestFirst(base, g)), cm,
+                           None, objective)
+        assert run.finish() == pytest.approx(v, rel=1e-12)
+    assert bench.bisect_aging(MIXED, base, cm, objective,
+                              [(lo, v0, stock), (hi, 0.5 * v0, stock)], stock) == []
+    assert bench.bisect_aging(MIXED, base, cm, objective,
+                              [(lo, v0, stock), (hi, 2 * v0, unsafe)], stock) == []
