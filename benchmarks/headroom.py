@@ -368,8 +368,7 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
         # The best of stock, shortest-first and its aging bounds whose P99 TTFT and P99
         # TPOT stay within the bar's tail clause of the stock run's (stock itself does).
         st = sp.first_tails[0]
-        grid = [(g, v, f) for g, v, f in zip(AGING_S, aged.values(), sp.first_tails[3:],
-                                              strict=True)]
+        grid = list(zip(aged, aged.values(), sp.first_tails[3:], strict=True))
         refined = bisect_aging(specs, base, cm, objective, grid, st)
         rows["tail-safe"].append(min(
             [v for v, f in zip((v0, srpt, *aged.values()),
