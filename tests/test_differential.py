@@ -132,6 +132,11 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     # outputs left from the view, as the plugin's view gives them; efficiency 0.5 puts
     # COST's knee at 512, so the rule has room up to 2048)
     "ordered-ride-drain": "ordered:c_min=128,c_max=2048,efficiency=0.5,ride_drain=true",
+    # ... and growing past c_max beside decodes up to their knee (COST's knee over
+    # [128, 2048] at efficiency 0.5 is 512 beside up to 0.2 ms of decodes, 1024 past it:
+    # the rule has room above c_max = 256; the global MBT is c_sat)
+    "ordered-ride-ceiling": ("ordered:c_min=128,c_max=256,c_sat=2048,efficiency=0.5,"
+                             "ride_drain=true,ride_ceiling=true"),
     # ordered's aging by the solo prefill alone (it reads max_tokens only through the
     # footprint; aging 2 makes requests overdue within these runs' 150 ms of arrivals)
     "ordered-solo-prefill": "ordered:c_min=128,c_max=1024,aging=2,drain=0,solo=prefill",

@@ -455,7 +455,9 @@ def riding(v: SchedulerView) -> tuple[int, int]:
                                       "ordered:c_max=8192,c_sat=16384",
                                       "ordered:ride_floor=true,kv_backlog=false",
                                       "ordered:ride_floor=true,c_sat=16384",
-                                      "ordered:c_max=8192,ride_drain=true"]))
+                                      "ordered:c_max=8192,ride_drain=true",
+                                      "ordered:c_sat=16384,ride_ceiling=true",
+                                      "ordered:c_sat=8192,ride_ceiling=true,ride_drain=true"]))
 def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) -> None:
     p = on_a100(spec)
     q = on_a100(spec + ("," if ":" in spec else ":") + "saturation=false")
@@ -464,15 +466,23 @@ def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) ->
     # The floor: the knee, or beside decodes (the idle floor) the decode-free knee.
     floor = knee if not n_dec or p.config.ride_floor else min(knee, q.chunk(0, 0))
     budget = p.chunk(n_dec, ctx, v)
-    # Never below the floor, never above the global MBT; beside decodes, at most c_max.
-    assert floor <= budget <= p.max_num_batched_tokens
-    if n_dec:
-        assert budget <= p.config.c_max
-    # The early exit gives what the whole queue gives.
     costs = p.costs
     assert costs is not None
     ride = n_dec * costs.dec_ride + costs.dec_kv * ctx
-    assert budget == p.saturation_chunk(v, floor, n_dec > 0, ride, early_exit=False)
+    # Beside decodes the ceiling is c_max, or with ride_ceiling the riding knee over the
+    # saturation candidates where that is bigger (module doc, 2).
+    ceiling = p.config.c_max
+    if n_dec and p.config.ride_ceiling:
+        wide = on_a100(spec.replace("ride_ceiling=true", "saturation=false")
+                       .replace("c_sat=", "c_max="))
+        ceiling = max(ceiling, wide.chunk(n_dec, ctx))
+    # Never below the floor, never above the global MBT; beside decodes, at most the ceiling.
+    assert floor <= budget <= p.max_num_batched_tokens
+    if n_dec:
+        assert budget <= ceiling
+    # The early exit gives what the whole queue gives.
+    assert budget == p.saturation_chunk(v, floor, n_dec > 0, ride, early_exit=False,
+                                        ceiling=ceiling if n_dec else None)
     assert 0 <= p.decide(v).prefill_budget <= p.max_num_batched_tokens
 
 
@@ -565,6 +575,26 @@ def test_ride_drain_charges_decodes_only_for_the_drain() -> None:
                  mbt=16384)
         assert old.decide(v).prefill_budget == 4096
         assert new.decide(v).prefill_budget == want, (n_wait, left)
+
+
+def test_ride_ceiling_grows_past_c_max_only_beside_costly_decodes() -> None:
+    # H100 / Qwen3-8B, c_max 4096, c_sat 8192, 10k-token prompts waiting. Beside 36 decodes
+    # at 8k tokens of context (18 ms of decode work per step) 4096-token chunks clear
+    # under 95% of an 8192 chunk's prefill per second: the riding knee is 8192, and the
+    # drain's J takes it for decodes with 300 outputs left (not for ones with 10 left).
+    # Beside 36 decodes at 1.5k (7 ms) the knee is 4096, c_max: as without the option.
+    spec = "ordered:c_sat=8192,ride_drain=true"
+    old, new = make_policy(spec), make_policy(spec + ",ride_ceiling=true")
+    for p in (old, new):
+        p.bind_cost_model(CM_H100_16K)
+    for ctx, n_wait, left, want in ((8000, 2, 300, 8192), (8000, 40, 300, 8192),
+                                    (8000, 8, 10, 4096), (1500, 8, 300, 4096),
+                                    (1500, 40, 300, 4096)):
+        v = view([*decodes(36, ctx, left),
+                  *(waiting(f"w{i}", 10000, 5.0 + i / 100, out=300) for i in range(n_wait))],
+                 mbt=16384)
+        assert old.decide(v).prefill_budget == 4096
+        assert new.decide(v).prefill_budget == want, (ctx, n_wait, left)
 
 
 @settings(max_examples=200, deadline=None)

@@ -131,6 +131,23 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      kept the longest prompts waiting, but on the Azure trace and on the A100 it raises
      P99 TPOT 1.3-1.95x over the stock settings' (``docs/results/real-traffic.md``, "The
      drain's length"). Its stopping rule is the whole admissible backlog (no early exit).
+   * **The riding knee** (``ride_ceiling=true``, with ``c_sat > c_max``; off by default).
+     Beside running decodes the ceiling is ``c_max``, whatever they cost. With the option
+     it is the bigger of ``c_max`` and the knee over the saturation candidates ``[c_min,
+     c_sat]`` with the decodes' cost per step counted (``_knee``, the same rule and
+     ``efficiency`` as the budget's knee): a step grows past ``c_max`` beside decodes only
+     where a ``c_max`` chunk clears less than ``efficiency`` of the biggest chunk's
+     prefill per second, i.e. where the decodes' fixed cost (many of them, or long
+     contexts) is what a bigger chunk amortises. On an H100 with an 8B model that tells
+     the two open traces apart: beside 36 decodes at 1.5k tokens of context (the Azure
+     code trace) the knee is 4096, beside 36 at 8k (the Mooncake slice) it is 8192.
+     Invariant: beside decodes the budget is at most ``max(c_max, riding knee)``; without
+     decodes, or with ``c_sat <= c_max``, nothing changes (``tests/test_ordered.py``).
+     Off by default: with ``c_sat=8192,ride_drain=true`` it keeps the Azure trace's P99
+     TPOT within 1.05x on both GPUs, where ``c_max=8192`` raised it 1.8-1.95x, but the
+     drain's length then raises the Mooncake slice's on the A100 (whose stock setting runs
+     2048-token steps) to 1.27x, and Mooncake / H100's P99 TTFT is still 1.13x
+     (``docs/results/real-traffic.md``, "The riding knee").
    **The idle limit** (``idle_limit=L``; 0, off, by default). vLLM serves running
    requests before it admits waiting ones, so a prompt that arrives while a long one is
    being prefilled waits for every chunk of it, whatever the order says; and a short
@@ -259,7 +276,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import attrgetter
@@ -288,7 +305,7 @@ SLACK = 16
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
     c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0,
-    ride_drain=false,solo=e2e,kv_footprint=true``.
+    ride_drain=false,ride_ceiling=false,solo=e2e,kv_footprint=true``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -327,6 +344,9 @@ class OrderedConfig:
     * ``ride_drain``: the saturation rule charges a riding decode a bigger step only for
       the steps the drain lasts, ``min(r_i, S(c))`` of its ``r_i`` outputs left (module
       doc, 2; false: every output left).
+    * ``ride_ceiling``: beside running decodes the saturation rule grows the budget up to
+      the knee with their cost per step counted, not up to ``c_max`` (module doc, 2,
+      "The riding knee"; false: ``c_max``).
     * ``solo``: the aging bound's solo latency ``s_i``: ``e2e``, the prefill and the decode
       steps, or ``prefill``, the prefill alone (module doc, 1, "The aging scale").
     * ``kv_footprint``: admit a waiting request only if its whole footprint (prompt +
@@ -348,6 +368,7 @@ class OrderedConfig:
     idle_util: float = 0.0
     idle_window: float = 60.0
     ride_drain: bool = False
+    ride_ceiling: bool = False
     solo: str = "e2e"
     kv_footprint: bool = True
 
@@ -389,6 +410,7 @@ class Ordered(Policy):
         self.sat_chunks = (candidate_chunks(config.c_min, max(config.c_max, config.c_sat))
                            if config.saturation else ())
         self.sat_costs: StepCosts | None = None
+        self.sat_time: list[float] = []  # step_time of each saturation candidate
         self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
@@ -412,6 +434,9 @@ class Ordered(Policy):
         self._idle_knee = None if costs is None else self.chunk(0, 0)
         self.sat_costs = (None if cost_model is None or not self.sat_chunks else
                           StepCosts(cost_model, self.sat_chunks))
+        sat = self.sat_costs
+        self.sat_time = ([] if sat is None else
+                         [sat.step_time(c, causal_pairs(c, 0)) for c in self.sat_chunks])
         self._solo, self._idle = {}, {}
         self._index = None
         lim, util = self.config.idle_limit, self.config.idle_util
@@ -723,23 +748,23 @@ class Ordered(Policy):
         costs = self.costs
         assert costs is not None
         ride = num_decodes * costs.dec_ride + costs.dec_kv * decode_ctx
-        top = self.chunks[-1] / (self.chunk_time[-1] + ride)
-        want = self.config.efficiency * top
-        knee = self.chunks[-1]
-        for c, t in zip(self.chunks, self.chunk_time, strict=True):
-            if c / (t + ride) >= want:
-                knee = c
-                break
+        knee = _knee(self.chunks, self.chunk_time, ride, self.config.efficiency)
         if view is None or self.sat_costs is None:
             return knee
         # The idle floor (module doc, 2): beside decodes the rule picks from the knee of a
         # decode-free step up (the knee only grows with the decodes riding).
         floor = (knee if not num_decodes or self.config.ride_floor or self._idle_knee is None
                  else min(knee, self._idle_knee))
-        return self.saturation_chunk(view, floor, num_decodes > 0, ride)
+        # The riding knee (module doc, 2): beside decodes the ceiling is c_max, or the knee
+        # over the saturation candidates with their cost counted where that is bigger.
+        ceiling = None
+        if num_decodes and self.config.ride_ceiling:
+            ceiling = max(self.config.c_max, _knee(self.sat_chunks, self.sat_time, ride,
+                                                   self.config.efficiency))
+        return self.saturation_chunk(view, floor, num_decodes > 0, ride, ceiling=ceiling)
 
     def saturation_chunk(self, view: SchedulerView, knee: int, decodes: bool, ride: float,
-                         early_exit: bool = True) -> int:
+                         early_exit: bool = True, ceiling: int | None = None) -> int:
         """The saturation budget (module doc, 2): the frontier chunk in [knee, ceiling]
         minimising ``J(c) = t(c) (L + Q / c + (N - 1) / 2)``, ``ride`` the running decodes' cost
         per step. One pass over the running requests (``L``, the running prompts), then
@@ -748,7 +773,8 @@ class Ordered(Policy):
         a prompt queued after ``C`` tokens raises ``J(c)`` by ``t(c) (1/2 + C / c)``, which
         is smaller for the top than for a chunk ``a`` below it once
         ``C >= (t(top) - t(a)) / (2 (t(a) / a - t(top) / top))``."""
-        ceiling = self.config.c_max if decodes else self.sat_chunks[-1]
+        if ceiling is None:
+            ceiling = self.config.c_max if decodes else self.sat_chunks[-1]
         cands = sorted({knee, *(c for c in self.sat_chunks if knee < c <= ceiling)})
         if len(cands) < 2:
             return knee
@@ -852,6 +878,17 @@ class Ordered(Policy):
             v = SchedulerView(0.0, (p,), 1, 0, self.max_num_batched_tokens, 1)
             c = self._idle[prompt_tokens] = self.saturation_chunk(v, knee, False, 0.0)
         return c
+
+
+def _knee(chunks: Sequence[int], times: Sequence[float], ride: float, efficiency: float) -> int:
+    """The smallest of ``chunks`` (ascending; ``times`` their steps alone) whose prefill
+    throughput beside decodes costing ``ride`` per step, ``c / (t(c) + ride)``, reaches
+    ``efficiency`` times the biggest chunk's (module doc, 2)."""
+    want = efficiency * (chunks[-1] / (times[-1] + ride))
+    for c, t in zip(chunks, times, strict=True):
+        if c / (t + ride) >= want:
+            return c
+    return chunks[-1]
 
 
 def _argmin(frontier: list[tuple[int, int, float]], outputs_left: int, q: float,
