@@ -344,9 +344,9 @@ class OrderedConfig:
     * ``ride_drain``: the saturation rule charges a riding decode a bigger step only for
       the steps the drain lasts, ``min(r_i, S(c))`` of its ``r_i`` outputs left (module
       doc, 2; false: every output left).
-    * ``ride_ceiling``: beside running decodes the saturation rule grows the budget up to
-      the knee with their cost per step counted, not up to ``c_max`` (module doc, 2,
-      "The riding knee"; false: ``c_max``).
+    * ``ride_ceiling``: beside running decodes the saturation rule's ceiling is the bigger
+      of ``c_max`` and the knee over ``[c_min, c_sat]`` with their cost per step counted
+      (module doc, 2, "The riding knee"; false: ``c_max``); no effect unless ``c_sat > c_max``.
     * ``solo``: the aging bound's solo latency ``s_i``: ``e2e``, the prefill and the decode
       steps, or ``prefill``, the prefill alone (module doc, 1, "The aging scale").
     * ``kv_footprint``: admit a waiting request only if its whole footprint (prompt +
