@@ -408,6 +408,10 @@ def test_the_global_mbt_follows_c_sat() -> None:
     assert on_a100("ordered:c_sat=16384").max_num_batched_tokens == 16384
     with pytest.raises(Exception, match="c_sat"):
         make_policy("ordered:c_sat=2048")
+    for bad in ("ordered:ride_ceiling=true", "ordered:c_sat=4096,ride_ceiling=true",
+                "ordered:c_sat=16384,ride_ceiling=true,saturation=false"):
+        with pytest.raises(Exception, match="ride_ceiling needs saturation=true and c_sat"):
+            make_policy(bad)
 
 
 @pytest.mark.parametrize(("prompt", "out"), [(2000, 30), (16000, 50), (32000, 20)])
@@ -460,7 +464,9 @@ def riding(v: SchedulerView) -> tuple[int, int]:
                                       "ordered:c_sat=8192,ride_ceiling=true,ride_drain=true"]))
 def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) -> None:
     p = on_a100(spec)
-    q = on_a100(spec + ("," if ":" in spec else ":") + "saturation=false")
+    # The same rule without saturation (ride_ceiling, which needs it, off too).
+    q = on_a100(spec.replace("ride_ceiling=true", "ride_ceiling=false")
+                + ("," if ":" in spec else ":") + "saturation=false")
     n_dec, ctx = riding(v)
     knee = q.chunk(n_dec, ctx)
     # The floor: the knee, or beside decodes (the idle floor) the decode-free knee.

@@ -142,7 +142,8 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      the two open traces apart: beside 36 decodes at 1.5k tokens of context (the Azure
      code trace) the knee is 4096, beside 36 at 8k (the Mooncake slice) it is 8192.
      Invariant: beside decodes the budget is at most ``max(c_max, riding knee)``; without
-     decodes, or with ``c_sat <= c_max``, nothing changes (``tests/test_ordered.py``).
+     decodes nothing changes (``tests/test_ordered.py``). The config refuses the option
+     without ``saturation`` and ``c_sat > c_max``, where it could change nothing.
      Off by default: with ``c_sat=8192,ride_drain=true`` it keeps the Azure trace's P99
      TPOT within 1.05x on both GPUs, where ``c_max=8192`` raised it 1.8-1.95x, but the
      drain's length then raises the Mooncake slice's on the A100 (whose stock setting runs
@@ -346,7 +347,8 @@ class OrderedConfig:
       doc, 2; false: every output left).
     * ``ride_ceiling``: beside running decodes the saturation rule's ceiling is the bigger
       of ``c_max`` and the knee over ``[c_min, c_sat]`` with their cost per step counted
-      (module doc, 2, "The riding knee"; false: ``c_max``); no effect unless ``c_sat > c_max``.
+      (module doc, 2, "The riding knee"; false: ``c_max``); needs ``saturation`` and
+      ``c_sat > c_max``.
     * ``solo``: the aging bound's solo latency ``s_i``: ``e2e``, the prefill and the decode
       steps, or ``prefill``, the prefill alone (module doc, 1, "The aging scale").
     * ``kv_footprint``: admit a waiting request only if its whole footprint (prompt +
@@ -392,6 +394,11 @@ class OrderedConfig:
                 f"kv_ratio must be in [0, 1000], got {self.kv_ratio}")
         require(self.c_sat == 0 or self.c_sat >= self.c_max,
                 f"c_sat must be 0 or >= c_max={self.c_max}, got {self.c_sat}")
+        # The riding knee widens the saturation rule's ceiling (module doc, 2): without
+        # that rule, or without room above c_max, it would silently do nothing.
+        require(not self.ride_ceiling or (self.saturation and self.c_sat > self.c_max),
+                f"ride_ceiling needs saturation=true and c_sat > c_max={self.c_max}, "
+                f"got saturation={str(self.saturation).lower()}, c_sat={self.c_sat}")
 
 
 @register("ordered")
