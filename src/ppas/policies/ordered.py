@@ -148,7 +148,10 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      TPOT within 1.05x on both GPUs, where ``c_max=8192`` raised it 1.8-1.95x, but the
      drain's length then raises the Mooncake slice's on the A100 (whose stock setting runs
      2048-token steps) to 1.27x, and Mooncake / H100's P99 TTFT is still 1.13x
-     (``docs/results/real-traffic.md``, "The riding knee").
+     (``docs/results/real-traffic.md``, "The riding knee"). Without the drain's length
+     (with the drain floor at 0.75 and the gated idle limit) it meets 23 of the 24 bars:
+     Mooncake / H100's P99 TTFT is then 1.32x ("The riding knee without the drain's
+     length").
    **The idle limit** (``idle_limit=L``; 0, off, by default). vLLM serves running
    requests before it admits waiting ones, so a prompt that arrives while a long one is
    being prefilled waits for every chunk of it, whatever the order says; and a short
