@@ -309,7 +309,7 @@ def trace_main(prog: str, a: object, argv: list[str] | None) -> int:
             raise PpasError(f"--base takes a stock setting (vllm:...), got {a.base!r}")
         tf = TraceTransform(parse_window(a.trace_window) if a.trace_window else None,
                             a.time_scale, None, None, a.drop_longer_than,
-                            output_scale=a.output_scale)
+                            output_scale=a.output_scale, max_tokens=a.max_tokens)
         raw = load_trace(a.trace)
         if a.quick:
             loads, a.windows, a.window_s = loads[:1], 1, 30.0

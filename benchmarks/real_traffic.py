@@ -42,6 +42,7 @@ from harness import Table, fail, finish, parser, start
 
 from ppas.analysis.capacity import trace_capacity
 from ppas.analysis.tune import Evaluator, Figures, MeanE2E, StockSpace, search, short_name
+from ppas.commands.trace_args import max_tokens_arg
 from ppas.core.errors import PpasError
 from ppas.core.limits import MAX_LENGTH_SCALE
 from ppas.core.metrics import geomean_improvement
@@ -80,14 +81,18 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     prog = getattr(args, "prog", "real_traffic.py")
     if k is not None and not (math.isfinite(k) and 0 < k <= MAX_LENGTH_SCALE):
         fail(prog, f"--output-scale must be a number in (0, {MAX_LENGTH_SCALE:g}], got {k!r}")
+    cap = getattr(args, "max_tokens", None)
     tag = f" (outputs x{k:g})" if k is not None else ""
+    if cap is not None:
+        tag += " (max_tokens vLLM's default)" if cap == 0 else f" (max_tokens {cap})"
     out = []
     if "azure" in args.traces:
         out.append(Workload("azure-2023-code" + tag, args.azure, TraceTransform(
-            window=azure_window, output_scale=k)))
+            window=azure_window, output_scale=k, max_tokens=cap)))
     if "mooncake" in args.traces and not args.quick:
         out.append(Workload("mooncake-synthetic" + tag, args.mooncake, TraceTransform(
-            window=(0.0, 600.0), time_scale=1.33, drop_longer_than=32768, output_scale=k)))
+            window=(0.0, 600.0), time_scale=1.33, drop_longer_than=32768, output_scale=k,
+            max_tokens=cap)))
     if not out:
         fail("real_traffic.py", f"--traces must name azure and/or mooncake, got {args.traces!r}")
     for w in out:
@@ -112,6 +117,10 @@ def add_output_scale(ap: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
     ap.add_argument("--output-scale", type=float, default=None, metavar="K",
                     help="a held-out shape: every output K times longer (rounded, at least "
                          "1 token), the arrivals and prompts as they are")
+    ap.add_argument("--max-tokens", type=max_tokens_arg, default=None, metavar="default|N",
+                    help="a held-out shape: the clients' max_tokens, a cap the policies see "
+                         "('default': vLLM's, max_model_len less the prompt); each request "
+                         "still stops at its own output length")
 
 
 def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[str]]:
@@ -129,7 +138,8 @@ def one_workload(args: argparse.Namespace, prog: str) -> tuple[Workload, list[st
     if not Path(path).is_file():
         fail(prog, f"trace file {path!r} not found (give --{args.trace})")
     ns = argparse.Namespace(traces=args.trace, quick=False, azure=args.azure,
-                            mooncake=args.mooncake, output_scale=args.output_scale, prog=prog)
+                            mooncake=args.mooncake, output_scale=args.output_scale,
+                            max_tokens=args.max_tokens, prog=prog)
     return workloads(ns)[0], configs
 
 

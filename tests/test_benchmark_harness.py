@@ -64,6 +64,8 @@ def test_real_traffic_refuses_a_bad_output_scale() -> None:
     head = str(ROOT / "tests" / "data" / "traces" / "azure-2023-code-head.csv")
     refuses("headroom.py", ["--trace", head, "--output-scale", "0"],
             ["--trace", head, "--output-scale", "inf"])
+    refuses("real_traffic.py", ["--max-tokens", "0"], ["--max-tokens", "x"],
+            ["--max-tokens", "-5"])
 
 
 def test_trace_speed_on_trace_slices(tmp_path: Path) -> None:

@@ -111,6 +111,14 @@ BAD = [
      "sarathi.tbt_slo: must be in [1e-06, 1e+07] s"),
     (["simulate", *RTX, "--configs", "ppas-auto:ref_prompt=9999999999"],
      "ppas-auto.ref_prompt: must be <= 10000000"),
+    # the clients' max_tokens: a cap the policies see, for simulation only
+    (["simulate", *RTX, "--trace", "tests/data/traces/azure-2023-code-head.csv",
+      "--max-tokens", "lots"], "--max-tokens: must be 'default' (max_model_len less the "
+     "prompt) or an integer in [1, "),
+    (["simulate", *RTX, "--max-tokens", "64"], "--max-tokens"),
+    (["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--trace",
+      "tests/data/traces/azure-2023-code-head.csv", "--max-tokens", "64"],
+     "--max-tokens is for simulation only"),
 ]
 
 

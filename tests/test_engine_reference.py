@@ -11,7 +11,13 @@ import engine_reference as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppas.core.view import SchedulerView, StepRecord, make_step_record, make_view
+from ppas.core.view import (
+    OutputLengths,
+    SchedulerView,
+    StepRecord,
+    make_step_record,
+    make_view,
+)
 from ppas.cost.base import StepShape, make_shape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine import step_rules
@@ -100,5 +106,6 @@ def test_builders_make_the_dataclasses() -> None:
     assert hash(make_step_record(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7)) == hash(rec)
     assert type(make_step_record(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7)) is StepRecord
     assert make_shape(100, 1, 2.5, 300, 7, 4000) == StepShape(100, 1, 2.5, 300, 7, 4000)
-    view = SchedulerView(1.0, (), 2, 3, 2048, 256, (), None, 7, True)
-    assert make_view(1.0, (), 2, 3, 2048, 256, (), None, 7, True) == view
+    lengths = OutputLengths()
+    view = SchedulerView(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths)
+    assert make_view(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths) == view

@@ -185,3 +185,41 @@ def test_engine_invariants_with_each_policy(reqs: list[tuple[float, int, int, fl
     for r in res.requests:
         assert r.failed is None and r.finish_time is not None
         assert r.num_output_tokens == r.max_output_tokens
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(0, 5), st.integers(1, 6000), st.integers(1, 60),
+                          st.integers(0, 200)), min_size=1, max_size=30),
+       st.sampled_from(["vllm", "vllm:mbt=2048", "vllm:mbt=512,max_num_seqs=8"]),
+       st.sampled_from([None, 400]))
+def test_stock_vllm_never_reads_max_tokens(
+        reqs: list[tuple[float, int, int, int]], spec: str, kv_blocks: int | None) -> None:
+    """vLLM's scheduler admits and preempts on the tokens a request holds, never on its
+    ``max_tokens``: a stock setting's run is the same, request by request, whether the
+    caps are the lengths or caps the requests stop before (``RequestSpec.max_tokens``)."""
+    cm = RooflineCostModel("rtx5090", "qwen2.5-3b")
+    engine = EngineConfig(num_kv_blocks=kv_blocks)
+    exact = [RequestSpec(a, p, o) for a, p, o, _ in sorted(reqs)]
+    capped = [RequestSpec(a, p, o, max_tokens=o + extra) for a, p, o, extra in sorted(reqs)]
+
+    def times(specs: list[RequestSpec]) -> list[tuple[object, ...]]:
+        res = simulate(specs, make_policy(spec), cm, engine)
+        return [(r.first_token_time, r.finish_time, r.num_output_tokens, r.num_preemptions,
+                 r.failed) for r in res.requests]
+
+    assert times(exact) == times(capped)
+
+
+def test_vllms_default_max_tokens_is_the_context_left() -> None:
+    """``max_tokens=0`` (the client sent none): vLLM's default, ``max_model_len`` less the
+    prompt; the request still stops at its own length, and one whose length would pass
+    the context stops at its end."""
+    cm = RooflineCostModel("rtx5090", "qwen2.5-3b")
+    reqs = [RequestSpec(0.0, 1000, 20, max_tokens=0), RequestSpec(0.0, 3000, 5000, max_tokens=0)]
+    res = simulate(reqs, make_policy("vllm"), cm, EngineConfig(max_model_len=4096))
+    a, b = res.requests
+    assert (a.max_output_tokens, a.output_len, a.num_output_tokens) == (3096, 20, 20)
+    assert (b.max_output_tokens, b.output_len, b.num_output_tokens) == (1096, 1096, 1096)
+    assert not a.failed and not b.failed
+    unlimited = simulate(reqs[:1], make_policy("vllm"), cm, EngineConfig()).requests[0]
+    assert unlimited.max_output_tokens == unlimited.output_len == 20  # no context to fill

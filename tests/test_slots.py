@@ -8,14 +8,14 @@ import pickle
 import pytest
 
 from ppas.core.slots import builder
-from ppas.core.view import SchedulerView, StepRecord, make_step_record, make_view
+from ppas.core.view import OutputLengths, SchedulerView, StepRecord, make_step_record, make_view
 from ppas.cost.base import StepShape, make_shape
 
 
 @pytest.mark.parametrize(("make", "cls", "args"), [
     (make_step_record, StepRecord, (1.5, 0.02, 0.03, 512, 256, 10, 1, 10)),
     (make_shape, StepShape, (512, 1, 1000.5, 2048, 12, 40000)),
-    (make_view, SchedulerView, (3.0, [], 4, 5, 2048, 256, (), None, 77, True)),
+    (make_view, SchedulerView, (3.0, [], 4, 5, 2048, 256, (), None, 77, True, OutputLengths())),
 ])
 def test_same_object_as_the_constructor(make, cls, args) -> None:  # type: ignore[no-untyped-def]
     made, ref = make(*args), cls(*args)

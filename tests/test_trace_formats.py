@@ -332,6 +332,23 @@ def test_output_scale_scales_outputs_alone() -> None:
             TraceTransform(output_scale=bad)
 
 
+def test_max_tokens_sets_the_clients_cap() -> None:
+    """``--max-tokens``: N caps every request (longer outputs stop at N, as vLLM's length
+    stop); 0 leaves vLLM's default to the engine; the prompts and arrivals stay."""
+    tr = Trace((RequestSpec(0, 100, 13), RequestSpec(1, 95, 1), RequestSpec(2, 5, 40)), 2, "t")
+    assert [r.max_tokens for r in tr] == [None] * 3  # a file's outputs are the caps
+    capped = TraceTransform(max_tokens=20).apply(tr)
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens) for r in capped] == [
+        (0, 100, 13, 20), (1, 95, 1, 20), (2, 5, 20, 20)]
+    assert "max_tokens 20 (longer outputs stop there)" in capped.description
+    default = TraceTransform(output_scale=2, max_tokens=0).apply(tr)
+    assert [(r.output_tokens, r.max_tokens) for r in default] == [(26, 0), (2, 0), (80, 0)]
+    assert "max_tokens vLLM's default (max_model_len less the prompt)" in default.description
+    for bad in (-1, 2_000_000):
+        with pytest.raises(PpasError, match="max_tokens must be 0 .* or an integer in"):
+            TraceTransform(max_tokens=bad)
+
+
 def test_drop_longer_than_counts_and_reports() -> None:
     tr = Trace((RequestSpec(0, 100, 10), RequestSpec(1, 95, 10), RequestSpec(2, 5, 1)), 2, "t")
     out = TraceTransform(drop_longer_than=105).apply(tr)

@@ -550,3 +550,32 @@ def test_data_parallel_rank_survives_the_dense_model_reset() -> None:
         dense.reconfigure_for_independent_dp_rank()
         assert (dense.data_parallel_rank, dense.data_parallel_size) == (0, 1)  # vLLM's reset
         assert data_parallel_rank(dense) == (rank, 2)
+
+
+def test_output_lengths_note_where_requests_stopped(model_dir: str) -> None:
+    """The plugin's ``OutputLengths`` (what tells ``ordered`` a ``max_tokens`` is a cap, not
+    a length): a request that stops at its cap keeps the caps as lengths; one that stops
+    at a stop token first does not; an aborted one is not recorded."""
+    sched = make_scheduler(model_dir, policy="ordered", max_num_batched_tokens=4096)
+    assert isinstance(sched, PolicyScheduler)
+    early = make_request("e", 300, 40, seed=2)
+    early.sampling_params.stop_token_ids = [7]  # fake_output samples token 7: stops at once
+    seen: list[tuple[int, int, bool]] = []
+
+    def before_step(s: Scheduler, step: int) -> None:
+        lengths = s.ppas_view(0.0).output_lengths
+        assert lengths is not None
+        seen.append((lengths.finished, lengths.early, lengths.caps_are_lengths))
+        if step == 3:
+            s.finish_requests(["x"], RequestStatus.FINISHED_ABORTED)
+
+    arrivals = {0: [make_request("a", 200, 3), make_request("x", 200, 50, seed=1)],
+                12: [early]}
+    tokens, finished = drive(sched, arrivals, before_step=before_step)
+    assert tokens["a"] == 3 and tokens["e"] == 1 and "x" not in finished
+    assert seen[0] == (0, 0, True)
+    assert (1, 0, True) in seen  # "a" stopped at its cap; "x"'s abort is not recorded
+    lengths = sched.ppas_view(0.0).output_lengths
+    assert lengths is not None
+    assert (lengths.finished, lengths.early, lengths.caps_are_lengths) == (2, 1, False)
+    assert lengths.mean == 2.0

@@ -116,8 +116,8 @@ class ClusterRequest:
         return RequestMetrics(
             arrival_s=s.arrival_s, ttft=r.first_token_time - s.arrival_s,
             e2e=r.finish_time - s.arrival_s,
-            tpot=tpot_of(r.first_token_time, r.finish_time, s.output_tokens),
-            output_tokens=s.output_tokens, ttft_slo=s.ttft_slo, tpot_slo=s.tpot_slo,
+            tpot=tpot_of(r.first_token_time, r.finish_time, r.output_len),
+            output_tokens=r.output_len, ttft_slo=s.ttft_slo, tpot_slo=s.tpot_slo,
             slo_class=s.slo_class)
 
 

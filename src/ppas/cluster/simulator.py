@@ -270,7 +270,7 @@ class Cluster:
             self.num_done += 1
             return r
         r.num_computed_tokens = computed
-        inst.outstanding_tokens += spec.prompt_tokens + spec.output_tokens - computed
+        inst.outstanding_tokens += spec.prompt_tokens + r.output_len - computed
         if not inst.busy:
             self.wake(inst, out)
         return r
@@ -282,7 +282,7 @@ class Cluster:
             cr = self.requests[i]
             cr.instance = inst.index
             cr.prefill = self.place(cr, inst, dataclasses.replace(
-                cr.spec, arrival_s=now, output_tokens=1), now, out)
+                cr.spec, arrival_s=now, output_tokens=1, max_tokens=None), now, out)
 
     def route(self, cands: list[Instance], s: RequestSpec, now: float,
               out: list[Event]) -> int:
@@ -297,7 +297,7 @@ class Cluster:
         decode instance the router picks."""
         cr = inst.owners[r.index]
         s = cr.spec
-        inst.outstanding_tokens -= (r.max_output_tokens + r.prompt_tokens
+        inst.outstanding_tokens -= (r.output_len + r.prompt_tokens
                                     - (r.prompt_tokens - 1 if r is cr.decode else 0))
         if inst.role == "prefill" and s.output_tokens == 1:
             inst.engine.release_kv(r, r.finish_time or 0.0)  # nothing to transfer

@@ -86,6 +86,10 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
         if args.prompt_tokens is not None or args.output_tokens is not None:
             raise PpasError("--prompt-tokens/--output-tokens do not apply to --trace "
                             "(the file gives each request's lengths)")
+        if args.max_tokens is not None:
+            raise PpasError("--max-tokens is for simulation only: a live replay sends each "
+                            "request's output length as max_tokens, with ignore_eos (a random "
+                            "model has no EOS to stop at)")
         return trace_file(args)
     check_no_file_flags(args)
     pt = 25000 if args.prompt_tokens is None else args.prompt_tokens

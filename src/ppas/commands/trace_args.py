@@ -34,7 +34,7 @@ from ppas.workload.transforms import WINDOW_HELP
 
 #: The trace-file flags (their ``args`` names) that need ``--trace``.
 _FILE_FLAGS = ("trace_format", "trace_block_size", "window", "time_scale", "rate",
-               "length_scale", "drop_longer_than")
+               "length_scale", "drop_longer_than", "max_tokens")
 
 
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +85,26 @@ def add_trace_file_arguments(p: argparse.ArgumentParser | argparse._ArgumentGrou
     p.add_argument("--drop-longer-than", type=int_arg(2, MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS),
                    help="drop --trace's requests whose prompt + output exceed N tokens "
                         "(after --length-scale; counted and reported)")
+    p.add_argument("--max-tokens", type=max_tokens_arg, default=None, metavar="default|N",
+                   help="the clients' max_tokens on --trace's requests, a cap the policies "
+                        "see: N (longer outputs stop at N), or 'default', vLLM's when a "
+                        "client sends none (max_model_len less the prompt); each request "
+                        "still stops at its own output length (its EOS)")
+
+
+def max_tokens_arg(text: str) -> int:
+    """``--max-tokens``: ``default`` (0: vLLM's default cap) or an integer N >= 1."""
+    if text.strip() == "default":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1 <= n <= MAX_OUTPUT_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"must be 'default' (max_model_len less the prompt) or an integer in "
+            f"[1, {MAX_OUTPUT_TOKENS}], got {text!r}")
+    return n
 
 
 def _window(text: str) -> tuple[float, float]:
@@ -99,7 +119,7 @@ def trace_file(args: argparse.Namespace) -> Trace:
     if args.time_scale is not None and args.rate is not None:
         raise PpasError("give --time-scale or --rate, not both (both rescale the arrivals)")
     tf = TraceTransform(args.window, args.time_scale, args.rate, args.length_scale,
-                        args.drop_longer_than)
+                        args.drop_longer_than, max_tokens=args.max_tokens)
     return read_trace(args.trace, args.trace_format or "auto", args.trace_block_size or 512, tf)
 
 

@@ -145,6 +145,55 @@ class WaitingLog:
             self.events.clear()
 
 
+class OutputLengths:
+    """An engine's record of where its finished requests stopped against their caps: what
+    tells a policy whether a request's ``max_output_tokens`` (vLLM's ``max_tokens``) is its
+    length or only a cap.
+
+    A replay with ``ignore_eos`` (the repository's live experiments, and every simulated
+    trace without ``--max-tokens``) stops each request at its cap, so the caps are the
+    lengths. Real clients send a cap (vLLM's default: ``max_model_len`` less the prompt)
+    and most requests stop at an EOS well before it. Invariant: ``caps_are_lengths`` holds
+    until the first request that stops (EOS, a stop string, the context's end) with fewer
+    outputs than its cap, and never again after it (an aborted request says nothing and is
+    not recorded). ``mean`` is the mean output count of every finished request recorded."""
+
+    __slots__ = ("finished", "early", "outputs")
+
+    def __init__(self) -> None:
+        self.finished = 0  # requests recorded
+        self.early = 0  # ... that stopped before their cap
+        self.outputs = 0  # their outputs, summed
+
+    def record(self, outputs: int, cap: int) -> None:
+        """A request stopped after ``outputs`` outputs, under a cap of ``cap``."""
+        self.finished += 1
+        self.outputs += outputs
+        if outputs < cap:
+            self.early += 1
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OutputLengths):
+            return NotImplemented
+        return (self.finished, self.early, self.outputs) == (
+            other.finished, other.early, other.outputs)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable: compared by value, not hashed)
+
+    def __repr__(self) -> str:
+        return (f"OutputLengths(finished={self.finished}, early={self.early}, "
+                f"outputs={self.outputs})")
+
+    @property
+    def caps_are_lengths(self) -> bool:
+        return self.early == 0
+
+    @property
+    def mean(self) -> float:
+        """The mean output count of the finished requests (0 before the first)."""
+        return self.outputs / self.finished if self.finished else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerView:
     """Scheduler state at the start of one step.
@@ -165,6 +214,8 @@ class SchedulerView:
     ``prefix_caching``: the engine caches prefixes, so a waiting request's
     ``num_cached_tokens`` may change while it waits (an index keyed on it must be rebuilt
     from the requests, not kept from ``waiting_log``).
+    ``output_lengths``: the engine's ``OutputLengths`` (the simulator and the vLLM
+    plugin); None (hand-made views): every cap is taken for the request's length.
     """
 
     now: float
@@ -177,6 +228,14 @@ class SchedulerView:
     waiting_log: WaitingLog | None = None
     waiting_prompt_tokens: int | None = None
     prefix_caching: bool = False
+    output_lengths: OutputLengths | None = None
+
+
+def caps_are_lengths(view: SchedulerView) -> bool:
+    """Whether ``view``'s requests' ``max_output_tokens`` are their lengths, as far as its
+    engine has seen (``OutputLengths``; True without a record)."""
+    o = view.output_lengths
+    return o is None or o.early == 0
 
 
 #: ``SchedulerView(*fields)``, positionally, every field given, without the frozen

@@ -40,7 +40,7 @@ class KvPool:
         segs: list[tuple[object, int]] = list(spec.prefix)
         if rest > 0:
             segs.append((("prompt", r.index), rest))
-        segs.append((("output", r.index), r.max_output_tokens))
+        segs.append((("output", r.index), r.output_len))
         r.block_hashes = chained_block_hashes(segs, self.bs)
         r.kv = CachedBlocks()
         r.cache = self.cache

@@ -10,21 +10,32 @@ from ppas.workload import RequestSpec
 
 class SimRequest:
     """Mutable engine-side request; also the ``RequestView`` policies read. Carries vLLM's
-    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.engine.step_rules``."""
+    attribute names too (``num_prompt_tokens``, ``num_tokens``) for ``ppas.engine.step_rules``.
+
+    ``max_output_tokens`` is the client's cap (vLLM's ``Request.max_tokens``: what a policy
+    reads); ``output_len`` is where the request stops, ``min(its length, the cap)``: the
+    engine's alone (in vLLM an EOS, which no scheduler sees coming). Without a cap in the
+    trace (``RequestSpec.max_tokens`` None) both are the length."""
 
     __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
-                 "max_output_tokens", "num_computed_tokens", "num_output_tokens", "is_running",
+                 "max_output_tokens", "output_len", "num_computed_tokens", "num_output_tokens",
+                 "is_running",
                  "first_token_time", "last_token_time", "finish_time", "blocks",
                  "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
                  "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens",
                  "priority")
 
-    def __init__(self, index: int, spec: RequestSpec) -> None:
+    def __init__(self, index: int, spec: RequestSpec, max_model_len: int | None = None) -> None:
         self.request_id = str(index)
         self.index = index
         self.arrival_time = spec.arrival_s
         self.prompt_tokens = self.num_prompt_tokens = spec.prompt_tokens
-        self.max_output_tokens = spec.output_tokens
+        cap = spec.max_tokens
+        if cap == 0:  # the client sent none: vLLM's default (none without a context limit)
+            cap = (max(1, max_model_len - spec.prompt_tokens) if max_model_len is not None
+                   else None)
+        self.max_output_tokens = spec.output_tokens if cap is None else cap
+        self.output_len = spec.output_tokens if cap is None else min(spec.output_tokens, cap)
         self.ttft_slo = spec.ttft_slo
         self.tpot_slo = spec.tpot_slo
         self.slo_class = spec.slo_class

@@ -76,11 +76,11 @@ class SimResult:
             m = RequestMetrics(
                 arrival_s=r.arrival_time, ttft=r.first_token_time - r.arrival_time,
                 e2e=r.finish_time - r.arrival_time,
-                tpot=tpot_of(r.first_token_time, r.finish_time, r.max_output_tokens),
-                output_tokens=r.max_output_tokens, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
+                tpot=tpot_of(r.first_token_time, r.finish_time, r.output_len),
+                output_tokens=r.output_len, ttft_slo=r.ttft_slo, tpot_slo=r.tpot_slo,
                 slo_class=r.slo_class)
             if slo is not None:
-                alone = solo(r.prompt_tokens, r.max_output_tokens) if solo else None
+                alone = solo(r.prompt_tokens, r.output_len) if solo else None
                 m = slo.apply(m, alone)
             out.append(m)
         return out

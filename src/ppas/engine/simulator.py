@@ -102,7 +102,14 @@ from ppas.core.config import require
 from ppas.core.decision import admission_limit
 from ppas.core.metrics import Gaps
 from ppas.core.order import IdLog, LoggedOrder
-from ppas.core.view import SchedulerView, StepRecord, WaitingLog, make_step_record, make_view
+from ppas.core.view import (
+    OutputLengths,
+    SchedulerView,
+    StepRecord,
+    WaitingLog,
+    make_step_record,
+    make_view,
+)
 from ppas.cost.base import CostModel
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
@@ -484,6 +491,7 @@ class EngineSim:
         self._last_launch: float | None = None
         #: Requests finished by the steps so far, in finishing order (drivers may clear it).
         self.finished: list[SimRequest] = []
+        self.output_lengths = OutputLengths()  # where they stopped against their caps
         #: Inter-token latencies of every token after a request's first (ITL), as sampled.
         self.gaps = Gaps()
         self.cost_model = cost_model
@@ -562,7 +570,7 @@ class EngineSim:
         """A request arrives (its ``arrival_s`` is its arrival time; the engine's clock moves
         to it when idle). One vLLM would refuse (``rejection``: longer than max_model_len,
         or never fitting in the KV cache) fails at once with the reason."""
-        r = SimRequest(len(self.requests), spec)
+        r = SimRequest(len(self.requests), spec, self.max_model_len)
         self.requests.append(r)
         why = rejection(r, self.total_blocks, self.block_size, self.max_model_len)
         if why is not None:
@@ -615,6 +623,7 @@ class EngineSim:
         new.running = [fresh[id(r)] for r in self.running]
         new.waiting = WaitingQueue(fresh[id(r)] for r in self.waiting)
         new.finished = list(self.finished)
+        new.output_lengths = copy.copy(self.output_lengths)
         new.recent = deque(self.recent, maxlen=self.recent.maxlen)
         new.pool = copy.copy(self.pool)
         new.gaps = Gaps()
@@ -730,7 +739,7 @@ class EngineSim:
             if p + r.num_output_tokens - c != 1 or step_rules.priced_as_prefill(c, p, 1):
                 return False  # a prefill chunk or a recompute tail, not a decode
             ctx += c
-            left = r.max_output_tokens - r.num_output_tokens
+            left = r.output_len - r.num_output_tokens
             if left < k_max:
                 k_max = left
         k_max -= 1  # the finishing step goes through step()
@@ -842,7 +851,7 @@ class EngineSim:
                 n += 1
                 dctx += c
                 residues[c % bs] += 1
-                left = r.max_output_tokens - r.num_output_tokens
+                left = r.output_len - r.num_output_tokens
                 if left < k_max:
                     k_max = left
         if head is None or n == 0:
@@ -909,7 +918,7 @@ class EngineSim:
                 r.blocks = -(-c // bs)
         if k == k_max:  # (the step k_max - 1 finished a decode)
             done = [r for r in running
-                    if r is not head and r.num_output_tokens >= r.max_output_tokens]
+                    if r is not head and r.num_output_tokens >= r.output_len]
             for r in done:
                 self._finish(r, now)
             for r in done:
@@ -966,12 +975,12 @@ class EngineSim:
         log.front = waiting.followed()
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
-        # waiting_prompt_tokens, prefix_caching), the log only under FCFS
+        # waiting_prompt_tokens, prefix_caching, output_lengths), the log only under FCFS
         # (SchedulerView.waiting_log)
         return make_view(self.now, self._chain, len(self.running) - nd + num_waiting, nd,
                          self.mbt, self.max_num_seqs, self.recent,
                          log if self._log_views else None, waiting.prompt_tokens,
-                         self._prefix_caching)
+                         self._prefix_caching, self.output_lengths)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
                   chunk_limit: int = 0) -> _Scheduled:
@@ -1200,7 +1209,7 @@ class EngineSim:
                 r.num_computed_tokens += 1
                 r.num_output_tokens = o = r.num_output_tokens + 1
                 r.last_token_time = now
-                if o >= r.max_output_tokens:
+                if o >= r.output_len:
                     self._finish(r, now)
                     done.append(r)
             j = fast
@@ -1217,7 +1226,7 @@ class EngineSim:
                     r.num_output_tokens = o = r.num_output_tokens + 1
                     gap(now - r.last_token_time)  # type: ignore[operator]
                     r.last_token_time = now
-                    if o >= r.max_output_tokens:
+                    if o >= r.output_len:
                         self._finish(r, now)
                         done.append(r)
                 j = end
@@ -1239,7 +1248,7 @@ class EngineSim:
                 else:
                     self.gaps.one.append(now - r.last_token_time)  # type: ignore[operator]
                 r.last_token_time = now
-                if o >= r.max_output_tokens:
+                if o >= r.output_len:
                     self._finish(r, now)
                     done.append(r)
         # The next step's decode group (``_group``): this step's first streak of decodes,
@@ -1304,6 +1313,7 @@ class EngineSim:
         ``release_kv`` frees it later)."""
         r.finish_time = now
         self.finished.append(r)
+        self.output_lengths.record(r.num_output_tokens, r.max_output_tokens)
         r.is_running = False
         if self.hold_kv:
             self.num_held += 1

@@ -88,7 +88,7 @@ from ppas.core.steplog import (
     StepLogWriter,
     rank_path,
 )
-from ppas.core.view import RequestView, SchedulerView, StepRecord
+from ppas.core.view import OutputLengths, RequestView, SchedulerView, StepRecord
 from ppas.engine import step_rules
 from ppas.live.versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
 from ppas.live.versions import ReleaseLine, check_scheduler, data_parallel_rank
@@ -282,6 +282,11 @@ class _Launched:
     sampled: list[str]  # requests that sample a token at the end of the step
 
 
+#: Finishes that say nothing of where a request would have stopped (``OutputLengths``).
+_SAYS_NOTHING = frozenset((RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
+                           RequestStatus.FINISHED_ERROR))
+
+
 class PolicyScheduler(Scheduler):
     """vLLM's V1 scheduler with a ppas policy choosing each step's prefill budget.
 
@@ -363,6 +368,8 @@ class PolicyScheduler(Scheduler):
         self._recent: tuple[StepRecord, ...] = ()
         self._launched: dict[int, _Launched] = {}
         self._last_token: dict[str, float] = {}  # request id -> wall time of its last step
+        # Where finished requests stopped against their max_tokens (SchedulerView).
+        self._output_lengths = OutputLengths()
         self._last_schedule: float | None = None
         self._last_done = 0.0
         self._step = 0
@@ -397,6 +404,7 @@ class PolicyScheduler(Scheduler):
             max_num_seqs=self.max_num_running_reqs,
             recent_steps=self._recent,
             prefix_caching=self._prefix_caching,
+            output_lengths=self._output_lengths,
         )
 
     # -- vLLM hooks ---------------------------------------------------------------------
@@ -451,6 +459,14 @@ class PolicyScheduler(Scheduler):
         if self._admission_limit is None:
             self._admission_limit = self.max_num_active_reqs
             self.max_num_active_reqs = 0
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        """vLLM frees every finished request here: note where it stopped against its
+        ``max_tokens`` (an EOS, a stop string or token, a repetition, the cap or the
+        context's end; an aborted, refused or failed one says nothing of its length)."""
+        if request.status not in _SAYS_NOTHING:
+            self._output_lengths.record(request.num_output_tokens, request.max_tokens)
+        return super()._free_request(request, *args, **kwargs)
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput

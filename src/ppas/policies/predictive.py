@@ -79,7 +79,9 @@ KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
 requests whose whole footprint fits beside the running ones' are admitted
 (``kv_admission_cap``); otherwise overload makes vLLM preempt and recompute long prompts.
-With a cost model that has no capacity (``fitted``) the guard is off. A waiting request's
+With a cost model that has no capacity (``fitted``) the guard is off, and so it is once
+the engine has seen a request stop before its ``max_tokens`` (``caps_are_lengths``: the
+outputs a footprint reads are caps then, not lengths; ``ordered``'s rule 4). A waiting request's
 prefix-cache hit (``RequestView.num_cached_tokens``) is taken off its projected prefill
 and off the admission allowance; footprints stay whole (conservative).
 
@@ -95,7 +97,12 @@ from itertools import islice
 
 from ppas.core.config import require
 from ppas.core.decision import Decision
-from ppas.core.view import SchedulerView, is_pending_prefill, uncached_prompt_tokens
+from ppas.core.view import (
+    SchedulerView,
+    caps_are_lengths,
+    is_pending_prefill,
+    uncached_prompt_tokens,
+)
 from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy
@@ -221,7 +228,7 @@ class Predictive(Policy):
 
     def decide(self, view: SchedulerView) -> Decision:
         capacity = self.kv_capacity
-        if capacity is None or view.num_pending_prefills == 0:
+        if capacity is None or view.num_pending_prefills == 0 or not caps_are_lengths(view):
             return self._decide(view)
         # kv_admission_cap(view, capacity, b) is min(b, the cap at c_max) for every
         # b <= c_max (the allowance grows request by request whatever b is), and every

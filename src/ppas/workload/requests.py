@@ -30,7 +30,14 @@ class RequestSpec:
     caching).
 
     ``priority``: vLLM's per-request ``priority`` (lower is served first), read only by an
-    engine under ``--scheduling-policy priority`` (``EngineConfig.scheduling_policy``)."""
+    engine under ``--scheduling-policy priority`` (``EngineConfig.scheduling_policy``).
+
+    ``max_tokens``: the client's ``max_tokens``, a cap: the request stops after
+    ``min(output_tokens, max_tokens)`` outputs (``output_tokens`` is where it stops on its
+    own, at an EOS). None: the cap is ``output_tokens`` (a replay with ``ignore_eos``, every
+    trace read from a file); 0: the client sent none, so vLLM's default, ``max_model_len``
+    less the prompt (``TraceTransform.max_tokens``). Engines and policies see the cap
+    (vLLM's ``Request.max_tokens``), never the length."""
 
     arrival_s: float
     prompt_tokens: int
@@ -40,6 +47,7 @@ class RequestSpec:
     slo_class: str | None = None
     prefix: Segments = ()
     priority: int = 0
+    max_tokens: int | None = None
 
     @property
     def prefix_tokens(self) -> int:

@@ -81,7 +81,12 @@ class TraceTransform:
     * ``drop_longer_than``: requests whose prompt + output exceed it (tokens) dropped.
     * ``output_scale``: output lengths alone multiplied by it (after ``length_scale``),
       rounded, at least 1 token: the same arrivals and prompts with a larger decode share
-      (``benchmarks/real_traffic.py --output-scale``)."""
+      (``benchmarks/real_traffic.py --output-scale``).
+    * ``max_tokens``: the clients' ``max_tokens`` (``RequestSpec.max_tokens``), after the
+      lengths are scaled: N >= 1 caps every request at N outputs (longer ones stop at N,
+      as vLLM's length stop); 0, vLLM's default where a client sends none, caps each at
+      ``max_model_len`` less its prompt. The outputs stay where each request stops on its
+      own (its EOS); engines and policies see the cap (``--max-tokens``)."""
 
     window: Window | None = None
     time_scale: float | None = None
@@ -91,6 +96,7 @@ class TraceTransform:
     # Not in the repr, so an experiment's workload keeps the settings hash it had before
     # the field existed (experiment files cannot set it; the benchmarks can).
     output_scale: float | None = field(default=None, repr=False)
+    max_tokens: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         require(self.time_scale is None or self.rate is None,
@@ -102,6 +108,9 @@ class TraceTransform:
             require(v is None or (math.isfinite(v) and 0 < v <= hi),
                     f"{key} must be a number in (0, {hi:g}], got {v!r}")
         check_fields(self, "drop_longer_than", at_least=2)
+        require(self.max_tokens is None or 0 <= self.max_tokens <= MAX_OUTPUT_TOKENS,
+                f"max_tokens must be 0 (vLLM's default: max_model_len less the prompt) or "
+                f"an integer in [1, {MAX_OUTPUT_TOKENS}], got {self.max_tokens!r}")
 
     def at_load(self, load: float) -> TraceTransform:
         """This transform with the arrivals ``load`` times as fast on top: a rate ``load``
@@ -154,6 +163,11 @@ class TraceTransform:
         if self.output_scale is not None:
             reqs = [_outputs_scaled(r, self.output_scale) for r in reqs]
             words.append(f"output lengths x{self.output_scale:g} (at least 1 token)")
+        if self.max_tokens is not None:
+            reqs = [_capped(r, self.max_tokens) for r in reqs]
+            words.append("max_tokens vLLM's default (max_model_len less the prompt)"
+                         if self.max_tokens == 0 else
+                         f"max_tokens {self.max_tokens} (longer outputs stop there)")
         if self.drop_longer_than is not None:
             cap = self.drop_longer_than
             kept = [r for r in reqs if r.prompt_tokens + r.output_tokens <= cap]
@@ -178,6 +192,13 @@ class TraceTransform:
 
 def _at(r: RequestSpec, arrival_s: float) -> RequestSpec:
     return replace(r, arrival_s=arrival_s)
+
+
+def _capped(r: RequestSpec, cap: int) -> RequestSpec:
+    """The client's cap on ``r`` (0: vLLM's default, resolved by the engine's
+    ``max_model_len``); outputs past a cap N stop at N."""
+    return replace(r, max_tokens=cap,
+                   output_tokens=r.output_tokens if cap == 0 else min(r.output_tokens, cap))
 
 
 def _outputs_scaled(r: RequestSpec, f: float) -> RequestSpec:
