@@ -227,9 +227,10 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      finished requests' (at most its cap; a running one's at least those it has, plus
      one): an estimate of the KV it will hold;
    * ``J``'s ``L`` still charges a riding decode every output its cap allows, so a long
-     decode is priced as one: charging the mean instead raised P99 TPOT to 1.63x the
-     stock setting's on the Mooncake slice with an A100 (the decodes still running are
-     the long ones), where the cap keeps it at 1.06x.
+     decode is priced as one. The decodes still running are the long ones (the short
+     ones have finished), so an estimate from the finished requests undercharges them,
+     and their steps grow; the cap keeps the Mooncake slice's P99 TPOT on an A100 at
+     1.06x the stock setting's, as with exact caps.
 
    Invariant: while no request has stopped before its cap, every decision is that of
    ``caps=lengths``, bit for bit; after the first, the switch is never undone
