@@ -301,7 +301,8 @@ any other (its age keeps counting).
 Without a cost model (``bind_cost_model(None)``): P-PAS's budget with the paper's
 parameters (N_th = 2, B_cap = 2048), no admission limit, and the same order with ``s_i``
 measured from ``recent_steps`` (the latest prefill step's seconds per token times the
-prompt, plus the latest step's duration per further output); before any step has run
+prompt, plus the latest step's duration per further output; the prompt's term alone with
+``solo=prefill`` or under rule 4); before any step has run
 there is nothing to measure and the engine's own order is kept.
 """
 
@@ -871,8 +872,9 @@ class Ordered(Policy):
         rides: list[int] | None = [] if self.config.ride_drain else None
         if rides is not None:
             early_exit = False  # (the argmin's stopping rule assumes every output is charged)
-        # Caps, not lengths (module doc): a request's outputs are the mean finished
-        # request's (at most its cap; a running one's at least those it has, plus one).
+        # Caps, not lengths (module doc, rule 4): the footprints count a request's outputs
+        # as the mean finished request's (at most its cap; a running one's at least those
+        # it has, plus one); ``L`` still reads the caps.
         mean = (math.ceil(view.output_lengths.mean)
                 if self._loose and view.output_lengths is not None else None)
         for r in view.requests:
