@@ -152,6 +152,12 @@ def test_without_cost_model_ppas_budget_and_measured_aging() -> None:
     assert d.prefill_order == ("short", "long")  # long waited 1 s < 2 x its solo
     d = p.decide(view(reqs, now=20.0, steps=(step,)))
     assert d.prefill_order == ("long", "short")  # 11 s: overdue
+    # Measured, too, the prefill alone with solo=prefill: outputs change no deadline.
+    q = make_policy("ordered:aging=2,drain=0,solo=prefill")
+    assert isinstance(q, Ordered)
+    q.bind_cost_model(None)
+    solo = q.solo_function(view(reqs, steps=(step,)))
+    assert solo is not None and solo(6000, 1) == solo(6000, 500) == 0.05 / 2049 * 6000
 
 
 # -- invariants on random views ----------------------------------------------------------------
