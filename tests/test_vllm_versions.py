@@ -31,6 +31,9 @@ class Base:
                                    num_new_tokens: int) -> int:
         return num_new_tokens
 
+    def _free_request(self, request: Any, delay_free_blocks: bool = False) -> None:
+        pass
+
 
 class Like032(Base):
     def schedule(self, throttle_prefills: bool = False) -> None:
@@ -153,6 +156,10 @@ class NoHook:
         pass
 
 
+class NoFree(Like033):
+    _free_request = None  # type: ignore[assignment]
+
+
 def test_call_sites_of_each_line() -> None:
     assert find_call_sites(Like032) == CallSites("continue", "break", True, False, "break")
     assert find_call_sites(Like033) == CallSites("continue", "continue", True, True,
@@ -176,6 +183,7 @@ def test_call_sites_of_each_line() -> None:
                                    r"priority_self_preemption='break'\), expected"),
         ("0.32.0", RenamedHookArgs, r"differs from \('self', 'request'"),
         ("0.32.0", NoHook, r"has no _reserve_prefill_lookahead\(\)"),
+        ("0.33.0", NoFree, r"has no _free_request\(\) to note where requests stop"),
         ("0.31.9", Like032, r"unknown release line.*supported: 0\.32\.x, 0\.33\.x$"),
         ("1.0.0", Like033, r"unknown release line"),
     ],

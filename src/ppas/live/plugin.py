@@ -54,6 +54,10 @@ before the next admission (vLLM admits nobody on a step that preempted).
 ``wall_clock`` (vLLM's request clock, ``time.time``), step launch/completion on
 ``step_clock`` (``time.monotonic``); the differential test replaces both with one
 synthetic clock.
+Where requests stop: vLLM frees every finished request through ``_free_request``, where
+the plugin notes its outputs against its ``max_tokens`` (``OutputLengths``, the view's
+``output_lengths``; aborted, refused and failed requests aside), so a policy can tell a cap
+from a length (``ordered``'s rule 4); the startup check confirms the method exists.
 ``prefill_schedule_interval > 1`` is refused at startup where vLLM applies it (0.33
 always, 0.32 under data-parallel MoE): it holds all prefill on most steps, so the policy's
 budget would silently go unused there; on 0.32 without data-parallel MoE vLLM ignores it.

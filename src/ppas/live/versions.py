@@ -51,6 +51,8 @@ from ppas.core.errors import PpasError
 HOOK = "_reserve_prefill_lookahead"
 HOOK_PARAMS = ("self", "request", "num_computed_tokens", "num_new_tokens")
 ADMISSION_LIMIT = "max_num_active_reqs"  # the waiting loop's `num_running >= ...: break`
+#: Where vLLM frees every finished request (the plugin notes where it stopped, there).
+FREE = "_free_request"
 ZeroAction = Literal["break", "continue"]
 
 
@@ -188,6 +190,8 @@ def find_call_sites(scheduler_cls: type) -> CallSites:
     hook = getattr(scheduler_cls, HOOK, None)
     if hook is None:
         raise PpasError(f"ppas.vllm: {name} has no {HOOK}() to hook into")
+    if not callable(getattr(scheduler_cls, FREE, None)):
+        raise PpasError(f"ppas.vllm: {name} has no {FREE}() to note where requests stop")
     params = tuple(inspect.signature(hook).parameters)
     if params != HOOK_PARAMS:
         raise PpasError(f"ppas.vllm: {name}.{HOOK}{params} differs from {HOOK_PARAMS}")
