@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ppas.core.errors import PpasError
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, simulate
@@ -221,5 +223,5 @@ def test_vllms_default_max_tokens_is_the_context_left() -> None:
     assert (a.max_output_tokens, a.output_len, a.num_output_tokens) == (3096, 20, 20)
     assert (b.max_output_tokens, b.output_len, b.num_output_tokens) == (1096, 1096, 1096)
     assert not a.failed and not b.failed
-    unlimited = simulate(reqs[:1], make_policy("vllm"), cm, EngineConfig()).requests[0]
-    assert unlimited.max_output_tokens == unlimited.output_len == 20  # no context to fill
+    with pytest.raises(PpasError, match="give the engine a max_model_len"):
+        simulate(reqs[:1], make_policy("vllm"), cm, EngineConfig())  # no context to fill

@@ -4,6 +4,7 @@ the same object policies read as a ``RequestView``, and why an engine refuses on
 
 from __future__ import annotations
 
+from ppas.core.errors import PpasError
 from ppas.engine.prefix_cache import CachedBlocks, PrefixCache
 from ppas.workload import RequestSpec
 
@@ -31,9 +32,11 @@ class SimRequest:
         self.arrival_time = spec.arrival_s
         self.prompt_tokens = self.num_prompt_tokens = spec.prompt_tokens
         cap = spec.max_tokens
-        if cap == 0:  # the client sent none: vLLM's default (none without a context limit)
-            cap = (max(1, max_model_len - spec.prompt_tokens) if max_model_len is not None
-                   else None)
+        if cap == 0:  # the client sent none: vLLM's default, the context left
+            if max_model_len is None:
+                raise PpasError("max_tokens 'default' is vLLM's max_model_len less the "
+                                "prompt: give the engine a max_model_len (--max-model-len)")
+            cap = max(1, max_model_len - spec.prompt_tokens)
         self.max_output_tokens = spec.output_tokens if cap is None else cap
         self.output_len = spec.output_tokens if cap is None else min(spec.output_tokens, cap)
         self.ttft_slo = spec.ttft_slo
