@@ -30,6 +30,7 @@ POLICY = f"ppas:n_th=2,b_max={B_MAX},b_cap={B_CAP}"
 LEADERS = [(1500, 48), (600, 48)]  # (prompt tokens, output tokens)
 BURST = [(400 + 70 * i, 12) for i in range(10)]
 EAGER = ("--enforce-eager",)  # skip torch.compile warm-up (a minute on 2 cores)
+EARLY = 64  # the prompt of the request that stops before its max_tokens
 
 
 def prompt_ids(i: int, n: int) -> list[int]:
@@ -51,6 +52,19 @@ async def stream_one(session: aiohttp.ClientSession, url: str, model: str, ids: 
             for choice in json.loads(line[5:])["choices"]:
                 tokens.extend(choice.get("token_ids") or [])
     return tokens
+
+
+async def stop_early(url: str, model: str, ids: list[int], max_tokens: int) -> list[int]:
+    """One request whose every token is a stop token: it stops after its first."""
+    vocab = json.loads(Path(model, "config.json").read_text())["vocab_size"]
+    body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0.0,
+            "stop_token_ids": list(range(vocab)), "return_token_ids": True}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
+        async with s.post(url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200, await resp.text()
+            choice = (await resp.json())["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    return list(choice.get("token_ids") or [])
 
 
 async def run_burst(url: str, model: str) -> list[list[int]]:
@@ -81,7 +95,7 @@ def test_plugin_burst_cap_and_identical_outputs(
     model_dir: str, stock_outputs: list[list[int]], tmp_path: Path
 ) -> None:
     log = tmp_path / "steps.jsonl"
-    total_prompt = sum(p for p, _ in LEADERS + BURST)
+    total_prompt = sum(p for p, _ in LEADERS + BURST) + EARLY
 
     def prefilled() -> int:
         return sum(r.get("num_prefill_tokens", 0) for r in map(json.loads, log.open()))
@@ -90,6 +104,13 @@ def test_plugin_burst_cap_and_identical_outputs(
                     extra_args=EAGER) as srv:
         outputs = asyncio.run(run_burst(srv.base_url, model_dir))
         assert "PolicyScheduler with policy " + POLICY in srv.log_tail(10_000)
+        assert "max_tokens are caps" not in srv.log_tail(100_000)  # every one stopped at it
+        # A request that stops before its max_tokens (every token a stop token): the
+        # plugin notes it, and policies read caps as caps from then on (OutputLengths).
+        early = asyncio.run(stop_early(srv.base_url, model_dir, prompt_ids(500, EARLY), 32))
+        assert len(early) == 1
+        assert "stopped after 1 of its max_tokens=32 outputs: max_tokens are caps" in (
+            srv.log_tail(100_000))
         # Durable per step: every step is on disk while the server runs (the last one may
         # complete a moment after its response), so SIGKILL to the whole group loses none.
         deadline = time.monotonic() + 60  # (generous for a loaded machine; ends when all in)

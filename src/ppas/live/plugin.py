@@ -468,8 +468,14 @@ class PolicyScheduler(Scheduler):
         """vLLM frees every finished request here: note where it stopped against its
         ``max_tokens`` (an EOS, a stop string or token, a repetition, the cap or the
         context's end; an aborted, refused or failed one says nothing of its length)."""
+        lengths = self._output_lengths
         if request.status not in _SAYS_NOTHING:
-            self._output_lengths.record(request.num_output_tokens, request.max_tokens)
+            first = lengths.caps_are_lengths
+            lengths.record(request.num_output_tokens, request.max_tokens)
+            if first and not lengths.caps_are_lengths:
+                logger.info("ppas.vllm: request %s stopped after %d of its max_tokens=%d "
+                            "outputs: max_tokens are caps, not lengths, from now on",
+                            request.request_id, request.num_output_tokens, request.max_tokens)
         return super()._free_request(request, *args, **kwargs)
 
     def update_from_output(
