@@ -463,11 +463,8 @@ class Ordered(Policy):
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
         self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
         self._knee: int | None = None  # the budget at every step, where it is fixed
-        # What the policy reads of outputs (module doc, "Caps, not lengths"): the config's
-        # rules while the engine's caps are the requests' lengths, none of them after.
-        self._loose = False  # a request stopped before its cap: caps are not lengths
-        self._solo_prefill = config.solo == "prefill"  # s_i is the prefill alone
-        self._footprints = config.kv_footprint  # the admission walk reserves outputs
+        # A request stopped before its cap: no rule reads caps as lengths (module doc, 4).
+        self._loose = False
         self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
         self._just: dict[int, Decision] = {}  # Decision(budget), no order, by budget
         self._arrivals: _ArrivalWork | None = None  # the load gate's window (module doc, 2)
@@ -492,8 +489,6 @@ class Ordered(Policy):
         self._solo, self._idle = {}, {}
         self._index = None
         self._loose = False
-        self._solo_prefill = self.config.solo == "prefill"
-        self._footprints = self.config.kv_footprint
         lim, util = self.config.idle_limit, self.config.idle_util
         self._arrivals = (None if cost_model is None or not util else
                           _ArrivalWork(StepCosts(cost_model, [lim]), lim, self.config.idle_window))
@@ -539,7 +534,7 @@ class Ordered(Policy):
         ttft = costs.run_time(c, 0, k) if k else 0.0
         if last:
             ttft += costs.step_time(last, causal_pairs(last, k * c))
-        if self._solo_prefill:
+        if self._loose or self.config.solo == "prefill":
             return ttft
         ctx = prompt_tokens + outputs / 2
         return ttft + (outputs - 1) * (costs.dec_base + costs.dec_alone + costs.dec_kv * ctx)
@@ -593,8 +588,6 @@ class Ordered(Policy):
         if self._loose or lengths is None or not lengths.early or self.config.caps != "observe":
             return
         self._loose = True
-        self._solo_prefill = True
-        self._footprints = False
         self._solo.clear()  # (shared with the memoised solo function)
         self._index = None
 
@@ -662,7 +655,7 @@ class Ordered(Policy):
             view, solo, floor)
         n_run_items = len(items)
         budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
-        kv = self.kv_capacity is not None and self._footprints
+        kv = self.kv_capacity is not None and self.config.kv_footprint and not self._loose
         if n_running and self.costs is not None:
             if running_left >= budget:
                 return Decision(budget)  # the running prompts take it all: none admitted
@@ -767,7 +760,7 @@ class Ordered(Policy):
             items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
                 view, solo, floor)
             budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
-        kv = self.kv_capacity is not None and self._footprints
+        kv = self.kv_capacity is not None and self.config.kv_footprint and not self._loose
         if n_running:
             if running_left >= budget:
                 return Decision(budget)  # the running prompts take it all: none admitted
@@ -796,7 +789,7 @@ class Ordered(Policy):
         per_tok = last_prefill_token_time(view.recent_steps)
         if per_tok is None:
             return None
-        if self._solo_prefill:
+        if self._loose or self.config.solo == "prefill":
             return lambda prompt, outputs: per_tok * prompt
         step = view.recent_steps[-1].duration_s
         return lambda prompt, outputs: per_tok * prompt + step * (outputs - 1)
