@@ -235,7 +235,7 @@ def caps_are_lengths(view: SchedulerView) -> bool:
     """Whether ``view``'s requests' ``max_output_tokens`` are their lengths, as far as its
     engine has seen (``OutputLengths``; True without a record)."""
     o = view.output_lengths
-    return o is None or o.early == 0
+    return o is None or o.caps_are_lengths
 
 
 #: ``SchedulerView(*fields)``, positionally, every field given, without the frozen

@@ -20,8 +20,7 @@ class SimRequest:
 
     __slots__ = ("request_id", "index", "arrival_time", "prompt_tokens", "num_prompt_tokens",
                  "max_output_tokens", "output_len", "num_computed_tokens", "num_output_tokens",
-                 "is_running",
-                 "first_token_time", "last_token_time", "finish_time", "blocks",
+                 "is_running", "first_token_time", "last_token_time", "finish_time", "blocks",
                  "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
                  "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens",
                  "priority")

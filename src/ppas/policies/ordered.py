@@ -324,6 +324,7 @@ from ppas.core.view import (
     RequestView,
     SchedulerView,
     WaitingLog,
+    caps_are_lengths,
     is_pending_prefill,
 )
 from ppas.cost.base import CostModel, causal_pairs
@@ -584,15 +585,13 @@ class Ordered(Policy):
         """Once a request has stopped before its cap (``OutputLengths``), no rule reads a
         cap as a length (module doc, "Caps, not lengths"): switched once per run, the
         solo latencies memoised and the waiting index made with the outputs dropped."""
-        lengths = view.output_lengths
-        if self._loose or lengths is None or not lengths.early or self.config.caps != "observe":
+        if self._loose or caps_are_lengths(view) or self.config.caps != "observe":
             return
         self._loose = True
         self._solo.clear()  # (shared with the memoised solo function)
         self._index = None
 
     def _decide(self, view: SchedulerView) -> Decision:
-        self._follow_lengths(view)
         log = None if view.prefix_caching else view.waiting_log  # its items' keys are fixed
         if log is not None and self.costs is not None and self.config.aging > 0 and (
                 self.sat_costs is None or self._knee is not None):  # saturation: no room
@@ -701,6 +700,7 @@ class Ordered(Policy):
         their prompts looked for from the end of the running list (where admissions go),
         as many as the counts say; then the index's O((events + listed) log n)."""
         cfg = self.config
+        self._follow_lengths(view)  # (before the index: the switch drops it)
         solo = self._solo_fn
         assert solo is not None
         idx = self._index
