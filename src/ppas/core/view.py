@@ -148,7 +148,7 @@ class WaitingLog:
 class OutputLengths:
     """An engine's record of where its finished requests stopped against their caps: what
     tells a policy whether a request's ``max_output_tokens`` (vLLM's ``max_tokens``) is its
-    length or only a cap.
+    length or only a cap, and, when it is a cap, how long requests run.
 
     A replay with ``ignore_eos`` (the repository's live experiments, and every simulated
     trace without ``--max-tokens``) stops each request at its cap, so the caps are the
@@ -156,14 +156,17 @@ class OutputLengths:
     and most requests stop at an EOS well before it. Invariant: ``caps_are_lengths`` holds
     until the first request that stops (EOS, a stop string, the context's end) with fewer
     outputs than its cap, and never again after it (an aborted request says nothing and is
-    not recorded). ``mean`` is the mean output count of every finished request recorded."""
+    not recorded). ``mean`` is the mean output count of every finished request recorded,
+    ``lengths()`` their distribution."""
 
-    __slots__ = ("finished", "early", "outputs")
+    __slots__ = ("finished", "early", "outputs", "counts", "_sorted")
 
     def __init__(self) -> None:
         self.finished = 0  # requests recorded
         self.early = 0  # ... that stopped before their cap
         self.outputs = 0  # their outputs, summed
+        self.counts: dict[int, int] = {}  # requests by output count
+        self._sorted: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def record(self, outputs: int, cap: int) -> None:
         """A request stopped after ``outputs`` outputs, under a cap of ``cap``."""
@@ -171,12 +174,28 @@ class OutputLengths:
         self.outputs += outputs
         if outputs < cap:
             self.early += 1
+        self.counts[outputs] = self.counts.get(outputs, 0) + 1
+        self._sorted = None
+
+    def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The output counts recorded, ascending, and how many requests stopped at each
+        (sorted once per change: O(distinct counts log) then, O(1) after)."""
+        if self._sorted is None:
+            items = sorted(self.counts.items())
+            self._sorted = (tuple(x for x, _ in items), tuple(n for _, n in items))
+        return self._sorted
+
+    def __copy__(self) -> OutputLengths:
+        new = OutputLengths()
+        new.finished, new.early, new.outputs = self.finished, self.early, self.outputs
+        new.counts = self.counts.copy()
+        return new
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OutputLengths):
             return NotImplemented
-        return (self.finished, self.early, self.outputs) == (
-            other.finished, other.early, other.outputs)
+        return (self.finished, self.early, self.outputs, self.counts) == (
+            other.finished, other.early, other.outputs, other.counts)
 
     __hash__ = None  # type: ignore[assignment]  # (mutable: compared by value, not hashed)
 

@@ -81,9 +81,12 @@ requests whose whole footprint fits beside the running ones' are admitted
 (``kv_admission_cap``); otherwise overload makes vLLM preempt and recompute long prompts.
 With a cost model that has no capacity (``fitted``) the guard is off, and so it is once
 the engine has seen a request stop before its ``max_tokens`` (``caps_are_lengths``: the
-outputs a footprint reads are caps then, not lengths; ``ordered``'s rule 4). A waiting request's
-prefix-cache hit (``RequestView.num_cached_tokens``) is taken off its projected prefill
-and off the admission allowance; footprints stay whole (conservative).
+outputs a footprint reads are caps then, not lengths; ``ordered``'s rule 4). From then on
+the projection charges each request its expected outputs left, estimated from where the
+finished requests stopped and how far the running ones have run (``OutputsLeft``), not
+what its cap allows. A waiting request's prefix-cache hit
+(``RequestView.num_cached_tokens``) is taken off its projected prefill and off the
+admission allowance; footprints stay whole (conservative).
 
 Without a cost model (``bind_cost_model(None)``, e.g. the vLLM plugin with no model
 configured) the policy falls back to P-PAS with the paper's parameters (N_th = 2,

@@ -29,6 +29,7 @@ cost microseconds, and a policy sits below the engine.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from functools import partial
 from heapq import heappop, heappush
@@ -55,14 +56,113 @@ def pending_work(view: SchedulerView) -> tuple[list[Prompt], list[Decode]]:
     the engine would reuse if it admitted it now) shortens its projected prefill."""
     prompts: list[Prompt] = []
     decodes: list[Decode] = []
+    guess = OutputsLeft.of(view)
     for r in view.requests:
         left = r.max_output_tokens - r.num_output_tokens
+        if guess is not None and left > 1:
+            left = guess(r.num_output_tokens, left)
         if is_pending_prefill(r):
             prompts.append((min(r.num_computed_tokens + r.num_cached_tokens,
                                 r.prompt_tokens - 1), r.prompt_tokens, max(1, left)))
         elif left > 0:
             decodes.append((left, r.num_computed_tokens))
     return prompts, decodes
+
+
+class OutputsLeft:
+    """The outputs a request will still produce, as the projection counts them.
+
+    While the engine has seen every request stop at its cap (``caps_are_lengths``: a
+    replay with ``ignore_eos``), the cap less the outputs so far, exactly. Once one stopped
+    before it, the caps are caps (``ordered``'s rule 4), and a request that has produced
+    ``d`` outputs is charged its expected residual life ``E[X - d | X > d]`` (rounded, at
+    least 1, at most what its cap leaves). The distribution of the output count ``X`` is
+    the Kaplan-Meier estimate from the finished requests (``OutputLengths``: events) and
+    the running decodes (censored: each has run past its ``d``); counting the finished
+    ones alone biases it short while the run is young, since the short requests finish
+    first and the long ones are still running. Past the longest finished count ``x_max``
+    nothing has been seen to stop, so the estimate has no tail there; a request that has
+    run ``d >= x_max`` is charged ``d`` more (the residual life of a scale-free tail,
+    ``P(X > x) ~ 1 / x^2``, whose mean residual at ``d`` is ``d``: a request that has
+    outlived every finished one is taken to run as long again), and the mass the
+    estimate leaves past ``x_max`` is charged ``x_max`` more, the same rule at ``x_max``.
+
+    Charging the caps instead makes every decode look endless under vLLM's default
+    ``max_tokens`` (the context left): on the Azure code trace at twice its rate on an
+    H100, mean E2E 5.58 s against 4.75 s with this estimate and 4.65 s with the lengths
+    known (``docs/results/real-traffic.md``, "Real clients' max_tokens"). O(finished
+    counts + running) once per view, then O(log finished counts) per distinct ``d``,
+    memoised."""
+
+    __slots__ = ("view", "memo", "_km")
+
+    def __init__(self, view: SchedulerView) -> None:
+        self.view = view
+        self.memo: dict[int, int] = {}
+        self._km: tuple[list[int], list[float], list[float]] | None = None
+
+    @classmethod
+    def of(cls, view: SchedulerView) -> OutputsLeft | None:
+        """None while the caps are the lengths (then ``cap - done`` is exact)."""
+        lengths = view.output_lengths
+        return None if lengths is None or lengths.caps_are_lengths else cls(view)
+
+    def __call__(self, done: int, left: int) -> int:
+        """The outputs left of a request with ``done`` outputs and ``left`` under its cap."""
+        guess = self.memo.get(done)
+        if guess is None:
+            guess = self.memo[done] = self.residual(done)
+        return guess if guess < left else left
+
+    def residual(self, done: int) -> int:
+        """``round(E[X - done | X > done])``, at least 1 (class doc: ``done`` from
+        ``x_max`` on)."""
+        if self._km is None:
+            self._km = self._kaplan_meier()
+        xs, surv, tail = self._km
+        if not xs or done >= xs[-1]:
+            return max(1, done)
+        # S(k) = P(X > k) is surv[i] on [xs[i], xs[i+1]) (1 before xs[0]); tail[i] is the
+        # sum of S(k) over k in [xs[i], x_max).
+        i = bisect_right(xs, done) - 1
+        s_d = surv[i] if i >= 0 else 1.0
+        nxt = xs[i + 1]
+        total = s_d * (nxt - done) + tail[i + 1] + surv[-1] * xs[-1]
+        return max(1, round(total / s_d))
+
+    def _kaplan_meier(self) -> tuple[list[int], list[float], list[float]]:
+        """The product-limit estimate at each finished count ``x`` (ascending):
+        ``S(x) = prod_{x' <= x} (1 - d_x' / n_x')``, ``d`` the requests that stopped at
+        ``x'``, ``n`` those at risk there: finished with ``X >= x'`` and running decodes
+        with ``d >= x'`` (they have run past it). Then the tail sums up to ``x_max``."""
+        lengths = self.view.output_lengths
+        assert lengths is not None
+        xs_t, ds = lengths.lengths()
+        xs = list(xs_t)
+        censored = []
+        for r in self.view.requests:  # running first, then waiting (SchedulerView)
+            if not r.is_running:
+                break
+            if r.num_output_tokens > 0:
+                censored.append(r.num_output_tokens)
+        censored.sort()
+        n_fin = lengths.finished  # finished with X >= xs[i], walking up
+        c = len(censored)
+        j = 0  # censored[:j] are < xs[i]
+        surv: list[float] = []
+        s = 1.0
+        for x, d in zip(xs, ds, strict=True):
+            while j < c and censored[j] < x:
+                j += 1
+            at_risk = n_fin + (c - j)
+            s *= 1.0 - d / at_risk
+            surv.append(s)
+            n_fin -= d
+        # tail[i] = sum_{k = xs[i]}^{x_max - 1} S(k); tail[len] = 0
+        tail = [0.0] * (len(xs) + 1)
+        for i in range(len(xs) - 2, -1, -1):
+            tail[i] = tail[i + 1] + surv[i] * (xs[i + 1] - xs[i])
+        return xs, surv, tail
 
 
 def arrival_rate(view: SchedulerView) -> float:
@@ -212,6 +312,7 @@ def horizon_work(view: SchedulerView, horizon: int
     decodes: list[Decode] = []
     oldest = INF
     n_prompts = 0  # len(prompts)
+    guess = OutputsLeft.of(view)
     for r in view.requests:
         arrival = r.arrival_time
         if arrival < oldest:
@@ -220,6 +321,8 @@ def horizon_work(view: SchedulerView, horizon: int
         if not running and n_prompts >= horizon:
             break  # the waiting ones past the horizon: counted, not read
         left = r.max_output_tokens - r.num_output_tokens
+        if guess is not None and left > 1:
+            left = guess(r.num_output_tokens, left)
         computed, prompt = r.num_computed_tokens, r.prompt_tokens
         if not running or computed < prompt:  # is_pending_prefill(r), inlined
             done = computed + r.num_cached_tokens  # min(done, prompt - 1), max(1, left)
