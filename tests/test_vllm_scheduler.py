@@ -554,7 +554,7 @@ def test_data_parallel_rank_survives_the_dense_model_reset() -> None:
 
 def test_output_lengths_note_where_requests_stopped(model_dir: str) -> None:
     """The plugin's ``OutputLengths`` (what tells ``ordered`` a ``max_tokens`` is a cap, not
-    a length): a request that stops at its cap keeps the caps as lengths; one that stops
+    a length, and ``predictive`` how long requests run): a request that stops at its cap keeps the caps as lengths; one that stops
     at a stop token first does not; an aborted one is not recorded."""
     sched = make_scheduler(model_dir, policy="ordered", max_num_batched_tokens=4096)
     assert isinstance(sched, PolicyScheduler)
@@ -579,3 +579,4 @@ def test_output_lengths_note_where_requests_stopped(model_dir: str) -> None:
     assert lengths is not None
     assert (lengths.finished, lengths.early, lengths.caps_are_lengths) == (2, 1, False)
     assert lengths.mean == 2.0
+    assert lengths.lengths() == ((1, 3), (1, 1))  # the distribution predictive projects from
