@@ -89,7 +89,7 @@ class OutputsLeft:
 
     Charging the caps instead makes every decode look endless under vLLM's default
     ``max_tokens`` (the context left): on the Azure code trace at twice its rate on an
-    H100, mean E2E 5.58 s against 4.75 s with this estimate and 4.65 s with the lengths
+    H100, mean E2E 5.57 s against 4.75 s with this estimate and 4.65 s with the lengths
     known (``docs/results/real-traffic.md``, "Real clients' max_tokens"). O(finished
     counts + running) once per view, then O(log finished counts) per distinct ``d``,
     memoised."""
