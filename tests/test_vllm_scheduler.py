@@ -554,8 +554,9 @@ def test_data_parallel_rank_survives_the_dense_model_reset() -> None:
 
 def test_output_lengths_note_where_requests_stopped(model_dir: str) -> None:
     """The plugin's ``OutputLengths`` (what tells ``ordered`` a ``max_tokens`` is a cap, not
-    a length, and ``predictive`` how long requests run): a request that stops at its cap keeps the caps as lengths; one that stops
-    at a stop token first does not; an aborted one is not recorded."""
+    a length, and ``predictive`` how long requests run): a request that stops at its cap
+    keeps the caps as lengths; one that stops at a stop token first does not; an aborted
+    one is not recorded."""
     sched = make_scheduler(model_dir, policy="ordered", max_num_batched_tokens=4096)
     assert isinstance(sched, PolicyScheduler)
     early = make_request("e", 300, 40, seed=2)
