@@ -108,14 +108,20 @@ SMALL = RooflineCostModel("l40s", "qwen2.5-0.5b")
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[list[RequestSpec], str, int]:
     n = draw(st.integers(1, 10))
-    reqs = [RequestSpec(draw(st.floats(0, 2)), draw(st.integers(1, 3000)),
-                        draw(st.integers(1, 12))) for _ in range(n)]
+    # the clients' max_tokens: none (the cap is the length) or a cap some stop before
+    loose = draw(st.booleans())
+    reqs = []
+    for _ in range(n):
+        o = draw(st.integers(1, 12))
+        cap = o + draw(st.integers(0, 30)) if loose else None
+        reqs.append(RequestSpec(draw(st.floats(0, 2)), draw(st.integers(1, 3000)), o,
+                                max_tokens=cap))
     b = draw(st.sampled_from([16, 64, 256, 1024, 4096]))
     cap = draw(st.integers(1, b))
     name = draw(st.sampled_from(policy_names()))
     spec = {"mbt": f"mbt:{b}", "ppas": f"ppas:n_th={draw(st.integers(1, 4))},b_max={b},b_cap={cap}",
             "sarathi": f"sarathi:budget={b}"}.get(name, name)
-    need = max(-(-(r.prompt_tokens + r.output_tokens) // 16) for r in reqs)
+    need = max(-(-(r.prompt_tokens + (r.max_tokens or r.output_tokens)) // 16) for r in reqs)
     blocks = need + draw(st.integers(0, 400))
     return reqs, spec, blocks
 
@@ -135,10 +141,11 @@ def test_invariants(w: tuple[list[RequestSpec], str, int]) -> None:
         # preemption can leave a running decode out of a step.
         assert (s.num_decode_reqs >= s.running_decodes or s.num_preempted > 0
                 or s.num_tokens >= mbt)
-    # Every request finishes, with all its output tokens, after it arrived.
+    # Every request finishes, with all its output tokens (where it stops, at or before its
+    # cap), after it arrived.
     for r in res.requests:
         assert r.failed is None and r.finish_time is not None
-        assert r.num_output_tokens == r.max_output_tokens
+        assert r.num_output_tokens == r.output_len <= r.max_output_tokens
         assert r.arrival_time <= r.first_token_time <= r.finish_time
 
 
