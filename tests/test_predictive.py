@@ -1035,7 +1035,7 @@ def test_holding_projects_at_least_once_in_hold_and_doubles_a_repeated_pick(
 
 
 def _loose_view(reqs: list[RequestSnapshot], lengths: list[int]) -> SchedulerView:
-    """A view whose engine recorded ``lengths`` (one of them stopped before its cap)."""
+    """A view whose engine recorded ``lengths``, each stopped before its cap."""
     rec = OutputLengths()
     for x in lengths:
         rec.record(x, x + 1)

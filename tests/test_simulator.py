@@ -113,9 +113,9 @@ def workloads(draw: st.DrawFn) -> tuple[list[RequestSpec], str, int]:
     reqs = []
     for _ in range(n):
         o = draw(st.integers(1, 12))
-        cap = o + draw(st.integers(0, 30)) if loose else None
+        max_tokens = o + draw(st.integers(0, 30)) if loose else None
         reqs.append(RequestSpec(draw(st.floats(0, 2)), draw(st.integers(1, 3000)), o,
-                                max_tokens=cap))
+                                max_tokens=max_tokens))
     b = draw(st.sampled_from([16, 64, 256, 1024, 4096]))
     cap = draw(st.integers(1, b))
     name = draw(st.sampled_from(policy_names()))
