@@ -190,6 +190,20 @@ def test_kv_admission_cap_admits_only_what_fits() -> None:
     assert kv_admission_cap(idle, 1000, 2048) == 2048  # an idle engine admits its head
 
 
+def test_kv_admission_cap_counts_the_room_finishing_decodes_free() -> None:
+    # 7,000 KV tokens. A decode of a 4,000-token prompt on its 1,990th of 2,000 outputs
+    # frees its 6,016 ten steps from now; by then the waiting request (500 prompt tokens,
+    # 3,000 outputs) holds 526, and at most its 3,516 later. The sum of the footprints
+    # (9,532) refuses it, the future peak (6,542) admits it (``ppas.policies.kv_room``).
+    w = RequestSnapshot("w", 6.0, 500, max_output_tokens=3000)
+    near = RequestSnapshot("d", 0.0, 4000, 4000, 1990, 2000, True)
+    assert kv_admission_cap(view([near, w]), 7000, 16384) == 500
+    # With all its 2,000 outputs to go the decode still holds 6,016 when the newcomer has
+    # grown to 2,516: no room.
+    far = RequestSnapshot("d", 0.0, 4000, 4000, 0, 2000, True)
+    assert kv_admission_cap(view([far, w]), 7000, 16384) == 0
+
+
 def test_predictive_kv_guard_needs_a_capacity() -> None:
     p = make_policy("predictive")
     p.bind_cost_model(CM)

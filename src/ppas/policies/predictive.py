@@ -77,16 +77,16 @@ and P99 TPOT within 7.1% (docs/results/trace-speed.md, "predictive:hold=K").
 
 KV admission control: when the bound cost model knows the KV capacity
 (``CostModel.kv_capacity_tokens``), the budget is also capped so that only waiting
-requests whose whole footprint fits beside the running ones' are admitted
-(``kv_admission_cap``); otherwise overload makes vLLM preempt and recompute long prompts.
-With a cost model that has no capacity (``fitted``) the guard is off, and so it is once
-the engine has seen a request stop before its ``max_tokens`` (``caps_are_lengths``: the
-outputs a footprint reads are caps then, not lengths; ``ordered``'s rule 4). From then on
-the projection charges each request its expected outputs left, estimated from where the
-finished requests stopped and how far the running ones have run (``OutputsLeft``), not
-what its cap allows. A waiting request's prefix-cache hit
-(``RequestView.num_cached_tokens``) is taken off its projected prefill and off the
-admission allowance; footprints stay whole (conservative).
+requests the KV cache can hold to their last output beside the running ones are admitted
+(``kv_admission_cap``: the future peak of KV use, ``ppas.policies.kv_room``); otherwise
+overload makes vLLM preempt and recompute long prompts. With a cost model that has no
+capacity (``fitted``) the guard is off, and so it is once the engine has seen a request
+stop before its ``max_tokens`` (``caps_are_lengths``: the outputs a footprint reads are
+caps then, not lengths; ``ordered``'s rule 4). From then on the projection charges each
+request its expected outputs left, estimated from where the finished requests stopped and
+how far the running ones have run (``OutputsLeft``), not what its cap allows. A waiting
+request's prefix-cache hit (``RequestView.num_cached_tokens``) is taken off its projected
+prefill and off the admission allowance; footprints stay whole (conservative).
 
 Without a cost model (``bind_cost_model(None)``, e.g. the vLLM plugin with no model
 configured) the policy falls back to P-PAS with the paper's parameters (N_th = 2,
@@ -110,6 +110,7 @@ from ppas.cost.base import CostModel
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy
 from ppas.policies.candidates import candidate_chunks
+from ppas.policies.kv_room import KvRoom
 from ppas.policies.projection import (
     NO_TAIL,
     STREAM_MIN_PROMPTS,
@@ -389,11 +390,12 @@ def limit_budget(limit: int, c_max: int, queue: list[Prompt], num_decodes: int) 
 
 def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int = 16) -> int:
     """KV admission control: cap the budget at the prompt tokens of running prefills plus
-    those of the waiting requests (FCFS) whose whole footprint (prompt + outputs, ``slack``
-    tokens of block rounding each) still fits beside every running request's whole
-    footprint. vLLM admits a request when its first chunk fits and later preempts the
-    last running one (recompute) when the cache runs out; admitting only what can finish
-    avoids that thrash under overload.
+    those of the waiting requests (FCFS) the KV cache can hold to their last output
+    beside the running ones (``ppas.policies.kv_room``: the future peak of KV use, each
+    decode freeing its KV when it finishes; ``slack`` tokens of block rounding each).
+    vLLM admits a request when its first chunk fits and later preempts the last running
+    one (recompute) when the cache runs out; admitting only what can finish avoids that
+    thrash under overload.
 
     The view lists running requests first, then waiting ones, so this reads the running
     ones and the waiting ones up to the first that does not fit or that fills the budget:
@@ -415,11 +417,12 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     room = capacity - used - n_run * slack  # (integers: the same as request by request)
     if allowance >= budget:
         return budget
+    kv = KvRoom(capacity, room, islice(view.requests, n_run), slack)
     for r in islice(view.requests, n_run, None):
-        need = r.prompt_tokens + r.max_output_tokens + slack
-        if need > room:
+        prompt = r.prompt_tokens
+        if not kv.admit(prompt + r.num_output_tokens + slack,
+                        prompt + r.max_output_tokens + slack):
             break
-        room -= need
         allowance += uncached_prompt_tokens(r)
         if allowance >= budget:
             return budget
