@@ -12,6 +12,7 @@ from ppas.cost.roofline import RooflineCostModel
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.policies import make_policy
 from ppas.policies.kv_room import KvRoom
+from ppas.policies.ordered import Ordered
 from ppas.workload import RequestSpec
 
 SLACK = 16
@@ -99,19 +100,19 @@ def test_a_finishing_decode_makes_room_the_sum_does_not_see() -> None:
 
 
 def test_long_outputs_run_more_requests_and_none_is_preempted() -> None:
-    """In the simulator, with exact lengths and a tight cache: the peak rule never makes
-    vLLM preempt (nor does the sum), and it runs more requests at once than the sum, so
-    the burst finishes sooner."""
+    """In the simulator, with exact lengths and a tight cache (the engine's, which the policy
+    sees): the peak rule never makes vLLM preempt (nor does the sum), and it runs more
+    requests at once than the sum, so the burst finishes sooner."""
     cm = RooflineCostModel("h100-sxm-80gb", "qwen3-8b", max_num_batched_tokens=4096)
     reqs = [RequestSpec(i * 0.05, 500 + (i * 7919) % 1500, 50 + (i * 104729) % 900)
             for i in range(80)]
-    cm.kv_capacity_tokens = 40_000  # ~20 footprints (the engine's cache and the policy's)
-    engine = EngineConfig()
+    engine = EngineConfig(num_kv_blocks=2500)  # 40,000 tokens (~20 footprints): the policy's too
     runs = {}
     for spec in ("ordered", "ordered:kv_peak=false"):
         pol = make_policy(spec)
         pol.bind_cost_model(cm)
         res = simulate(reqs, pol, cm, engine, record_steps=True)
+        assert isinstance(pol, Ordered) and pol.kv_capacity == 2500 * 16  # the engine's cache
         assert res.num_preemptions == 0
         assert all(r.finish_time is not None for r in res.requests)
         runs[spec] = res

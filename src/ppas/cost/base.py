@@ -7,6 +7,7 @@ with how much context. Engines build it incrementally (O(1) per scheduled reques
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,14 @@ class CostModel(ABC):
     @abstractmethod
     def step_time(self, step: StepShape) -> float:
         """Seconds for one step (> 0 for any non-empty step)."""
+
+    def with_kv_capacity(self, tokens: int) -> CostModel:
+        """This model with an engine's own KV cache (``tokens``) as its capacity: the same
+        step times, a shallow copy (an engine configured with fewer blocks than the GPU
+        leaves, e.g. ``ppas simulate --num-kv-blocks``, shows its policy that cache)."""
+        other = copy.copy(self)
+        object.__setattr__(other, "kv_capacity_tokens", tokens)  # (frozen dataclasses too)
+        return other
 
     def decode_steps(self, num_decodes: int, decode_ctx_tokens: int, max_steps: int,
                      start: float, limit: float) -> list[float]:

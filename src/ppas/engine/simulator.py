@@ -449,7 +449,11 @@ class EngineSim:
     def __init__(self, policy: Policy, cost_model: CostModel, engine: EngineConfig | None = None,
                  record_steps: bool = False) -> None:
         engine = engine or EngineConfig()
-        policy.bind_cost_model(cost_model)
+        # The policy sees the engine's KV cache (its footprint rules admit into it).
+        kv = (engine.num_kv_blocks * engine.block_size if engine.num_kv_blocks is not None
+              else None)
+        policy.bind_cost_model(cost_model if kv is None or kv == cost_model.kv_capacity_tokens
+                               else cost_model.with_kv_capacity(kv))
         self.policy = policy
         self.step_time = cost_model.step_time
         #: ``step_time`` of a step's tally fields, without building its shape
