@@ -292,23 +292,26 @@ every admission, and the run, is the same as with the whole order
 **Cost per step.** Without a log: one pass over the running requests and the budget,
 O(running + number of candidate chunks), plus the saturation rule's pass over a prefix of
 the waiting queue where it has room (it stops once more prompts can only confirm the
-biggest chunk; the whole queue when it is short); when a waiting request can be admitted (the
-running prompts leave budget, the limit and the KV cache leave room for the smallest
-waiting footprint), one pass over the waiting queue and one sort of the pending prompts,
-O(n log n). A step that cannot admit returns no order: the engine keeps the waiting queue
-as last sorted (new arrivals at its end) and admits nothing from it, so the bound is
-unaffected. With a log: the same pass over the running requests (where the budget is
-fixed whatever rides, as with the defaults on an H100 and an 8B model, only a sum of their
-footprints, skipped when the running prompts take the budget, and a look for the running
-prompts from the end of the list, where admissions go), then O((e + l + p) log n) for the
-waiting queue, where ``e`` is the log's events since the last step (arrivals,
-preemptions, admissions), ``l`` the requests listed and ``p`` those turning overdue
-(each once), none of it proportional to the queue. The index (``_WaitingIndex``) holds
-one entry per waiting request, made from the request's fields when it enters the queue
-(they do not change while it waits there), and reads the queue again whole, O(n), only
-when the log cannot be followed (another engine's view, the clock going back, a count
-that disagrees, or a log the engine trimmed, which it does after at least 2n + 4096
-events: O(1) per event amortised).
+biggest chunk; the whole queue when it is short); when a waiting request can be admitted
+(the running prompts leave budget, the limit and the KV cache leave room for the smallest
+waiting footprint; with ``kv_peak`` the walk finds out, at the first request of the
+order), one pass over the waiting queue and one sort of the pending prompts, O(n log n).
+The footprint rule by the peak adds, at a step where the sum of the footprints refuses an
+admission, a sort of the running decodes by outputs left (``ppas.policies.kv_room``). A
+step that cannot admit returns no order (with ``kv_peak``, the order up to its first
+request, with no budget for it): the engine keeps the waiting queue as last sorted (new
+arrivals at its end) and admits nothing from it, so the bound is unaffected. With a log:
+the same pass over the running requests (where the budget is fixed whatever rides, as with
+the defaults on an H100 and an 8B model, only a sum of their footprints, skipped when the
+running prompts take the budget, and a look for the running prompts from the end of the
+list, where admissions go), then O((e + l + p) log n) for the waiting queue, where ``e``
+is the log's events since the last step (arrivals, preemptions, admissions), ``l`` the
+requests listed and ``p`` those turning overdue (each once), none of it proportional to
+the queue. The index (``_WaitingIndex``) holds one entry per waiting request, made from
+the request's fields when it enters the queue (they do not change while it waits there),
+and reads the queue again whole, O(n), only when the log cannot be followed (another
+engine's view, the clock going back, a count that disagrees, or a log the engine trimmed,
+which it does after at least 2n + 4096 events: O(1) per event amortised).
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
@@ -1035,10 +1038,9 @@ def _argmin_drain(frontier: list[tuple[int, int, float]], rides: list[int], q: f
 _prompt_tokens = attrgetter("prompt_tokens")
 _max_output_tokens = attrgetter("max_output_tokens")
 
-#: One pending prompt: (sort key, id, running, uncached tokens left, footprint).
-#: (sort key, id, running, uncached prompt tokens, footprint, base): the footprint ``f``
-#: (prompt + outputs + slack) and base ``b`` (prompt + outputs it has + slack) of the
-#: footprint rule (``KvRoom.admit``).
+#: One pending prompt: (sort key, id, running, uncached prompt tokens, footprint, base);
+#: the footprint ``f`` (prompt + outputs + slack) and base ``b`` (prompt + outputs it has
+#: + slack) are the footprint rule's (``KvRoom.admit``).
 _Item = tuple[tuple[int, float, float, str], str, bool, int, int, int]
 
 
