@@ -43,6 +43,7 @@ from ppas.live.scheduler_harness import (  # noqa: E402
     tiny_model_dir,
 )
 from ppas.policies import Decision, Policy, make_policy, policy_names  # noqa: E402
+from ppas.policies.ordered import Ordered  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -581,3 +582,19 @@ def test_output_lengths_note_where_requests_stopped(model_dir: str) -> None:
     assert (lengths.finished, lengths.early, lengths.caps_are_lengths) == (2, 1, False)
     assert lengths.mean == 2.0
     assert lengths.lengths() == ((1, 3), (1, 1))  # the distribution predictive projects from
+
+
+def test_the_policy_admits_into_the_engines_kv_cache(model_dir: str) -> None:
+    """The footprint rules read this engine's KV cache (vLLM's blocks less its null block),
+    not the cost model's estimate for the GPU (None in a fitted model), as in the
+    simulator (``EngineSim``)."""
+    cost = Path(__file__).resolve().parents[1] / "experiments" / "demo-cpu.cost.json"
+    sched = make_scheduler(model_dir, policy="ordered", max_num_batched_tokens=4096,
+                           num_blocks=501, cost_model=f"fitted:{cost}")
+    assert isinstance(sched, PolicyScheduler)
+    policy = sched.ppas_policy
+    assert isinstance(policy, Ordered) and policy.kv_capacity == 500 * sched.block_size
+    bare = make_scheduler(model_dir, policy="ordered", max_num_batched_tokens=4096,
+                          num_blocks=501)
+    assert isinstance(bare, PolicyScheduler) and isinstance(bare.ppas_policy, Ordered)
+    assert bare.ppas_policy.kv_capacity is None  # no cost model: the model-free fallback

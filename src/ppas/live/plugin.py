@@ -346,6 +346,14 @@ class PolicyScheduler(Scheduler):
                 raise PpasError(f"ppas.vllm: policy {cfg.policy!r} needs vLLM's own flag: "
                                 f"start vLLM with {flag} {want}")
         super().__init__(vllm_config, *args, **kwargs)
+        # The policy sees this engine's KV cache (its footprint rules admit into it), as
+        # in the simulator: the cost model's capacity is an estimate for the GPU. (vLLM's
+        # block pool keeps one block back, its null block.)
+        blocks = getattr(getattr(self, "kv_cache_config", None), "num_blocks", 0) - 1
+        if cost is not None and blocks > 0:
+            tokens = blocks * self.block_size
+            if tokens != cost.kv_capacity_tokens:
+                policy.bind_cost_model(cost.with_kv_capacity(tokens))
         if self.max_num_encoder_input_tokens > 0 or self.is_encoder_decoder:
             raise PpasError("ppas.vllm: multimodal/encoder-decoder models are not supported")
         if self.need_mamba_block_aligned_split:
