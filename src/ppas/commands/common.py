@@ -98,7 +98,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
                    help="tensor-parallel degree (roofline)")
     p.add_argument("--max-num-seqs", type=int_arg(1, MAX_NUM_SEQS), default=256)
     p.add_argument("--num-kv-blocks", type=int_arg(1, MAX_KV_BLOCKS), default=None,
-                   help="KV capacity in 16-token blocks (default: from GPU memory)")
+                   help="KV capacity in 16-token blocks (default: from GPU memory); the "
+                   "policies' KV admission reads it too")
     p.add_argument("--max-model-len", type=int_arg(1, MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS),
                    default=None, help="vLLM's max_model_len: longer requests (prompt + output) "
                    "fail as vLLM rejects them (default: the --model's context, else none)")
