@@ -86,7 +86,8 @@ def test_without_the_peak_it_is_the_sum(rows: list[tuple[int, int, int, bool]], 
 
 def test_a_finishing_decode_makes_room_the_sum_does_not_see() -> None:
     # 10,000 KV tokens. A decode at 3,000 tokens of context with 100 outputs left frees
-    # its 3,116 well before a 2,000-token prompt with 5,000 outputs grows past 4,000.
+    # its 3,116 a hundred steps from now, when a 2,000-token prompt admitted now with
+    # 5,000 outputs holds 2,116 of its 7,016; the sum of the two footprints is 10,132.
     dec = RequestSnapshot("d", 0.0, 3000, 3000, 0, 100, is_running=True)
     b, f = 2000 + SLACK, 7000 + SLACK
     held = 3100 + SLACK
