@@ -28,9 +28,10 @@ footprints, so whatever the sum rule admits the peak rule admits, and while the 
 no peak is computed (``room``: the capacity less every footprint, the sum rule's room,
 is never above the peak's room at any point); with the lengths exact, the requests held
 and admitted never hold more than the capacity at any future step (checked step by step
-against the bounds above). Cost: O(running) to set up, the peak's arrays built once per
-step on the first admission the sum refuses (O(running log running)), then O(distinct
-decode lengths) per admission, in numpy.
+against the bounds above). Cost: O(1) to set up (the caller sums the footprints, as the
+sum rule did) and O(1) per admission the sum allows; the peak's arrays built once per step
+on the first admission the sum refuses (O(running log running)), then O(distinct decode
+lengths) per admission, in numpy.
 """
 
 from __future__ import annotations
