@@ -23,6 +23,7 @@ from ppas.core.view import (
 )
 from ppas.cost.roofline import RooflineCostModel
 from ppas.cost.steps import StepCosts
+from ppas.engine.request import SimRequest
 from ppas.engine.result import SimResult
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import solo_latency
@@ -60,7 +61,7 @@ def test_prefix_cache_hit_shortens_the_key() -> None:
 
 
 def test_aging_promotes_old_requests_fcfs() -> None:
-    p = ordered("ordered:aging=5,drain=0")
+    p = ordered("ordered:aging=5,drain=0,turn=0")
     solo_long = p.solo_estimate(6000, 16)
     now = 10.0
     old = waiting("old", 6000, now - 5 * solo_long - 1e-3)
@@ -99,7 +100,8 @@ def test_solo_prefill_ages_a_long_output_request_by_its_prefill() -> None:
     # A 6k-token prompt with 2,000 outputs: alone, its prefill takes a fraction of a second
     # and its decode tens of seconds. Aged by its solo E2E it would be passed by every
     # shorter prompt for minutes; aged by its solo prefill it goes first after K of those.
-    e2e, pre = ordered("ordered:aging=5,drain=0"), ordered("ordered:aging=5,drain=0,solo=prefill")
+    e2e = ordered("ordered:aging=5,drain=0,turn=0")  # the aging scale alone
+    pre = ordered("ordered:aging=5,drain=0,solo=prefill,turn=0")
     now = 100.0
     waited = 5 * pre.solo_estimate(6000, 2000) + 1e-3
     assert waited < 5 * e2e.solo_estimate(6000, 2000)
@@ -189,7 +191,7 @@ def overdue(p: Ordered, r: RequestSnapshot, now: float) -> bool:
 @settings(max_examples=200, deadline=None)
 @given(views(), st.sampled_from([0.5, 3.0, 30.0]), st.sampled_from(["e2e", "prefill"]))
 def test_aging_bound_and_budget_on_random_views(v: SchedulerView, k: float, solo: str) -> None:
-    p = ordered(f"ordered:aging={k:g},drain=0,solo={solo}")  # the aging bound alone
+    p = ordered(f"ordered:aging={k:g},drain=0,solo={solo},turn=0")  # the aging bound alone
     d = p.decide(v)
     pending = [r for r in v.requests if is_pending_prefill(r)]
     assert 0 <= d.prefill_budget <= p.max_num_batched_tokens
@@ -233,8 +235,8 @@ def test_drain_floor_bound_on_random_views(v: SchedulerView, k: float, drain: fl
     """The drain floor (``drain=D``): overdue means waited both aging x s_i and D x T(t);
     every request listed ahead of an overdue one is overdue and arrived no later, the rest
     go shortest remaining prefill first; the budget is the rule's without the floor."""
-    p = ordered(f"ordered:aging={k:g},drain={drain:g}")
-    base = ordered(f"ordered:aging={k:g},drain=0")
+    p = ordered(f"ordered:aging={k:g},drain={drain:g},turn=0")
+    base = ordered(f"ordered:aging={k:g},drain=0,turn=0")
     floor = drain * drain_time(p, v)
     # (summed in whole nanoseconds: half a nanosecond per request at most)
     assert p.drain_floor(v) == pytest.approx(floor, rel=1e-12,
@@ -269,14 +271,14 @@ def test_drain_floor_reorders_a_saturated_queue() -> None:
     reqs += [RequestSnapshot(f"w{i}", 1.0 + 0.1 * i, 24000 if i % 2 == 0 else 200)
              for i in range(40)]
     v = SchedulerView(15.0, reqs, *view_counts(reqs), 4096, 256)
-    p, base = ordered("ordered:aging=1,drain=1"), ordered("ordered:aging=1,drain=0")
+    p, base = ordered("ordered:aging=1,drain=1,turn=0"), ordered("ordered:aging=1,drain=0,turn=0")
     assert all(overdue(base, r, v.now) for r in reqs[1:])
     fcfs = base.decide(v).prefill_order
     assert fcfs is not None and list(fcfs) == [f"w{i}" for i in range(len(fcfs))]
     assert p.drain_floor(v) > 15.0 - 1.0  # more than anyone has waited
     order = p.decide(v).prefill_order
     assert order is not None and order[0] == "w1"  # the shortest, oldest first
-    assert ordered("ordered:aging=1,drain=0.01").decide(v) == base.decide(v)  # floor < waits
+    assert ordered("ordered:aging=1,drain=0.01,turn=0").decide(v) == base.decide(v)  # < waits
 
 
 @settings(max_examples=200, deadline=None)
@@ -286,9 +288,9 @@ def test_overdue_prefix_on_random_views(v: SchedulerView, k: float) -> None:
     every pending prompt that arrived no later than ``A`` precedes every later arrival, in
     (arrival, id) order, and the later ones are shortest remaining prefill first; with
     nothing overdue, the order of the rule without the option."""
-    p = ordered(f"ordered:aging={k:g},overdue_prefix=true,drain=0")
+    p = ordered(f"ordered:aging={k:g},overdue_prefix=true,drain=0,turn=0")
     d = p.decide(v)
-    base = ordered(f"ordered:aging={k:g},drain=0").decide(v)
+    base = ordered(f"ordered:aging={k:g},drain=0,turn=0").decide(v)
     assert d.prefill_budget == base.prefill_budget
     if d.prefill_order is None:
         assert base.prefill_order is None
@@ -352,21 +354,47 @@ def capped(o: int, loose: bool) -> int | None:
     return 3 * o + 5 if loose else None
 
 
+def turns_of(log: list[tuple[float, list[str], Decision]], info: dict[str, SimRequest],
+             k: float) -> list[tuple[int, dict[str, float]]]:
+    """The FCFS turn's clock ``U`` and thresholds at each recorded step, from their
+    definition (``ppas.policies.fcfs_turn``): ``U`` sums the prompts that have left the
+    queue; a request first seen waiting gets ``U`` plus ``k`` times the prompts waiting
+    when it arrived (those that entered before it, in (arrival, id) order)."""
+    out: list[tuple[int, dict[str, float]]] = []
+    queued: dict[str, int] = {}
+    theta: dict[str, float] = {}
+    u = 0
+    for _, waiting, _ in log:
+        now = set(waiting)
+        for rid in [rid for rid in queued if rid not in now]:
+            u += queued.pop(rid)
+        for rid in sorted((rid for rid in waiting if rid not in queued),
+                          key=lambda rid: (info[rid].arrival_time, rid)):
+            theta.setdefault(rid, u + k * sum(queued.values()))
+            queued[rid] = info[rid].prompt_tokens
+        out.append((u, dict(theta)))
+    return out
+
+
 @settings(max_examples=40, deadline=None)
 @given(specs, st.sampled_from([0.25, 1.0, 4.0]), st.sampled_from([None, 600, 3000]),
-       st.booleans(), st.booleans(), st.booleans())
-@example(BURST, 1.0, None, False, True, False)
-@example(BURST, 1.0, None, True, True, False)
-@example(BURST, 1.0, 600, False, False, False)
-@example(BURST, 1.0, None, False, True, True)
+       st.booleans(), st.booleans(), st.booleans(), st.sampled_from([0.0, 1.0, 2.0]))
+@example(BURST, 1.0, None, False, True, False, 0.0)
+@example(BURST, 1.0, None, True, True, False, 0.0)
+@example(BURST, 1.0, 600, False, False, False, 0.0)
+@example(BURST, 1.0, None, False, True, True, 0.0)
+@example(BURST, 0.25, None, False, True, False, 1.0)
+@example(BURST, 0.25, 600, False, True, False, 1.0)
 def test_aging_bound_in_the_simulator(
         trace: Sequence[tuple[float, int, int]], k: float, kv_blocks: int | None,
-        prefix: bool, footprint: bool, loose: bool) -> None:
+        prefix: bool, footprint: bool, loose: bool, turn: float) -> None:
     """The aging bound in runs of the engine; with caps the requests stop before
-    (``loose``), with ``s_i`` the solo prefill once the policy has seen one stop early."""
+    (``loose``), with ``s_i`` the solo prefill once the policy has seen one stop early;
+    with the FCFS turn (``turn > 0``) a request is overdue once it has also reached its
+    turn, computed here from the queue each step shows."""
     reqs = [RequestSpec(a, p, o, max_tokens=capped(o, loose)) for a, p, o in sorted(trace)]
     pol = ordered(f"ordered:aging={k:g},overdue_prefix={str(prefix).lower()},drain=0,"
-                  f"kv_footprint={str(footprint).lower()}")
+                  f"kv_footprint={str(footprint).lower()},turn={turn:g}")
     rec = Recorder(pol)
     res = simulate(reqs, rec, CM, EngineConfig(num_kv_blocks=kv_blocks), record_steps=True)
     # Every request finishes (none is longer than the KV cache: 600 blocks = 9600 tokens
@@ -382,19 +410,23 @@ def test_aging_bound_in_the_simulator(
     solo = {False: ordered(pol.spec).solo_estimate,  # before and after the switch
             True: ordered(pol.spec + ",solo=prefill").solo_estimate}
 
-    def late(rid: str, now: float, loose: bool) -> bool:
+    turns = turns_of(rec.log, info, turn)
+
+    def late(rid: str, now: float, loose: bool, step: int) -> bool:
         r = info[rid]
-        return now - r.arrival_time >= k * solo[loose](r.prompt_tokens, r.max_output_tokens)
+        u, theta = turns[step]
+        return (now - r.arrival_time >= k * solo[loose](r.prompt_tokens, r.max_output_tokens)
+                and (turn == 0 or u >= theta[rid]))
 
     # Caps the requests stop before are seen once one finishes, and then for good.
     assert rec.loose == sorted(rec.loose) and (not any(rec.loose) or loose)
     # No request admitted at a step while an overdue one that arrived before it waits on.
-    for (now, waiting, _), (_, after, _), was in zip(rec.log, rec.log[1:], rec.loose,
-                                                      strict=False):
+    for step, ((now, waiting, _), (_, after, _), was) in enumerate(
+            zip(rec.log, rec.log[1:], rec.loose, strict=False)):
         still = set(after)
         admitted = [w for w in waiting if w not in still]
         for i in waiting:
-            if i in still and late(i, now, was) and info[i].num_preemptions == 0:
+            if i in still and late(i, now, was, step) and info[i].num_preemptions == 0:
                 ai = (info[i].arrival_time, i)
                 assert all((info[j].arrival_time, j) < ai for j in admitted), (i, admitted)
 

@@ -47,6 +47,23 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    the decisions are those without it, bit for bit. Both decision paths compute the
    same floor (``drain_floor``; the index keeps the waiting requests' terms summed);
    with the overdue prefix as well, ``decide`` takes ``decide_full``.
+   **The FCFS turn** (``turn=K``; 1 by default, 0 turns it off). The aging term and the
+   drain floor count seconds, and under overload nearly every request soon passes both:
+   the order is then FCFS among a crowd of overdue requests, the reordering gain goes,
+   and a request with a long deadline of its own (many outputs, under ``solo=e2e``)
+   waits behind that crowd (the Mooncake slice at 1.5x its rate on an H100: P99 TTFT
+   1.32x the stock setting's, ``docs/results/real-traffic.md``). With ``K > 0`` a request
+   is overdue only once it has also reached its *FCFS turn*
+   (``ppas.policies.fcfs_turn``): the uncached prompt tokens admitted since it arrived
+   reach ``K`` times those that were waiting when it arrived; with ``K = 1``, by then FCFS
+   would have admitted it. So a request that no later arrival has set back never goes
+   first by age (shortest-first keeps working under overload), and one that has been set
+   back goes first once it is where FCFS would have admitted it, whatever its outputs.
+   Counted in tokens admitted, the turn reads neither outputs nor step sizes nor how long
+   the KV cache holds admissions back. ``K = 1`` is FCFS's own admission point, not a
+   fitted value. The aging bound below holds with overdue meaning all three: the aging
+   term, the drain floor and the turn. Invariant: with ``K = 0`` the decisions are those
+   without it, bit for bit (``tests/test_fcfs_turn.py``, ``tests/test_ordered.py``).
 2. **Budget** (``chunk``): the smallest candidate chunk ``c`` (powers of two in [c_min,
    c_max]) whose prefill throughput beside the running decodes, ``c / (S(c) + decodes'
    cost per step)``, reaches ``efficiency`` times the biggest chunk's: past that knee a
@@ -253,25 +270,27 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    ``caps=lengths``, bit for bit; after the first, the switch is never undone
    (``tests/test_ordered.py``). Until that first stop the caps are all the policy knows.
 
-**The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let
-``d_i = arrival_i + aging * s_i``. At every step at or after ``d_i``, every request
-listed ahead of ``i`` in ``prefill_order`` is overdue and arrived no later than ``i``
-(ties by id), and when ``i`` is waiting but not listed, so is every waiting request
-listed. The engine serves the running prompts first, then admits waiting ones as a
-prefix of this order (its waiting loop stops at the first request it cannot admit, and
-the budget returned stops it within the listed ones: below). Hence, once ``i`` is
-overdue and waiting, no request that arrived after ``i`` is admitted before it, and ``i``
-waits past ``d_i`` only for requests that arrived before it (no starvation, whatever
-arrives later). This bounds the *order*, not the latency: the budget, the admission
-limit and the KV cache can still hold ``i`` while running requests finish. ``s_i``
-(``solo_estimate``; the solo prefill alone with ``solo=prefill``, and once caps are seen
-to be no lengths, rule 4) is the linearised solo E2E of the whole prompt (cached or not): its
-prefill in ``c_max``-token steps, then one decode step per further output at its mean
-context. With the saturation rule the steps are the budget it gives that prompt alone on
-an idle engine (``idle_chunk``), so the deadline follows the steps the engine really
-runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled in 16k-token steps, and
-the estimate stays within 1.1% of the engine's best solo latency (``solo_latency``) where
-``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
+**The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let ``d_i =
+arrival_i + aging * s_i``. At every step at or after ``d_i`` at which ``i`` has reached
+its FCFS turn (with ``turn > 0``; rule 1), every request listed ahead of ``i`` in
+``prefill_order`` is overdue and arrived no later than ``i`` (ties by id), and when ``i``
+is waiting but not listed, so is every waiting request listed. The engine serves the
+running prompts first, then admits waiting ones as a prefix of this order (its waiting
+loop stops at the first request it cannot admit, and the budget returned stops it within
+the listed ones: below). Hence, once ``i`` is overdue and waiting, no request that arrived
+after ``i`` is admitted before it, and ``i`` waits past ``d_i`` and its turn only for
+requests that arrived before it (no starvation, whatever arrives later: the turn comes
+once ``K`` times the prompt tokens waiting at its arrival have been admitted since, and
+while nothing is admitted nobody passes ``i``). This bounds the *order*, not the latency:
+the budget, the admission limit and the KV cache can still hold ``i`` while running
+requests finish. ``s_i`` (``solo_estimate``; the solo prefill alone with ``solo=prefill``,
+and once caps are seen to be no lengths, rule 4) is the linearised solo E2E of the whole
+prompt (cached or not): its prefill in ``c_max``-token steps, then one decode step per
+further output at its mean context. With the saturation rule the steps are the budget it
+gives that prompt alone on an idle engine (``idle_chunk``), so the deadline follows the
+steps the engine really runs: with ``c_sat=16384`` a 32k-token prompt alone is prefilled
+in 16k-token steps, and the estimate stays within 1.1% of the engine's best solo latency
+(``solo_latency``) where ``c_max``-token steps overestimated it by 8% (H100, Qwen3-8B).
 
 **What is listed.** Without a ``waiting_log`` in the view (the vLLM plugin, hand-made
 views), or where the saturation rule has room (its budget reads the waiting queue in the
@@ -306,17 +325,20 @@ the defaults on an H100 and an 8B model, only a sum of their footprints, skipped
 running prompts take the budget, and a look for the running prompts from the end of the
 list, where admissions go), then O((e + l + p) log n) for the waiting queue, where ``e``
 is the log's events since the last step (arrivals, preemptions, admissions), ``l`` the
-requests listed and ``p`` those turning overdue (each once), none of it proportional to
-the queue. The index (``_WaitingIndex``) holds one entry per waiting request, made from
-the request's fields when it enters the queue (they do not change while it waits there),
-and reads the queue again whole, O(n), only when the log cannot be followed (another
-engine's view, the clock going back, a count that disagrees, or a log the engine trimmed,
-which it does after at least 2n + 4096 events: O(1) per event amortised).
+requests listed and ``p`` those turning overdue (each once; with the FCFS turn an entry
+past its aging term waits in a heap of turn thresholds, so it moves at most twice), none
+of it proportional to the queue. The FCFS turn's bookkeeping is O(e) with a log and one
+pass over the waiting queue without (``FcfsTurns.note``). The index (``_WaitingIndex``)
+holds one entry per waiting request, made from the request's fields when it enters the
+queue (they do not change while it waits there), and reads the queue again whole, O(n),
+only when the log cannot be followed (another engine's view, the clock going back, a count
+that disagrees, or a log the engine trimmed, which it does after at least 2n + 4096
+events: O(1) per event amortised).
 
 Prefix caching: a waiting request's ``num_cached_tokens`` is taken off its remaining
 prefill (its sort key and its admission allowance); footprints stay whole. Preemption: a
 preempted request returns to the waiting queue with its arrival time and is ordered like
-any other (its age keeps counting).
+any other (its age keeps counting, and its FCFS turn is the one set at its arrival).
 
 Without a cost model (``bind_cost_model(None)``): P-PAS's budget with the paper's
 parameters (N_th = 2, B_cap = 2048), no admission limit, and the same order with ``s_i``
@@ -351,6 +373,7 @@ from ppas.cost.base import CostModel, causal_pairs
 from ppas.cost.steps import StepCosts
 from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.candidates import candidate_chunks
+from ppas.policies.fcfs_turn import FcfsTurns
 from ppas.policies.kv_room import KvRoom
 from ppas.policies.registry import register
 
@@ -363,7 +386,7 @@ class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
     c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0,
     ride_drain=false,ride_ceiling=false,solo=e2e,kv_footprint=true,kv_peak=true,
-    caps=observe``.
+    caps=observe,turn=1``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -387,6 +410,10 @@ class OrderedConfig:
     * ``overdue_prefix``: once any request is overdue, every request that arrived no
       later than the newest overdue one goes first, in arrival order (module doc, 1);
       false: only the overdue ones do.
+    * ``turn``: K of the FCFS turn (module doc, 1): a request is overdue only once the
+      uncached prompt tokens admitted since it arrived reach K times those waiting when
+      it arrived (1, the default: where FCFS would have admitted it; 0: off, the rule
+      before it).
     * ``drain``: D of the drain floor (module doc, 1): a request is overdue only once it
       has also waited D times the time the pending prompts take to prefill alone (0:
       off, the aging bound alone, the rule before it). 1, the default, is no fitted
@@ -439,6 +466,7 @@ class OrderedConfig:
     kv_footprint: bool = True
     kv_peak: bool = True
     caps: str = "observe"
+    turn: float = 1.0
 
     def __post_init__(self) -> None:
         require(self.solo in ("e2e", "prefill"),
@@ -452,6 +480,7 @@ class OrderedConfig:
         require(self.idle_util == 0 or self.idle_limit > 0,
                 f"idle_util needs idle_limit > 0, got idle_limit={self.idle_limit}")
         require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
+        require(0 <= self.turn <= 1e3, f"turn must be in [0, 1000], got {self.turn}")
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
         require(self.c_min >= 1, f"c_min must be >= 1, got {self.c_min}")
         require(self.c_max >= self.c_min,
@@ -496,6 +525,8 @@ class Ordered(Policy):
         self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
         self._just: dict[int, Decision] = {}  # Decision(budget), no order, by budget
         self._arrivals: _ArrivalWork | None = None  # the load gate's window (module doc, 2)
+        # The FCFS turn's clock and thresholds (module doc, 1; None: ``turn=0``).
+        self._turns = FcfsTurns(config.turn) if config.turn > 0 else None
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -517,6 +548,7 @@ class Ordered(Policy):
         self._solo, self._idle = {}, {}
         self._index = None
         self._loose = False
+        self._turns = FcfsTurns(self.config.turn) if self.config.turn > 0 else None
         lim, util = self.config.idle_limit, self.config.idle_util
         self._arrivals = (None if cost_model is None or not util else
                           _ArrivalWork(StepCosts(cost_model, [lim]), lim, self.config.idle_window))
@@ -596,6 +628,8 @@ class Ordered(Policy):
 
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
+        if self._turns is not None:
+            self._turns.note(view)
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
         arrivals = self._arrivals
@@ -642,7 +676,7 @@ class Ordered(Policy):
             p, out, c = r.prompt_tokens, r.max_output_tokens, r.num_computed_tokens
             held += p + out
             if c < p:  # is_pending_prefill, inlined (r is running)
-                items.append(_item(n_running - 1, r, True, solo, k, now, floor))
+                items.append(_item(n_running - 1, r, True, solo, k, now, floor, self._turns))
                 running_left += p - c
                 ctx_run += p
             elif r.num_output_tokens < out:
@@ -674,6 +708,9 @@ class Ordered(Policy):
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
         self._follow_lengths(view)
+        turns = self._turns
+        if turns is not None:
+            turns.note(view)  # (idempotent: decide has noted this view)
         solo = self.solo_function(view)
         k, now = self.config.aging, view.now
         floor = self.drain_floor(view) if solo is not None and self.config.drain > 0 else 0.0
@@ -703,7 +740,7 @@ class Ordered(Policy):
                 if wait < floor:  # the drain floor: both waits (module doc, 1)
                     wait = floor
                 base = prompt + r.num_output_tokens + SLACK
-                if now - arrival >= wait:
+                if now - arrival >= wait and (turns is None or turns.turned(rid)):
                     append(((0, arrival, 0.0, rid), rid, False, rem, prompt + out + SLACK, base))
                 else:
                     append(((1, float(rem), arrival, rid), rid, False, rem, prompt + out + SLACK,
@@ -744,7 +781,8 @@ class Ordered(Policy):
         idx = self._index
         if idx is None:
             idx = self._index = _WaitingIndex(cfg.aging, solo, cfg.overdue_prefix,
-                                              self.prefill_ns if cfg.drain > 0 else None)
+                                              self.prefill_ns if cfg.drain > 0 else None,
+                                              self._turns)
         reqs = view.requests
         n_req = len(reqs)
         n_running = n_req - len(idx.live) if idx.follow(view, log) else -1
@@ -785,7 +823,8 @@ class Ordered(Policy):
                 k, now = cfg.aging, view.now
                 floor = (self.floor_of(idx.waiting_ns + sum(map(self.prefill_ns, prompts)))
                          if cfg.drain > 0 else 0.0)
-                items = [_item(0, r, True, solo, k, now, floor) for r in prompts]
+                items = [_item(0, r, True, solo, k, now, floor, self._turns)
+                         for r in prompts]
                 # (the footprints prompt + outputs of the running requests, summed in C)
                 held = sum(map(_prompt_tokens, run)) + sum(map(_max_output_tokens, run))
                 room = ((self.kv_capacity if self.kv_capacity is not None else 0)
@@ -1055,15 +1094,17 @@ def _num_waiting(view: SchedulerView) -> int:
 
 
 def _item(n: int, r: RequestView, running: bool, solo: Callable[[int, int], float] | None,
-          k: float, now: float, floor: float = 0.0) -> _Item:
+          k: float, now: float, floor: float = 0.0, turns: FcfsTurns | None = None) -> _Item:
     """``r``'s item (module doc, 1); ``n`` its place in the view (the key without aging);
-    ``floor``: the drain floor (0: none; ``max`` with it is the aging term exactly)."""
+    ``floor``: the drain floor (0: none; ``max`` with it is the aging term exactly);
+    ``turns``: the FCFS turn's (None: off)."""
     prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
     rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
     if solo is None:  # nothing to age by: the engine's own order
         key = (0, float(n), 0.0, rid)
     elif now - arrival >= max(k * solo(prompt, max(1, r.max_output_tokens
-                                                   - r.num_output_tokens)), floor):
+                                                   - r.num_output_tokens)), floor) and (
+            turns is None or turns.turned(rid)):
         key = (0, arrival, 0.0, rid)  # overdue: first, FCFS
     else:
         key = (1, float(rem), arrival, rid)  # shortest remaining first
@@ -1224,9 +1265,13 @@ class _WaitingIndex:
     ones."""
 
     def __init__(self, aging: float, solo: Callable[[int, int], float],
-                 prefix: bool = False, ns: Callable[[RequestView], int] | None = None
-                 ) -> None:
+                 prefix: bool = False, ns: Callable[[RequestView], int] | None = None,
+                 turns: FcfsTurns | None = None) -> None:
         self.k, self.solo, self.prefix = aging, solo, prefix
+        # With the FCFS turn: the entries past their aging threshold that have not reached
+        # their turn, by its threshold (``promote`` moves them once the clock passes it).
+        self.turns = turns
+        self.turn_wait: list[tuple[float, int, str]] = []  # (theta, gen, id)
         # With the drain floor (``ns``: a request's term of its sum): the waiting
         # requests' terms summed, and the overdue ones by the fresh key too (those the
         # floor keeps fresh are read from there).
@@ -1266,7 +1311,8 @@ class _WaitingIndex:
                     self.waiting_ns -= e.ns
         self.pos = end
         if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) + len(
-                self.byarr) + len(self.newest) + len(self.late_fresh) > 8 * len(live) + 256:
+                self.byarr) + len(self.newest) + len(self.late_fresh) + len(
+                self.turn_wait) > 8 * len(live) + 256:
             self.compact()
         return True
 
@@ -1275,7 +1321,7 @@ class _WaitingIndex:
         self.live.clear()
         self.waiting_ns = 0
         for h in (self.late, self.fresh, self.due, self.small, self.byarr, self.newest,
-                  self.late_fresh):
+                  self.late_fresh, self.turn_wait):
             h.clear()
         for r in islice(view.requests, n_running, None):
             self.add(r, view.now)
@@ -1289,6 +1335,7 @@ class _WaitingIndex:
                          for rid, e in live.items() if not e.overdue]
         self.due[:] = [(e.arrival + e.threshold, e.gen, rid) for rid, e in live.items()
                        if not e.overdue]
+        self.turn_wait.clear()  # (their due entries are back: promote sorts them again)
         self.small[:] = [(e.fresh[4] - SLACK, e.gen, rid) for rid, e in live.items()]
         if self.prefix:
             self.byarr[:] = [(e.arrival, rid, e.gen, e.late) for rid, e in live.items()]
@@ -1316,7 +1363,7 @@ class _WaitingIndex:
         late: _Item = ((0, arrival, 0.0, rid), rid, False, rem, fp, base)
         fresh: _Item = ((1, float(rem), arrival, rid), rid, False, rem, fp, base)
         self.gen = gen = self.gen + 1
-        overdue = now - arrival >= threshold
+        overdue = now - arrival >= threshold and (self.turns is None or self.turns.turned(rid))
         ns = self.ns(r) if self.ns is not None else 0
         self.waiting_ns += ns
         self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue, ns)
@@ -1334,10 +1381,12 @@ class _WaitingIndex:
         heapq.heappush(self.small, (prompt + out, gen, rid))
 
     def promote(self, now: float) -> None:
-        """Move the requests overdue at ``now`` (``now - arrival >= k * s_i``, tested as
-        ``decide_full`` tests it) to the overdue heap. Candidates come from the heap of
-        ``arrival + k * s_i``, with a margin far above its rounding."""
-        due, live = self.due, self.live
+        """Move the requests overdue at ``now`` (``now - arrival >= k * s_i`` and, with
+        the FCFS turn, the turn reached, tested as ``decide_full`` tests them) to the
+        overdue heap. Candidates come from the heap of ``arrival + k * s_i``, with a
+        margin far above its rounding, then from the heap of thresholds ``theta_i`` (the
+        clock only grows, so each entry moves at most twice)."""
+        due, live, turns = self.due, self.live, self.turns
         lim = now + 1e-6 * (1.0 + abs(now))
         retry = []
         while due and due[0][0] <= lim:
@@ -1346,17 +1395,28 @@ class _WaitingIndex:
             if e is None or e.gen != item[1] or e.overdue:
                 continue
             if now - e.arrival >= e.threshold:
-                e.overdue = True
-                heapq.heappush(self.late, (e.arrival, item[2], e.gen, e.late))
-                if self.ns is not None:
-                    heapq.heappush(self.late_fresh, (e.fresh[0][1], e.arrival, item[2],
-                                                     e.gen, e.fresh))
-                if self.prefix:
-                    heapq.heappush(self.newest, (-e.arrival, item[2], e.gen))
+                if turns is None or turns.turned(item[2]):
+                    self._overdue(e, item[2])
+                else:
+                    heapq.heappush(self.turn_wait, (turns.threshold(item[2]), e.gen, item[2]))
             else:
                 retry.append(item)
         for item in retry:
             heapq.heappush(due, item)
+        wait = self.turn_wait
+        while wait and turns is not None and wait[0][0] <= turns.admitted:
+            _, gen, rid = heapq.heappop(wait)
+            e = live.get(rid)
+            if e is not None and e.gen == gen and not e.overdue:
+                self._overdue(e, rid)
+
+    def _overdue(self, e: _Entry, rid: str) -> None:
+        e.overdue = True
+        heapq.heappush(self.late, (e.arrival, rid, e.gen, e.late))
+        if self.ns is not None:
+            heapq.heappush(self.late_fresh, (e.fresh[0][1], e.arrival, rid, e.gen, e.fresh))
+        if self.prefix:
+            heapq.heappush(self.newest, (-e.arrival, rid, e.gen))
 
     def min_footprint(self, default: int) -> int:
         """The smallest prompt + outputs waiting (``default`` if none)."""
