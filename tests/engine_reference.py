@@ -38,7 +38,12 @@ class EngineSim:
     def __init__(self, policy: Policy, cost_model: CostModel, engine: EngineConfig | None = None,
                  record_steps: bool = False) -> None:
         engine = engine or EngineConfig()
-        policy.bind_cost_model(cost_model)
+        # The policy sees the engine's KV cache, as in the engine under test (the policy's
+        # input, not the loop this reference pins).
+        kv = (engine.num_kv_blocks * engine.block_size if engine.num_kv_blocks is not None
+              else None)
+        policy.bind_cost_model(cost_model if kv is None or kv == cost_model.kv_capacity_tokens
+                               else cost_model.with_kv_capacity(kv))
         self.policy = policy
         self.step_time = cost_model.step_time
         self.mbt = engine.max_num_batched_tokens or policy.max_num_batched_tokens
