@@ -33,18 +33,17 @@ from __future__ import annotations
 import math
 from itertools import islice
 
-from ppas.core.view import RequestView, SchedulerView, WaitingLog, is_pending_prefill
+from ppas.core.view import (
+    RequestView,
+    SchedulerView,
+    WaitingLog,
+    is_pending_prefill,
+    uncached_prompt_tokens,
+)
 
 
 def _arrival_id(r: RequestView) -> tuple[float, str]:
     return r.arrival_time, r.request_id
-
-
-def uncached_prompt(r: RequestView) -> int:
-    """``r``'s prompt tokens still to prefill, its cached ones off (at least one, as vLLM
-    always recomputes the last)."""
-    p = r.prompt_tokens
-    return p - min(r.num_computed_tokens + r.num_cached_tokens, p - 1)
 
 
 class FcfsTurns:
@@ -104,7 +103,7 @@ class FcfsTurns:
             self.queued_rem -= rem
         entered.sort(key=_arrival_id)
         for r in entered:
-            rid, rem = r.request_id, uncached_prompt(r)
+            rid, rem = r.request_id, uncached_prompt_tokens(r)
             if rid not in self.theta:
                 self.theta[rid] = self.admitted + self.k * self.queued_rem
             self.queued[rid] = rem

@@ -657,9 +657,9 @@ class Ordered(Policy):
         if log is not None and self.costs is not None and self.config.aging > 0 and (
                 self.sat_costs is None or self._knee is not None):  # saturation: no room
             if self.config.drain > 0 and self.config.overdue_prefix:  # (not indexed)
-                return self.decide_full(view, truncate=True)
+                return self._full(view, truncate=True)
             return self._decide_indexed(view, log)
-        return self.decide_full(view)
+        return self._full(view)
 
     def _running(self, view: SchedulerView, solo: Callable[[int, int], float] | None,
                  floor: float = 0.0) -> tuple[list[_Item], int, int, int, int, int, int]:
@@ -704,13 +704,18 @@ class Ordered(Policy):
         """The straightforward decision: every pending prompt keyed and sorted, O(n log n).
         ``decide`` takes it where the view carries no ``waiting_log``; with ``truncate``
         its order is cut as the indexed path cuts it (``_walk``), which must then give the
-        same Decision (``tests/test_ordered.py``)."""
+        same Decision (``tests/test_ordered.py``). Called on its own it notes the view
+        for the FCFS turn, as ``decide`` does (idempotent on one view)."""
+        if self._turns is not None:
+            self._turns.note(view)
+        return self._full(view, truncate)
+
+    def _full(self, view: SchedulerView, truncate: bool = False) -> Decision:
+        """``decide_full`` once ``decide`` has noted the view (no second pass over it)."""
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
         self._follow_lengths(view)
         turns = self._turns
-        if turns is not None:
-            turns.note(view)  # (idempotent: decide has noted this view)
         solo = self.solo_function(view)
         k, now = self.config.aging, view.now
         floor = self.drain_floor(view) if solo is not None and self.config.drain > 0 else 0.0
