@@ -21,6 +21,7 @@ from ppas.core.view import (
     is_pending_prefill,
     view_counts,
 )
+from ppas.cost.base import StepShape
 from ppas.cost.roofline import RooflineCostModel
 from ppas.cost.steps import StepCosts
 from ppas.engine.request import SimRequest
@@ -695,8 +696,9 @@ def test_indexed_path_is_the_full_one_cut_on_random_views(
     """The same Decision as ``decide_full(truncate=True)``, whose order is the full
     order's requests up to the first the engine cannot admit, and every running prompt
     (with and without the overdue prefix, with and without the drain floor)."""
+    # (idle_limit=0: the idle limit is set by ``decide`` on top of either path's decision)
     p = ordered(f"ordered:aging={k:g},kv_ratio={kv_ratio:g},"
-                f"overdue_prefix={str(prefix).lower()},drain={drain:g}")
+                f"overdue_prefix={str(prefix).lower()},drain={drain:g},idle_limit=0")
     for v in vs:  # one policy, several views: a new log each time is read whole
         d = p.decide(logged(v))
         assert d == p.decide_full(v, truncate=True)
@@ -760,7 +762,8 @@ def test_indexed_path_in_the_simulator_changes_nothing(
     order."""
     reqs = [RequestSpec(a * 3, p, o, max_tokens=capped(o, loose)) for a, p, o in sorted(trace)]
     spec = (f"ordered:aging={k:g},kv_ratio={kv_ratio:g},overdue_prefix={str(prefix).lower()}"
-            f",drain={drain:g},kv_footprint={str(footprint).lower()}")
+            f",drain={drain:g},kv_footprint={str(footprint).lower()},idle_limit=0")
+    # (idle_limit=0: ``decide`` sets the idle limit on top of either path's decision)
     engine = EngineConfig(num_kv_blocks=kv_blocks, max_num_seqs=max_num_seqs)
     pinned = Pinned(ordered(spec))
     res = simulate(reqs, pinned, CM, engine)
@@ -786,7 +789,8 @@ def test_fixed_knee_is_the_budget_whatever_rides(n: int, ctx: int, spec: str) ->
 def test_idle_limit_only_without_a_backlog_on_random_views(v: SchedulerView, lim: int) -> None:
     """The decision is the one without the limit, plus ``chunk_limit = L`` exactly when at
     most one request waits (and a prompt is pending)."""
-    base, limited = ordered().decide(v), ordered(f"ordered:idle_limit={lim}").decide(v)
+    base = ordered("ordered:idle_limit=0").decide(v)
+    limited = ordered(f"ordered:idle_limit={lim},idle_util=0").decide(v)
     n_wait = sum(1 for r in v.requests if not r.is_running)
     assert (limited.prefill_budget, limited.prefill_order, limited.decodes_first) == (
         base.prefill_budget, base.prefill_order, base.decodes_first)
@@ -804,7 +808,7 @@ def test_idle_limit_load_gate_on_random_views(v: SchedulerView, lim: int, util: 
     at most one request waits and their prefill work in ``lim``-token chunks is below
     ``util`` of the window. The rest of the decision is the ungated one's."""
     spec = f"ordered:idle_limit={lim}"
-    base = ordered(spec).decide(v)
+    base = ordered(f"{spec},idle_util=0").decide(v)
     gated = ordered(f"{spec},idle_util={util},idle_window={window}").decide(v)
     assert (gated.prefill_budget, gated.prefill_order, gated.decodes_first) == (
         base.prefill_budget, base.prefill_order, base.decodes_first)
@@ -813,6 +817,54 @@ def test_idle_limit_load_gate_on_random_views(v: SchedulerView, lim: int, util: 
                if is_pending_prefill(r) and r.arrival_time >= v.now - window)
     if abs(work / window - util) > 1e-9:  # (not on the boundary, where rounding decides)
         assert gated.chunk_limit == (lim if base.chunk_limit and work / window < util else 0)
+
+
+@pytest.mark.parametrize("hw,model", [("h100-sxm-80gb", "qwen3-8b"),
+                                      ("a100-sxm-80gb", "qwen2.5-7b"), ("a40", "qwen2.5-7b"),
+                                      ("rtx5090", "qwen2.5-3b"), ("h100-sxm-80gb", "qwen2.5-0.5b")])
+@pytest.mark.parametrize("spec", ["ordered", "ordered:c_min=64", "ordered:c_min=128,c_max=1024",
+                                  "ordered:c_min=16,c_sat=8192"])
+def test_idle_limit_from_the_cost_model(hw: str, model: str, spec: str) -> None:
+    """``idle_limit=-1`` (the default; module doc, 2, "The limit from the cost model"):
+    the biggest power of two in [c_min, c_max] whose prefill-only step, priced by the cost
+    model itself, is at most twice a one-token step, at least c_min; 0 when that reaches
+    the global MBT. The decisions are those of that limit set by hand."""
+    cm = RooflineCostModel(hw, model, max_num_batched_tokens=16384)
+    p = make_policy(spec)
+    assert isinstance(p, Ordered)
+    p.bind_cost_model(cm)
+    cfg = p.config
+    fixed = cm.step_time(StepShape.one_chunk(1))
+    cands = [c for c in (1 << k for k in range(20)) if cfg.c_min <= c <= cfg.c_max]
+    fits = [c for c in cands if cm.step_time(StepShape.one_chunk(c)) <= 2 * fixed]
+    want = max(fits, default=cfg.c_min)
+    if want >= max(cfg.c_max, cfg.c_sat):
+        want = 0
+    assert p.idle_limit_of() == p._idle_limit == want
+    explicit = make_policy(f"{spec}{',' if ':' in spec else ':'}idle_limit={want}")
+    explicit.bind_cost_model(cm)
+    assert isinstance(explicit, Ordered) and explicit._idle_limit == want
+    v = view([waiting("a", 3000, 0.0)], now=0.5)
+    assert p.decide(v) == explicit.decide(v)
+    assert p.decide(v).chunk_limit == want  # one request waiting, an idle engine: gate open
+
+
+def test_idle_limit_on_the_catalog_gpus() -> None:
+    """The limit the rule gives on the pairs measured in ``docs/results/real-traffic.md``:
+    512 on an H100 with Qwen3-8B (a 512-token step costs 1.7 one-token steps, 1024 tokens
+    2.5) and on an A100 with Qwen2.5-7B (c_min: 512 tokens already cost 2.6); off for a
+    0.5B model on an H100 (a 4096-token step costs 1.8 one-token steps)."""
+    def lim(hw: str, model: str) -> int:
+        p = ordered()
+        p.bind_cost_model(RooflineCostModel(hw, model, max_num_batched_tokens=8192))
+        return p._idle_limit
+    assert lim("h100-sxm-80gb", "qwen3-8b") == 512
+    assert lim("a100-sxm-80gb", "qwen2.5-7b") == 512
+    assert lim("h100-sxm-80gb", "qwen2.5-0.5b") == 0
+    unbound = make_policy("ordered")
+    assert isinstance(unbound, Ordered) and unbound._idle_limit == 0  # no cost model: off
+    unbound.bind_cost_model(None)
+    assert unbound._idle_limit == 0
 
 
 class PendingRecorder(Recorder):
@@ -862,7 +914,7 @@ def test_idle_limit_in_the_simulator(trace: Sequence[tuple[float, int, int]], li
     so every chunk of more than one token is a prefill chunk); the budget holds and every
     request finishes."""
     reqs = [RequestSpec(a, p, o) for a, p, o in sorted(trace)]
-    rec = Recorder(ordered(f"ordered:idle_limit={lim}"))
+    rec = Recorder(ordered(f"ordered:idle_limit={lim},idle_util=0"))
     res = simulate(reqs, rec, CM, EngineConfig(), record_steps=True)
     assert all(r.finish_time is not None for r in res.requests)
     decided = {now: (waiting, d) for now, waiting, d in rec.log}

@@ -169,7 +169,8 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      (with the drain floor at 0.75 and the gated idle limit) it meets 23 of the 24 bars:
      Mooncake / H100's P99 TTFT is then 1.32x ("The riding knee without the drain's
      length").
-   **The idle limit** (``idle_limit=L``; 0, off, by default). vLLM serves running
+   **The idle limit** (``idle_limit=L``; ``-1``, from the cost model, by default; 0:
+   off). vLLM serves running
    requests before it admits waiting ones, so a prompt that arrives while a long one is
    being prefilled waits for every chunk of it, whatever the order says; and a short
    prompt's first token waits at least for the step in flight. Under an SLO relative to
@@ -183,10 +184,25 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    so steps stay short and a long prompt leaves the budget's rest to the prompts behind
    it. With a backlog the decision is unchanged. Invariant: every prefill chunk of a step
    taken with one waiting request or none is at most ``L`` tokens; the decision is
-   otherwise the one with ``L = 0`` (``tests/test_ordered.py``). Off by default: measured
-   in ``docs/results/real-traffic.md`` ("Why capacity misses on the Mooncake slice"), it
-   reaches the capacity bar on the Mooncake slice but costs mean E2E at 1x on the H100.
-   **The load gate** (``idle_util=U``, with ``idle_limit``; 0, off, by default). A short
+   otherwise the one with ``L = 0`` (``tests/test_ordered.py``). Ungated it reaches the
+   capacity bar on the Mooncake slice but costs mean E2E at 1x on the H100
+   (``docs/results/real-traffic.md``, "Why capacity misses on the Mooncake slice"); behind
+   the load gate (below) it keeps the capacity (1.38-2.74x the best stock setting's on the
+   four pairs measured, against 0.92-1.78x without the limit) and changes mean E2E by
+   -1.9% to +1.1% per load ("The gated idle limit by default"); on by default.
+   **The limit from the cost model** (``idle_limit=-1``, the default;
+   ``idle_limit_of``). ``L`` is the biggest candidate chunk (the powers of two in
+   [c_min, c_max]) whose decode-free step costs at most twice a one-token step: its
+   prefill at most the step's fixed part (host overhead, weight reads). A prompt that
+   arrives mid-step then waits for at most one such step, twice the shortest step the
+   engine runs, before its own chunk is scheduled. It is at least ``c_min`` (the smallest
+   chunk the budget considers), and 0 (off) where it reaches the global MBT, where the
+   limit cannot bind (a small model, whose steps are all short), or without a cost
+   model. ``2`` is the point where the prefill work equals the fixed cost (the chunk's
+   prefill throughput half the asymptote), not a fitted value. On an H100 with Qwen3-8B
+   and on an A100 with Qwen2.5-7B it is 512 (on the A100 ``c_min``: a 512-token step
+   there costs 2.6 one-token steps); so is it on this repository's CPU.
+   **The load gate** (``idle_util=U``, with the idle limit; 0.5 by default, 0: no gate). A short
    queue is seen at low and at high load alike; what tells them apart is the arrival rate
    against what the limited engine can serve. The policy notes every request once, when
    it first sees it pending, with the time its prompt takes to prefill alone in chunks of
@@ -384,9 +400,9 @@ SLACK = 16
 @dataclass(frozen=True)
 class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
-    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=0,
-    ride_drain=false,ride_ceiling=false,solo=e2e,kv_footprint=true,kv_peak=true,
-    caps=observe,turn=1``.
+    c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=-1,
+    idle_util=0.5,idle_window=60,ride_drain=false,ride_ceiling=false,solo=e2e,
+    kv_footprint=true,kv_peak=true,caps=observe,turn=1``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -420,11 +436,11 @@ class OrderedConfig:
       value: a request goes first once it has waited what a request arriving now would
       wait under FCFS.
     * ``idle_limit``: while at most one request waits, every prefill chunk is at most this
-      many tokens (``Decision.chunk_limit``; module doc, 2, "The idle limit"; 0: off, the
-      default).
+      many tokens (``Decision.chunk_limit``; module doc, 2, "The idle limit"; -1, the
+      default: from the cost model, ``idle_limit_of``; 0: off).
     * ``idle_util``: the idle limit applies only while the prefill work of the last
-      ``idle_window`` seconds' arrivals, in ``idle_limit``-token chunks, is below this
-      share of the window (module doc, 2, "The load gate"; 0: no gate).
+      ``idle_window`` seconds' arrivals, in idle-limit chunks, is below this share of the
+      window (module doc, 2, "The load gate"; 0: no gate; read only with a limit).
     * ``idle_window``: the window of arrivals the load gate reads, in seconds.
     * ``ride_drain``: the saturation rule charges a riding decode a bigger step only for
       the steps the drain lasts, ``min(r_i, S(c))`` of its ``r_i`` outputs left (module
@@ -457,8 +473,8 @@ class OrderedConfig:
     kv_backlog: bool = True
     overdue_prefix: bool = False
     drain: float = 1.0
-    idle_limit: int = 0
-    idle_util: float = 0.0
+    idle_limit: int = -1
+    idle_util: float = 0.5
     idle_window: float = 60.0
     ride_drain: bool = False
     ride_ceiling: bool = False
@@ -473,12 +489,12 @@ class OrderedConfig:
                 f"solo must be e2e or prefill, got {self.solo!r}")
         require(self.caps in ("observe", "lengths"),
                 f"caps must be observe or lengths, got {self.caps!r}")
-        require(self.idle_limit >= 0, f"idle_limit must be >= 0, got {self.idle_limit}")
+        require(self.idle_limit >= -1,
+                f"idle_limit must be -1 (from the cost model), 0 (off) or a token count, "
+                f"got {self.idle_limit}")
         require(0 <= self.idle_util <= 1, f"idle_util must be in [0, 1], got {self.idle_util}")
         require(0 < self.idle_window <= 86400,
                 f"idle_window must be in (0, 86400] seconds, got {self.idle_window}")
-        require(self.idle_util == 0 or self.idle_limit > 0,
-                f"idle_util needs idle_limit > 0, got idle_limit={self.idle_limit}")
         require(0 <= self.drain <= 1e3, f"drain must be in [0, 1000], got {self.drain}")
         require(0 <= self.turn <= 1e3, f"turn must be in [0, 1000], got {self.turn}")
         require(0 <= self.aging <= 1e6, f"aging must be in [0, 1e6], got {self.aging}")
@@ -525,6 +541,8 @@ class Ordered(Policy):
         self._idle_knee: int | None = None  # the knee with no decode riding, chunk(0, 0)
         self._just: dict[int, Decision] = {}  # Decision(budget), no order, by budget
         self._arrivals: _ArrivalWork | None = None  # the load gate's window (module doc, 2)
+        # The idle limit in tokens (module doc, 2; 0: off), resolved by bind_cost_model.
+        self._idle_limit = max(0, config.idle_limit)
         # The FCFS turn's clock and thresholds (module doc, 1; None: ``turn=0``).
         self._turns = FcfsTurns(config.turn) if config.turn > 0 else None
 
@@ -549,9 +567,10 @@ class Ordered(Policy):
         self._index = None
         self._loose = False
         self._turns = FcfsTurns(self.config.turn) if self.config.turn > 0 else None
-        lim, util = self.config.idle_limit, self.config.idle_util
-        self._arrivals = (None if cost_model is None or not util else
-                          _ArrivalWork(StepCosts(cost_model, [lim]), lim, self.config.idle_window))
+        self._idle_limit = lim = self.idle_limit_of()
+        self._arrivals = (None if cost_model is None or not lim or not self.config.idle_util
+                          else _ArrivalWork(StepCosts(cost_model, [lim]), lim,
+                                            self.config.idle_window))
         cache, est = self._solo, self.solo_estimate
 
         def cached(prompt: int, outputs: int) -> float:
@@ -574,6 +593,24 @@ class Ordered(Policy):
             if all(0 < t <= t_big and (c / t) / (big / t_big) <= want
                    for c, t in zip(self.chunks[:-1], self.chunk_time[:-1], strict=True)):
                 self._knee = big
+
+    def idle_limit_of(self) -> int:
+        """The idle limit in tokens (module doc, 2, "The limit from the cost model"; 0:
+        off): ``idle_limit`` where it is set; with -1 the biggest candidate chunk whose
+        decode-free step costs at most twice a one-token step, at least ``c_min``, and 0
+        where that reaches the global MBT or there is no cost model."""
+        lim = self.config.idle_limit
+        if lim >= 0:
+            return lim
+        costs = self.costs
+        if costs is None:
+            return 0
+        fixed = costs.step_time(1, causal_pairs(1, 0))
+        lim = self.chunks[0]
+        for c, t in zip(self.chunks, self.chunk_time, strict=True):
+            if t <= 2 * fixed:
+                lim = c
+        return 0 if lim >= self.max_num_batched_tokens else lim
 
     # -- the solo latency of the aging bound ------------------------------------------------
     def solo_estimate(self, prompt_tokens: int, outputs: int) -> float:
@@ -636,7 +673,7 @@ class Ordered(Policy):
         if arrivals is not None:
             arrivals.note(view)
         d = self._decide(view)
-        lim = self.config.idle_limit
+        lim = self._idle_limit
         if lim and _num_waiting(view) <= 1 and (  # no backlog: short chunks (module doc, 2)
                 arrivals is None or arrivals.utilisation(view.now) < self.config.idle_util):
             return Decision(d.prefill_budget, d.prefill_order, d.decodes_first, lim)
