@@ -80,10 +80,11 @@ class EngineSim:
         self.cost_model = cost_model
         self.decode_steps = cost_model.decode_steps
         # The last decode run (start, durations, cap, n, last launch before it, the step
-        # records before it, the requests' last token times before it) while it can still
-        # be rewound, and how many of its steps are applied.
+        # records before it, the requests' last token times before it, the decodes'
+        # context at its start) while it can still be rewound, and how many of its steps
+        # are applied.
         self._run: tuple[float, list[float], int, int, float | None, list[StepRecord],
-                         list[float | None]] | None = None
+                         list[float | None], int] | None = None
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
@@ -255,7 +256,7 @@ class EngineSim:
         start = self.now
         dts = self.decode_steps(n, ctx, k_max, start, limit)
         self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
-                     [r.last_token_time for r in running])
+                     [r.last_token_time for r in running], ctx)
         self._run_steps = 0
         self._run_gaps = self.gaps.mark()
         self._apply_run(len(dts))
@@ -267,7 +268,7 @@ class EngineSim:
         inter-token gaps: each request's first (from its last token before the run), then
         the durations of the run's later steps, each counted once per request."""
         assert self._run is not None
-        start, dts, cap, n, last_launch, recent0, ltt0 = self._run
+        start, dts, cap, n, last_launch, recent0, ltt0, ctx = self._run
         recent = self.recent
         keep = recent.maxlen if recent.maxlen is not None else k
         first = k - keep if k > keep else 0  # the first step whose record is kept
@@ -282,7 +283,7 @@ class EngineSim:
                 launch_time=now, duration_s=dts[i],
                 interval_s=step_rules.step_interval(now, prev), prefill_budget=cap,
                 num_prefill_tokens=0, num_decode_tokens=n, num_prefill_reqs=0,
-                num_decode_reqs=n))
+                num_decode_reqs=n, decode_ctx_tokens=ctx + i * n))
             prev = now
             now += dts[i]
         moved = k - self._run_steps

@@ -101,10 +101,11 @@ def test_a_chunk_before_decodes_keeps_its_place() -> None:
 
 def test_builders_make_the_dataclasses() -> None:
     """The positional builders give objects equal (and hashing equal) to the classes'."""
-    rec = StepRecord(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7)
-    assert make_step_record(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7) == rec
-    assert hash(make_step_record(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7)) == hash(rec)
-    assert type(make_step_record(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7)) is StepRecord
+    rec = StepRecord(1.5, 0.25, 0.0, 2048, 100, 7, 1, 7, 5050.0, 100, 700)
+    args = (1.5, 0.25, 0.0, 2048, 100, 7, 1, 7, 5050.0, 100, 700)
+    assert make_step_record(*args) == rec
+    assert hash(make_step_record(*args)) == hash(rec)
+    assert type(make_step_record(*args)) is StepRecord
     assert make_shape(100, 1, 2.5, 300, 7, 4000) == StepShape(100, 1, 2.5, 300, 7, 4000)
     lengths = OutputLengths()
     view = SchedulerView(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths)

@@ -85,6 +85,14 @@ class StepRecord:
     0 for an engine's first step). Prefill counts cover every chunk priced as prefill,
     recompute tails after a preemption included; decodes are single tokens past the prompt
     (``ppas.engine.step_rules``, rule 5).
+
+    The last three fields complete the step's shape as the cost model prices it
+    (``ppas.cost.base.StepShape``: ``prefill_attn_work``, ``prefill_kv_tokens``,
+    ``decode_ctx_tokens``), so that a policy can compare a step's measured duration with
+    its own cost model's price of the same step (``ppas.policies.model_clock``).
+    Invariant: with them, ``StepShape(num_prefill_tokens, num_prefill_reqs,
+    prefill_attn_work, prefill_kv_tokens, num_decode_reqs, decode_ctx_tokens)`` is the
+    shape the engine ran (``StepTally.shape``); both engines fill them.
     """
 
     launch_time: float
@@ -95,6 +103,9 @@ class StepRecord:
     num_decode_tokens: int
     num_prefill_reqs: int
     num_decode_reqs: int
+    prefill_attn_work: float = 0.0
+    prefill_kv_tokens: int = 0
+    decode_ctx_tokens: int = 0
 
     @property
     def guarded(self) -> bool:

@@ -110,7 +110,7 @@ from ppas.core.view import (
     make_step_record,
     make_view,
 )
-from ppas.cost.base import CostModel
+from ppas.cost.base import CostModel, causal_pairs
 from ppas.engine import step_rules
 from ppas.engine.kv import KvPool
 from ppas.engine.request import SimRequest, rejection
@@ -501,10 +501,11 @@ class EngineSim:
         self.cost_model = cost_model
         self.decode_steps = cost_model.decode_steps
         # The last decode run (start, durations, cap, n, last launch before it, the step
-        # records before it, the requests' last token times before it) while it can still
-        # be rewound, and how many of its steps are applied.
+        # records before it, the requests' last token times before it, the decodes'
+        # context at its start) while it can still be rewound, and how many of its steps
+        # are applied.
         self._run: tuple[float, list[float], int, int, float | None, list[StepRecord],
-                         list[float | None]] | None = None
+                         list[float | None], int] | None = None
         self._run_steps = -1
         self._run_gaps = (0, 0)  # self.gaps.mark() before the last decode run
         self._chain = _Chain(self.running, self.waiting)
@@ -758,7 +759,7 @@ class EngineSim:
         start = self.now
         dts = self.decode_steps(n, ctx, k_max, start, limit)
         self._run = (start, dts, cap, n, self._last_launch, list(self.recent),
-                     [r.last_token_time for r in running])
+                     [r.last_token_time for r in running], ctx)
         self._run_steps = 0
         self._run_gaps = self.gaps.mark()
         self._apply_run(len(dts))
@@ -771,7 +772,7 @@ class EngineSim:
         the durations of the run's later steps, each counted once per request."""
         assert self._run is not None
         self._group = []  # (it moves the running requests' tokens)
-        start, dts, cap, n, last_launch, recent0, ltt0 = self._run
+        start, dts, cap, n, last_launch, recent0, ltt0, ctx = self._run
         recent = self.recent
         first = _first_kept(recent, k)
         now, prev = start, last_launch
@@ -782,9 +783,11 @@ class EngineSim:
         recent.extend(recent0)
         for i in range(first, k):
             # StepRecord(launch_time, duration_s, interval_s, prefill_budget,
-            # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs)
+            # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs,
+            # prefill_attn_work, prefill_kv_tokens, decode_ctx_tokens): step i's decodes
+            # hold i more tokens each
             recent.append(make_step_record(now, dts[i], step_rules.step_interval(now, prev),
-                                           cap, 0, n, 0, n))
+                                           cap, 0, n, 0, n, 0.0, 0, ctx + i * n))
             prev = now
             now += dts[i]
         moved = k - self._run_steps
@@ -869,6 +872,7 @@ class EngineSim:
         room = self.mbt - n  # the global budget left after the decodes
         free = pool.num_free
         pc, pp, pb = head.num_computed_tokens, head.prompt_tokens, head.blocks
+        pc0, dctx0 = pc, dctx  # (the first step's contexts: its record's)
         launches: list[float] = []
         dts: list[float] = []
         caps: list[int] = []
@@ -935,15 +939,21 @@ class EngineSim:
         ends.append(now)
         self.gaps.repeat_each(map(sub, ends, launches), n)  # (e - a, each in C)
         # The step records (the last ones the deque keeps).
+        # Step i: P's chunk of caps[i] on the caps before it, the decodes i tokens longer.
         recent = self.recent
         last = self._last_launch
-        for i in range(_first_kept(recent, k), k):
+        first = _first_kept(recent, k)
+        pc = pc0 + sum(caps[:first])
+        for i in range(first, k):
             t = launches[i]
             if i:
                 last = launches[i - 1]
             cap = caps[i]
-            recent.append(make_step_record(t, dts[i], step_rules.step_interval(t, last),
-                                           cap, cap, n, 1 if cap else 0, n))
+            recent.append(make_step_record(
+                t, dts[i], step_rules.step_interval(t, last), cap, cap, n,
+                1 if cap else 0, n, causal_pairs(cap, pc) if cap else 0.0,
+                pc + cap if cap else 0, dctx0 + i * n))
+            pc += cap
         self._last_launch = launches[-1]
         self.now = now
         self.num_steps += k
@@ -1195,10 +1205,12 @@ class EngineSim:
             self.num_preemptions += len(preempted)
         # tally.record(launch, dt, interval, cap), inlined: StepRecord(launch_time,
         # duration_s, interval_s, prefill_budget, num_prefill_tokens, num_decode_tokens,
-        # num_prefill_reqs, num_decode_reqs)
+        # num_prefill_reqs, num_decode_reqs, prefill_attn_work, prefill_kv_tokens,
+        # decode_ctx_tokens)
         self.recent.append(make_step_record(launch, dt, interval, cap, tally.prefill_tokens,
                                             tally.decode_reqs, tally.prefill_reqs,
-                                            tally.decode_reqs))
+                                            tally.decode_reqs, tally.attn_work,
+                                            tally.prefill_kv, tally.decode_ctx))
 
         done: list[SimRequest] = []  # the requests finished, in order
         num_decodes = len(decodes)

@@ -347,10 +347,12 @@ class StepTally:
     def record(self, launch: float, duration: float, interval: float,
                prefill_budget: int) -> StepRecord:
         # StepRecord(launch_time, duration_s, interval_s, prefill_budget,
-        # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs)
+        # num_prefill_tokens, num_decode_tokens, num_prefill_reqs, num_decode_reqs,
+        # prefill_attn_work, prefill_kv_tokens, decode_ctx_tokens)
         return make_step_record(launch, duration, interval, prefill_budget,
                                 self.prefill_tokens, self.decode_reqs, self.prefill_reqs,
-                                self.decode_reqs)
+                                self.decode_reqs, self.attn_work, self.prefill_kv,
+                                self.decode_ctx)
 
 
 # -- 6. tokens and clocks --------------------------------------------------------------------

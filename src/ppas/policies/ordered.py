@@ -286,8 +286,25 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    ``caps=lengths``, bit for bit; after the first, the switch is never undone
    (``tests/test_ordered.py``). Until that first stop the caps are all the policy knows.
 
+**The model clock** (``clock_band=B``; 1.25 by default, 0 turns it off). Three rules
+compare the cost model's seconds with the wall clock: the aging deadline (``aging * s_i``
+against the wait), the drain floor (``D * T(t)`` against the same wait) and the load gate
+(``rho_L``, model seconds of work per wall second). The budget's rules compare prices with
+prices and need no clock. A model fitted on another host or day can be off in absolute
+speed by a large factor (the CPU model here ran 1.9x faster than the host on 2026-12-07),
+and then every deadline falls due that factor early and every load reads that factor
+light. The policy measures the factor: ``ppas.policies.model_clock`` prices each executed
+step's shape (``StepRecord``) with the policy's model and keeps ``k``, the measured wall
+seconds per model second over the last 64 timed steps, moved only when the ratio leaves
+``[k / B, k * B]``; the three rules multiply the model's seconds by ``k``. A model within
+``B`` of the engine keeps its own seconds (``k = 1``; so does the simulator, whose engine
+prices steps with the policy's model: its decisions are those of ``clock_band=0``, bit
+for bit, ``tests/test_ordered.py``). When ``k`` moves, the waiting index is made again, so
+both decision paths read one ``k`` at each step.
+
 **The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let ``d_i =
-arrival_i + aging * s_i``. At every step at or after ``d_i`` at which ``i`` has reached
+arrival_i + aging * s_i`` (``aging * k * s_i``, with ``k`` the model clock's scale at the
+step, where it has moved). At every step at or after ``d_i`` at which ``i`` has reached
 its FCFS turn (with ``turn > 0``; rule 1), every request listed ahead of ``i`` in
 ``prefill_order`` is overdue and arrived no later than ``i`` (ties by id), and when ``i``
 is waiting but not listed, so is every waiting request listed. The engine serves the
@@ -391,6 +408,7 @@ from ppas.policies.base import Policy, last_prefill_token_time
 from ppas.policies.candidates import candidate_chunks
 from ppas.policies.fcfs_turn import FcfsTurns
 from ppas.policies.kv_room import KvRoom
+from ppas.policies.model_clock import ModelClock
 from ppas.policies.registry import register
 
 #: KV tokens of block rounding counted per request when checking footprints.
@@ -402,7 +420,7 @@ class OrderedConfig:
     """``ordered:aging=25,c_min=512,c_max=4096,efficiency=0.95,kv_ratio=0,saturation=true,
     c_sat=0,ride_floor=false,kv_backlog=true,overdue_prefix=false,drain=1,idle_limit=-1,
     idle_util=0.5,idle_window=60,ride_drain=false,ride_ceiling=false,solo=e2e,
-    kv_footprint=true,kv_peak=true,caps=observe,turn=1``.
+    kv_footprint=true,kv_peak=true,caps=observe,turn=1,clock_band=1.25``.
 
     * ``aging``: K of the aging bound (module doc): a request that has waited K times its
       solo latency goes ahead of every non-overdue one (0: FCFS, no reordering).
@@ -460,6 +478,11 @@ class OrderedConfig:
     * ``caps``: ``observe``: a request's outputs are its ``max_tokens`` until the engine
       sees one stop before its cap, then no rule reads a cap as a length (module doc,
       "Caps, not lengths"); ``lengths``: always its ``max_tokens``.
+    * ``clock_band``: the model clock's band (module doc, "The model clock";
+      ``ppas.policies.model_clock``): where the engine's measured steps run more than this
+      factor slower or faster than the cost model prices them, the rules that compare
+      model seconds with the wall clock (aging deadline, drain floor, load gate) scale the
+      model's seconds by the measured ratio; 0: the model's seconds as they are.
     """
 
     aging: float = 25.0
@@ -483,8 +506,11 @@ class OrderedConfig:
     kv_peak: bool = True
     caps: str = "observe"
     turn: float = 1.0
+    clock_band: float = 1.25
 
     def __post_init__(self) -> None:
+        require(self.clock_band == 0 or 1 < self.clock_band <= 100,
+                f"clock_band must be 0 (off) or in (1, 100], got {self.clock_band}")
         require(self.solo in ("e2e", "prefill"),
                 f"solo must be e2e or prefill, got {self.solo!r}")
         require(self.caps in ("observe", "lengths"),
@@ -545,6 +571,10 @@ class Ordered(Policy):
         self._idle_limit = max(0, config.idle_limit)
         # The FCFS turn's clock and thresholds (module doc, 1; None: ``turn=0``).
         self._turns = FcfsTurns(config.turn) if config.turn > 0 else None
+        # The model clock (module doc, "The model clock"; None: off or no cost model) and
+        # the aging and drain factors in wall seconds per model second, its scale applied.
+        self._clock: ModelClock | None = None
+        self._aging, self._drain = config.aging, config.drain
 
     @property
     def max_num_batched_tokens(self) -> int:
@@ -567,6 +597,9 @@ class Ordered(Policy):
         self._index = None
         self._loose = False
         self._turns = FcfsTurns(self.config.turn) if self.config.turn > 0 else None
+        self._clock = (None if cost_model is None or not self.config.clock_band
+                       else ModelClock(cost_model, self.config.clock_band))
+        self._aging, self._drain = self.config.aging, self.config.drain
         self._idle_limit = lim = self.idle_limit_of()
         self._arrivals = (None if cost_model is None or not lim or not self.config.idle_util
                           else _ArrivalWork(StepCosts(cost_model, [lim]), lim,
@@ -659,14 +692,16 @@ class Ordered(Policy):
         return round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
 
     def floor_of(self, total_ns: int) -> float:
-        """The drain floor of ``T = total_ns`` nanoseconds (one expression for both
-        paths)."""
-        return self.config.drain * (total_ns * 1e-9)
+        """The drain floor of ``T = total_ns`` nanoseconds, in wall seconds (one expression
+        for both paths; ``_drain`` is ``drain`` times the model clock's scale)."""
+        return self._drain * (total_ns * 1e-9)
 
     # -- the step's decision ------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> Decision:
         if self._turns is not None:
             self._turns.note(view)
+        if self._clock is not None:
+            self._read_clock(view)
         if view.num_pending_prefills == 0:
             return Decision(self.config.c_max)
         arrivals = self._arrivals
@@ -675,9 +710,27 @@ class Ordered(Policy):
         d = self._decide(view)
         lim = self._idle_limit
         if lim and _num_waiting(view) <= 1 and (  # no backlog: short chunks (module doc, 2)
-                arrivals is None or arrivals.utilisation(view.now) < self.config.idle_util):
+                arrivals is None or self._utilisation(arrivals, view.now)
+                < self.config.idle_util):
             return Decision(d.prefill_budget, d.prefill_order, d.decodes_first, lim)
         return d
+
+    def _read_clock(self, view: SchedulerView) -> None:
+        """The model clock reads the steps since the last look (module doc, "The model
+        clock"); where its scale moves, the aging and drain factors follow, and the
+        waiting index, whose deadlines they set, is made again."""
+        clock = self._clock
+        assert clock is not None
+        if clock.note(view.recent_steps):
+            k = clock.scale
+            self._aging, self._drain = self.config.aging * k, self.config.drain * k
+            self._index = None
+
+    def _utilisation(self, arrivals: _ArrivalWork, now: float) -> float:
+        """The load gate's ``rho_L`` in wall seconds (the model clock's scale applied)."""
+        rho = arrivals.utilisation(now)
+        clock = self._clock
+        return rho if clock is None else rho * clock.scale
 
     def _follow_lengths(self, view: SchedulerView) -> None:
         """Once a request has stopped before its cap (``OutputLengths``), no rule reads a
@@ -703,7 +756,7 @@ class Ordered(Policy):
         """One pass over the running requests (the view lists them first): their pending
         prompts as items (``floor``: the drain floor), and (running, decodes, decodes'
         context, mean-context numerator, prompt tokens left, KV room left)."""
-        k, now = self.config.aging, view.now
+        k, now = self._aging, view.now
         items: list[_Item] = []
         n_running = n_dec = ctx_dec = ctx_run = running_left = held = 0
         for r in view.requests:
@@ -745,6 +798,8 @@ class Ordered(Policy):
         for the FCFS turn, as ``decide`` does (idempotent on one view)."""
         if self._turns is not None:
             self._turns.note(view)
+        if self._clock is not None:
+            self._read_clock(view)
         return self._full(view, truncate)
 
     def _full(self, view: SchedulerView, truncate: bool = False) -> Decision:
@@ -754,7 +809,7 @@ class Ordered(Policy):
         self._follow_lengths(view)
         turns = self._turns
         solo = self.solo_function(view)
-        k, now = self.config.aging, view.now
+        k, now = self._aging, view.now
         floor = self.drain_floor(view) if solo is not None and self.config.drain > 0 else 0.0
         items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
             view, solo, floor)
@@ -822,7 +877,7 @@ class Ordered(Policy):
         assert solo is not None
         idx = self._index
         if idx is None:
-            idx = self._index = _WaitingIndex(cfg.aging, solo, cfg.overdue_prefix,
+            idx = self._index = _WaitingIndex(self._aging, solo, cfg.overdue_prefix,
                                               self.prefill_ns if cfg.drain > 0 else None,
                                               self._turns)
         reqs = view.requests
@@ -862,7 +917,7 @@ class Ordered(Policy):
                 d = just.get(budget)  # the running prompts take it all: none admitted
                 return d if d is not None else just.setdefault(budget, Decision(budget))
             else:
-                k, now = cfg.aging, view.now
+                k, now = self._aging, view.now
                 floor = (self.floor_of(idx.waiting_ns + sum(map(self.prefill_ns, prompts)))
                          if cfg.drain > 0 else 0.0)
                 items = [_item(0, r, True, solo, k, now, floor, self._turns)
