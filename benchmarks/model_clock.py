@@ -26,6 +26,18 @@ mean of the E2E ratio over loads and the worst P99 TTFT ratio, per arm.
     python benchmarks/model_clock.py                      # both traces, 4 loads, 3 cases
     python benchmarks/model_clock.py --traces azure --loads 1,2 --cases slower
 
+With ``--step-log LOG --cost-model SPEC`` it reads a live run instead: the vLLM plugin's
+step log replayed through the clock (``ModelClock``, the band of ``--band``) for each
+window of ``--windows``, side by side: where the scale moved, and the ratio every
+``--every`` steps (the figures of the clock's module doc, "The window"):
+
+    python benchmarks/model_clock.py --windows 64,256 \
+        --step-log benchmarks/results/live-steps-20261207-ordered.jsonl \
+        --cost-model fitted:experiments/demo-cpu.cost.json
+
+(that log is the ``ordered`` arm of ``experiments/real-traffic-cpu-model-clock.toml``,
+2026-12-07, 12:04 UTC).
+
 Workloads are ``real_traffic.py``'s (the Azure code hour, the Mooncake slice); the
 policy's KV capacity is the engine's (as the vLLM plugin gives it vLLM's blocks).
 """
@@ -42,12 +54,16 @@ from harness import Table, fail, finish, parser, start
 from real_traffic import TRACES, Workload, rate_scales, workloads
 
 from ppas.analysis.tune import Figures
+from ppas.calibrate.fit import read_steps, sample
+from ppas.core.errors import PpasError
 from ppas.core.metrics import RunSummary, percentiles
+from ppas.core.view import StepRecord
 from ppas.cost import make_cost_model
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.catalog import MAX_MODEL_LEN
 from ppas.engine.simulator import EngineConfig, EngineSim, replay
 from ppas.policies import make_policy
+from ppas.policies.model_clock import MIN_STEPS, WINDOW, ModelClock
 from ppas.policies.ordered import Ordered
 from ppas.workload import Trace, load_trace
 
@@ -139,8 +155,51 @@ def one(w: Workload, case: str, loads: list[float]) -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0}
 
 
+def replay_log(path: str, spec: str, windows: list[int], band: float,
+               every: int) -> dict[str, Any]:
+    """The step log at ``path`` through one clock per window (module doc)."""
+    steps = read_steps(path)
+    cm = make_cost_model(spec, None, None)
+    out: dict[str, Any] = {"step_log": path, "cost_model": spec, "steps": len(steps),
+                           "band": band, "windows": {}}
+    total = sum(secs for _, secs in map(sample, steps))
+    priced = sum(cm.step_time(shape) for shape, _ in map(sample, steps))
+    out["ratio_all"] = total / priced if priced > 0 else math.nan
+    print(f"\n== {path}: {len(steps)} steps, cost model {spec}, band {band:g}; the whole "
+          f"log's ratio (measured / priced step time): {out['ratio_all']:.3f}")
+    for w in windows:
+        clock = ModelClock(cm, band, window=w, min_steps=min(MIN_STEPS, w))
+        moves: list[tuple[int, float]] = []
+        ratios: list[float] = []
+        for i, s in enumerate(steps, 1):
+            shape, secs = sample(s)
+            # (the clock reads the launch, the duration and the shape)
+            rec = StepRecord(float(i) if s.time is None else s.time, secs, 0.0, 0,
+                             shape.num_prefill_tokens, shape.num_decodes,
+                             shape.num_prefill_reqs, shape.num_decodes,
+                             shape.prefill_attn_work, shape.prefill_kv_tokens,
+                             shape.decode_ctx_tokens)
+            if clock.note([rec]):
+                moves.append((i, clock.scale))
+            r = clock.ratio()
+            if i % every == 0 and r is not None:
+                ratios.append(r)
+        lo, hi = (min(ratios), max(ratios)) if ratios else (math.nan, math.nan)
+        print(f"  window {w:>4}: ratio every {every} steps {lo:.3f}-{hi:.3f}; the scale moved "
+              f"{len(moves)} times" + (": " + ", ".join(f"step {i} -> {k:.3f}"
+                                                        for i, k in moves) if moves else ""))
+        out["windows"][str(w)] = {"moves": moves, "ratios": ratios,
+                                  "final_scale": clock.scale}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__)
+    ap.add_argument("--step-log", metavar="LOG", help="replay a plugin step log (see above)")
+    ap.add_argument("--cost-model", metavar="SPEC", help="with --step-log: the policy's model")
+    ap.add_argument("--windows", default=str(WINDOW), help="with --step-log: clock windows")
+    ap.add_argument("--band", type=float, default=1.25, help="with --step-log: the band")
+    ap.add_argument("--every", type=int, default=200, help="with --step-log: ratio every N")
     ap.add_argument("--traces", default="azure,mooncake", help="azure and/or mooncake")
     ap.add_argument("--azure", default=str(TRACES / "azure-2023-code.csv"))
     ap.add_argument("--mooncake", default=str(TRACES / "mooncake-synthetic.jsonl"))
@@ -148,6 +207,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     args = ap.parse_args(argv)
     args.quick = False
+    if args.step_log is not None:
+        if not args.cost_model:
+            fail(ap.prog, "--step-log needs --cost-model (e.g. fitted:FILE)")
+        try:
+            windows = [int(x) for x in args.windows.split(",")]
+        except ValueError:
+            fail(ap.prog, f"--windows must be comma-separated integers, got {args.windows!r}")
+        if not windows or any(w < 1 for w in windows):
+            fail(ap.prog, f"--windows must be integers >= 1, got {args.windows!r}")
+        if not 1 < args.band <= 100:
+            fail(ap.prog, f"--band must be in (1, 100], got {args.band}")
+        if args.every < 1:
+            fail(ap.prog, f"--every must be >= 1, got {args.every}")
+        start(args, argv)
+        try:
+            res = replay_log(args.step_log, args.cost_model, windows, args.band, args.every)
+        except PpasError as e:
+            fail(ap.prog, str(e))
+        finish(args, res, argv)
+        return 0
     loads = rate_scales(args.loads, "--loads", ap.prog)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in cases if c not in CASES]

