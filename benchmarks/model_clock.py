@@ -57,6 +57,7 @@ from ppas.analysis.tune import Figures
 from ppas.calibrate.fit import read_steps, sample
 from ppas.core.errors import PpasError
 from ppas.core.metrics import RunSummary, percentiles
+from ppas.core.steplog import Step
 from ppas.core.view import StepRecord
 from ppas.cost import make_cost_model
 from ppas.cost.base import CostModel, StepShape
@@ -67,6 +68,9 @@ from ppas.policies.model_clock import MIN_STEPS, WINDOW, ModelClock
 from ppas.policies.ordered import Ordered
 from ppas.workload import Trace, load_trace
 
+#: ``--step-log``'s bins of a step's prefill tokens (name, upper bound).
+SHAPE_BINS = (("0 (decodes)", 0), ("1-128", 128), ("129-512", 512), ("513-1024", 1024),
+              ("over 1024", 1 << 62))
 ARMS = (("calibrated", "ordered"), ("clock", "ordered"),
         ("model-seconds", "ordered:clock_band=0"))
 
@@ -140,7 +144,7 @@ def one(w: Workload, case: str, loads: list[float]) -> dict[str, Any]:
             cal = figs["calibrated"][x]
             t.print_row(arm, f"x{x:g}", f.mean_e2e, f.p99_ttft, f.p99_tpot,
                         f.mean_e2e / cal.mean_e2e, f.p99_ttft / cal.p99_ttft, scale)
-            rows.append({"arm": arm, "load": x, "scale": scale, **f.record()})
+            rows.append({**f.record(), "arm": arm, "load": x, "scale": scale})
     summary: dict[str, dict[str, float]] = {}
     for arm, _ in ARMS[1:]:
         e2e = [figs[arm][x].mean_e2e / figs["calibrated"][x].mean_e2e for x in loads]
@@ -155,11 +159,9 @@ def one(w: Workload, case: str, loads: list[float]) -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0}
 
 
-def replay_log(path: str, spec: str, windows: list[int], band: float,
-               every: int) -> dict[str, Any]:
-    """The step log at ``path`` through one clock per window (module doc)."""
-    steps = read_steps(path)
-    cm = make_cost_model(spec, None, None)
+def replay_log(path: str, steps: list[Step], spec: str, cm: CostModel, windows: list[int],
+               band: float, every: int) -> dict[str, Any]:
+    """The step log read from ``path`` through one clock per window (module doc)."""
     out: dict[str, Any] = {"step_log": path, "cost_model": spec, "steps": len(steps),
                            "band": band, "windows": {}}
     total = sum(secs for _, secs in map(sample, steps))
@@ -167,6 +169,24 @@ def replay_log(path: str, spec: str, windows: list[int], band: float,
     out["ratio_all"] = total / priced if priced > 0 else math.nan
     print(f"\n== {path}: {len(steps)} steps, cost model {spec}, band {band:g}; the whole "
           f"log's ratio (measured / priced step time): {out['ratio_all']:.3f}")
+    # By the step's prefill tokens: where the model's error lies (its prices are a fit).
+    bins: dict[str, list[float]] = {}
+    for shape, secs in map(sample, steps):
+        p = shape.num_prefill_tokens
+        name = next(n for n, hi in SHAPE_BINS if p <= hi)
+        b = bins.setdefault(name, [0, 0.0, 0.0])
+        b[0] += 1
+        b[1] += secs
+        b[2] += cm.step_time(shape)
+    t = Table(("prefill tokens", "<15"), ("steps", ">6"), ("measured ms", ">12.1f"),
+              ("priced ms", ">10.1f"), ("ratio", ">6.3f"), indent="  ")
+    t.print_header()
+    out["by_prefill_tokens"] = {}
+    for name, _ in SHAPE_BINS:
+        if name in bins:
+            n, m, q = bins[name]
+            t.print_row(name, int(n), 1e3 * m / n, 1e3 * q / n, m / q)
+            out["by_prefill_tokens"][name] = {"steps": n, "measured_s": m, "priced_s": q}
     for w in windows:
         clock = ModelClock(cm, band, window=w, min_steps=min(MIN_STEPS, w))
         moves: list[tuple[int, float]] = []
@@ -220,11 +240,14 @@ def main(argv: list[str] | None = None) -> int:
             fail(ap.prog, f"--band must be in (1, 100], got {args.band}")
         if args.every < 1:
             fail(ap.prog, f"--every must be >= 1, got {args.every}")
-        start(args, argv)
         try:
-            res = replay_log(args.step_log, args.cost_model, windows, args.band, args.every)
+            steps = read_steps(args.step_log)
+            cm = make_cost_model(args.cost_model, None, None)
         except PpasError as e:
             fail(ap.prog, str(e))
+        start(args, argv)
+        res = replay_log(args.step_log, steps, args.cost_model, cm, windows, args.band,
+                         args.every)
         finish(args, res, argv)
         return 0
     loads = rate_scales(args.loads, "--loads", ap.prog)

@@ -162,6 +162,42 @@ def test_ttft_tail_reads_the_slowest_first_tokens(tmp_path: Path) -> None:
             ["--configs", "ordered", "--mooncake", str(tmp_path / "missing.jsonl")])
 
 
+def test_model_clock_benchmark(tmp_path: Path) -> None:
+    """benchmarks/model_clock.py: an engine uniformly 2x slower than the policy's model is
+    read as such and the clock's runs equal the calibrated ones; a live step log replayed
+    reads the fitted model within its band and a model twice as fast near 2; bad input is
+    one line, exit 2."""
+    data = ROOT / "tests" / "data" / "traces"
+    out = tmp_path / "m.json"
+    proc = bench("model_clock.py", "--traces", "mooncake", "--mooncake",
+                 str(data / "mooncake-synthetic-slice.jsonl"), "--loads", "1,2",
+                 "--cases", "slower", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (res,) = json.loads(out.read_text())["results"]
+    rows = {(r["arm"], r["load"]): r for r in res["rows"]}
+    for x in (1.0, 2.0):
+        assert rows[("clock", x)]["scale"] == 2.0 and rows[("model-seconds", x)]["scale"] == 1
+        assert rows[("clock", x)]["mean_e2e"] == rows[("calibrated", x)]["mean_e2e"]
+    log = ROOT / "benchmarks" / "results" / "live-steps-20261207-ordered.jsonl"
+    for model, lo, hi, moves in (("demo-cpu", 0.8, 1.25, 0), ("demo-cpu-2x-fast", 1.5, 2.5, None)):
+        out = tmp_path / f"{model}.json"
+        proc = bench("model_clock.py", "--step-log", str(log), "--cost-model",
+                     f"fitted:experiments/{model}.cost.json", "--windows", "256",
+                     "--json", str(out))
+        assert proc.returncode == 0, proc.stderr
+        w = json.loads(out.read_text())["results"]["windows"]["256"]
+        assert all(lo <= r <= hi for r in w["ratios"]) and w["ratios"]
+        assert moves is None or len(w["moves"]) == moves
+        assert moves == 0 or 1.5 <= w["final_scale"] <= 2.5
+    refuses("model_clock.py", ["--cases", "nope"], ["--loads", "0"],
+            ["--step-log", str(log)], ["--step-log", str(log), "--cost-model",
+                                       "fitted:experiments/demo-cpu.cost.json", "--windows", "0"],
+            ["--step-log", str(log), "--cost-model", "fitted:experiments/demo-cpu.cost.json",
+             "--band", "1"],
+            ["--step-log", str(tmp_path / "missing.jsonl"), "--cost-model",
+             "fitted:experiments/demo-cpu.cost.json"])
+
+
 def test_slo_misses_shares_add_up(tmp_path: Path) -> None:
     """benchmarks/slo_misses.py: per config and scale, the TTFT misses split by prompt length
     add up to the TTFT miss share, and the attainment is what neither miss leaves."""

@@ -192,6 +192,11 @@ BAD: list[tuple[dict[str, str], str]] = [
      "must be roofline or fitted:FILE"),
     ({"+": "\n[run]\nhardware = \"tpu\"\n"}, "run.hardware: must be one of rtx5090"),
     ({"+": "\n[run]\ncatalog_model = \"gpt9\"\n"}, "run.catalog_model: must be one of"),
+    ({"+": "\n[run]\nrounds = 0\n"}, "run.rounds: must be >= 1, got 0"),
+    ({"+": "\n[run]\nrounds = 3\n"}, "run.rounds: must be at most the number of seeds (2)"),
+    ({"+": "\n[run]\nrounds = 2\n"}, "run.rounds: must be 1 with a cost_model = "
+     "'fitted:auto' arm"),
+    ({"+": "\n[run]\nrounds = 2\ndevices = [\"0\"]\n"}, "run.rounds: must be 1 with devices"),
     ({"+": "\n[report]\nlevel = 1.5\n"}, "report.level: must be in (0, 1)"),
     ({"+": "\n[report]\nlevel = 1\n"}, "report.level: must be in (0, 1), got 1.0"),
     ({"+": "\n[report]\nn_boot = 5\n"}, "report.n_boot: must be >= 100, got 5"),
@@ -624,6 +629,37 @@ def test_arms_in_parallel_one_per_device(tmp_path: Path, model: Path) -> None:
     pred_files = sorted((tmp_path / "out" / "runs" / "pred").glob("*.json"))
     assert min(p.stat().st_mtime for p in pred_files) >= cal_done
     assert (tmp_path / "out" / "cost-auto.json").is_file()
+
+
+PRED = """[[arms]]
+name = "pred"
+policy = "predictive:c_min=64,c_max=512"
+cost_model = "fitted:auto"
+"""
+
+
+def test_rounds_run_the_arms_in_abba_order(tmp_path: Path, model: Path) -> None:
+    """``run.rounds = 2``: seeds 0 then 1, the arms forward then backward, a server start
+    per arm and round; every run once."""
+    text = _text(tmp_path, model, **{PRED: "", "+": "\n[run]\nrounds = 2\n"})
+    exp = load_experiment(_write(tmp_path, text))
+    assert [([a.name for a in order], cells) for order, cells in exp.rounds()] == [
+        (["small", "large", "stock"], [(4.0, 0), (12.0, 0)]),
+        (["stock", "large", "small"], [(4.0, 1), (12.0, 1)])]
+    est = estimate(exp)
+    assert est.pending_servers(exp, set()) == 6
+    assert "2 rounds, arms in ABBA order" in plan_text(exp, est, set())
+    FakeLauncher.started = []
+    runner = Runner(exp, FakeLauncher)
+    runner.folder.prepare(resume=False)
+    runner.run(est)
+    assert [la.arm.name for la in FakeLauncher.started] == [
+        "small", "large", "stock", "stock", "large", "small"]
+    assert len(runner.folder.completed()) == 12
+    # One round: the file's order on every cell (as before rounds existed).
+    one = load_experiment(_write(tmp_path, _text(tmp_path, model, **{PRED: ""})))
+    assert [([a.name for a in o], c) for o, c in one.rounds()] == [
+        (["small", "large", "stock"], one.cells())]
 
 
 def test_vllm_launcher_command(tmp_path: Path, model: Path) -> None:
@@ -1272,7 +1308,8 @@ FILE_KEYS = {
     "arms": ["name", "policy", "stock", "cost_model", "max_num_batched_tokens", "baseline"],
     "arms.stock": ["max_num_batched_tokens", "long_prefill_token_threshold",
                    "max_num_partial_prefills", "max_long_partial_prefills"],
-    "run": ["devices", "server_startup_s", "estimate_cost_model", "hardware", "catalog_model"],
+    "run": ["devices", "server_startup_s", "estimate_cost_model", "hardware", "catalog_model",
+            "rounds"],
     "report": ["level", "n_boot", "bootstrap_seed"],
 }
 

@@ -36,9 +36,9 @@ class Estimate:
     capacity_source: str = ""
 
     def pending_servers(self, exp: Experiment, done: set[RunKey]) -> int:
-        """Server starts left: one per arm with a run left."""
-        return sum(1 for a in exp.arms
-                   if any((a.name, load, s) not in done for load, s in exp.cells()))
+        """Server starts left: one per arm and round with a run left in that round."""
+        return sum(1 for order, cells in exp.rounds() for a in order
+                   if any((a.name, load, s) not in done for load, s in cells))
 
     def remaining_s(self, exp: Experiment, done: set[RunKey]) -> float:
         """The runs left and their server starts."""
@@ -165,6 +165,12 @@ def plan_text(exp: Experiment, est: Estimate, done: set[RunKey]) -> str:
     if exp.run.devices:
         lines.append(f"  arms run in parallel on devices {', '.join(exp.run.devices)} "
                      "(one arm per device, CUDA_VISIBLE_DEVICES)")
+    rounds = exp.rounds()
+    if len(rounds) > 1:
+        lines.append(f"  {len(rounds)} rounds, arms in ABBA order, a server start per arm "
+                     "and round: " + "; ".join(
+                         f"seeds {', '.join(str(s) for s in sorted({s for _, s in cells}))}: "
+                         + ", ".join(a.name for a in order) for order, cells in rounds))
     total = exp.num_runs()
     left = [k for k in est.runs if k not in done]
     servers = est.pending_servers(exp, done)

@@ -68,18 +68,21 @@ class Runner:
                                  est.remaining_s(self.exp, done), self.stream)
         with self.stop.signals(raise_outside_runs=not devices):
             if not devices:
-                for arm in self.exp.arm_order():
-                    self.run_arm(arm, None, est)
+                for order, cells in self.exp.rounds():
+                    for arm in order:
+                        self.run_arm(arm, None, est, cells)
             else:
                 run_on_devices(self.exp.arm_order(), devices,
                                lambda arm, dev: self.run_arm(arm, dev, est), self.stop)
         if self.stop.is_set():
             raise Interrupted
 
-    def run_arm(self, arm: ArmSpec, device: str | None, est: Estimate) -> None:
-        """The arm's pending runs on one server start (restarted if it dies)."""
+    def run_arm(self, arm: ArmSpec, device: str | None, est: Estimate,
+                cells: list[tuple[float, int]] | None = None) -> None:
+        """The arm's pending runs of ``cells`` (default: every cell) on one server start
+        (restarted if it dies)."""
         done = self.folder.completed()
-        pending = [(load, seed) for load, seed in self.exp.cells()
+        pending = [(load, seed) for load, seed in (cells or self.exp.cells())
                    if (arm.name, load, seed) not in done]
         if not pending or self.stop.is_set():
             return

@@ -23,7 +23,8 @@
                 (stock vLLM, no plugin); optional cost_model = "fitted:auto" | "fitted:FILE"
                 | "roofline", max_num_batched_tokens (plugin arms), baseline = true
     [run]       devices = ["0", "1"] (arms in parallel, one per GPU), server_startup_s,
-                estimate_cost_model = "fitted:FILE" | "roofline", hardware, catalog_model
+                estimate_cost_model = "fitted:FILE" | "roofline", hardware, catalog_model,
+                rounds = R (the seeds in R rounds, arms in ABBA order: ``Experiment.rounds``)
     [report]    level, n_boot, bootstrap_seed, slo = "ttft=2s,tpot=100ms" (optional: SLO
                 attainment and goodput per arm and load; ``ppas.core.slo``; relative bounds
                 such as ttft=5x need run.estimate_cost_model or an arm's fitted:FILE)
@@ -66,6 +67,7 @@ from ppas.core.errors import PpasError
 from ppas.core.limits import (
     MAX_BOOTSTRAP,
     MAX_LEVEL,
+    MAX_LIST_ITEMS,
     MAX_SEED,
     MAX_TIMEOUT_S,
     MIN_LEVEL,
@@ -93,8 +95,14 @@ class RunSettings:
     estimate_cost_model: str | None = None  # fitted:FILE | roofline
     hardware: str | None = None
     catalog_model: str | None = None
+    rounds: int = 1  # the seeds in this many rounds, arms in ABBA order (Experiment.rounds)
 
     def __post_init__(self) -> None:
+        check_fields(self, "rounds", at_least=1)
+        check_at_most(self, MAX_LIST_ITEMS, "rounds")
+        require(self.rounds == 1 or not self.devices, "must be 1 with devices (arms run in "
+                f"parallel there, so their order cannot drift), got {self.rounds}",
+                key="rounds")
         require(len(set(self.devices)) == len(self.devices), "must be a list of distinct GPU "
                 "ids (CUDA_VISIBLE_DEVICES values, e.g. [\"0\", \"1\"]), got "
                 f"{list(self.devices)!r}", key="devices")
@@ -209,6 +217,26 @@ class Experiment:
     def cells(self) -> list[tuple[float, int]]:
         return [(load, seed) for load in self.workload.loads for seed in self.workload.seeds]
 
+    def rounds(self) -> list[tuple[tuple[ArmSpec, ...], list[tuple[float, int]]]]:
+        """The run order: ``run.rounds`` rounds, each (its arms in order, its cells). The
+        seeds split into that many contiguous groups (a seed's loads in one round), and
+        every arm runs a round's cells on one server start, in ``arm_order`` in even rounds
+        and reversed in odd ones (ABBA), so that a host whose speed drifts over the
+        experiment weighs on every arm alike: over two rounds a linear drift adds the same
+        time to each arm's mean. Invariant: every cell is in exactly one round, each arm
+        runs once per round; with one round it is ``arm_order`` on every cell. (A file
+        with more rounds than seeds, or with rounds and a ``fitted:auto`` arm, is refused:
+        ``parse_experiment``.)"""
+        seeds = list(self.workload.seeds)
+        n = min(self.run.rounds, len(seeds))
+        order = self.arm_order()
+        out = []
+        for r in range(n):
+            group = set(seeds[r * len(seeds) // n:(r + 1) * len(seeds) // n])
+            cells = [(load, s) for load, s in self.cells() if s in group]
+            out.append((order if r % 2 == 0 else tuple(reversed(order)), cells))
+        return out
+
     def num_runs(self) -> int:
         return len(self.arms) * len(self.cells())
 
@@ -278,6 +306,14 @@ def parse_experiment(text: str, name: str, out_dir: str | None = None) -> Experi
     if workload.probe is not None and run.devices:
         raise config_error("run", "devices", "not with workload.capacity_loads: its probe "
                            "runs on the first arm's server before every other arm")
+    if run.rounds > len(workload.seeds):
+        raise config_error("run", "rounds", f"must be at most the number of seeds "
+                           f"({len(workload.seeds)}): each round runs some seeds, got "
+                           f"{run.rounds}")
+    if run.rounds > 1 and any(a.auto_fitted for a in arms):
+        raise config_error("run", "rounds", f"must be 1 with a cost_model = '{FITTED_AUTO}' "
+                           "arm (it is fitted from every calibration arm's step log, so it "
+                           f"runs after all of them), got {run.rounds}")
     report = from_table(ReportSettings, f.report if f.report is not None else {}, "report")
     out = out_dir or f.out_dir or f"out/{exp_name}"
     exp = Experiment(exp_name, out, model, engine, workload, arms, run, report,
