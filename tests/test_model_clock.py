@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_views import dec, view
 
+from ppas.core.errors import PpasError
 from ppas.core.view import RequestSnapshot, StepRecord
 from ppas.cost.base import CostModel, StepShape
 from ppas.cost.fitted import FittedCostModel
@@ -99,6 +100,9 @@ def test_untimed_and_empty_steps_are_skipped() -> None:
     assert len(clock.window) == 0 and clock.ratio() is None
     with pytest.raises(ValueError, match="band must be > 1"):
         ModelClock(CM, 1.0)
+    for bad in ("1", "0.5", "-1", "101"):
+        with pytest.raises(PpasError, match=r"clock_band must be 0 \(off\) or in \(1, 100\]"):
+            make_policy(f"ordered:clock_band={bad}")
 
 
 # -- the engines' records carry the shapes they ran --------------------------------------------

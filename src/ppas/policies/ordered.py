@@ -299,7 +299,7 @@ seconds per model second over the last 256 timed steps, moved only when the rati
 ``[k / B, k * B]``; the three rules multiply the model's seconds by ``k``. A model within
 ``B`` of the engine keeps its own seconds (``k = 1``; so does the simulator, whose engine
 prices steps with the policy's model: its decisions are those of ``clock_band=0``, bit
-for bit, ``tests/test_ordered.py``). When ``k`` moves, the waiting index is made again, so
+for bit, ``tests/test_model_clock.py``). When ``k`` moves, the waiting index is made again, so
 both decision paths read one ``k`` at each step.
 
 **The aging bound** (what is guaranteed; ``tests/test_ordered.py`` checks it). Let ``d_i =
