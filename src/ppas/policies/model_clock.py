@@ -61,8 +61,8 @@ class ModelClock:
     """Wall seconds per cost-model second (module doc): ``scale``, read off the step
     records a policy is shown, each once."""
 
-    __slots__ = ("cost_model", "price", "band", "size", "min_steps", "scale", "window",
-                 "measured", "priced", "last", "changes", "added")
+    __slots__ = ("price", "band", "size", "min_steps", "scale", "window", "measured",
+                 "priced", "last", "changes", "added")
 
     def __init__(self, cost_model: CostModel, band: float, window: int = WINDOW,
                  min_steps: int = MIN_STEPS) -> None:
@@ -70,8 +70,7 @@ class ModelClock:
             raise ValueError(f"band must be > 1, got {band}")
         if not 1 <= min_steps <= window:
             raise ValueError(f"min_steps must be in [1, window={window}], got {min_steps}")
-        self.cost_model, self.band = cost_model, band
-        self.size, self.min_steps = window, min_steps
+        self.band, self.size, self.min_steps = band, window, min_steps
         self.price = cost_model.pricer()  # step_time of a shape's fields, the same floats
         self.scale = 1.0
         self.window: deque[tuple[float, float]] = deque()  # (duration_s, price)
