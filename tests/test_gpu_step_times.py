@@ -47,6 +47,7 @@ def test_chunk_attends_causally_over_its_cached_context(chunk, cached):
     m = gpu_steps.SMOKE_MODEL
     h = StepTimer(m, "cpu")
     step = GpuStep("t", ((chunk, cached),))
+    torch.manual_seed(0)  # build() draws the cached context from the global generator
     st = h.build(step)
     n = chunk
     g = torch.Generator().manual_seed(0)  # fixed inputs: a bf16 tolerance, not a draw, decides
@@ -68,6 +69,7 @@ def test_decodes_attend_over_their_whole_context(matmul):
     h = StepTimer(m, "cpu")
     h.decode_matmul = matmul
     step = GpuStep("t", ((3, 2),), decodes=2, decode_ctx=6)
+    torch.manual_seed(0)  # build() draws the cached context from the global generator
     st = h.build(step)
     n = 3 + 2
     g = torch.Generator().manual_seed(0)  # fixed inputs: a bf16 tolerance, not a draw, decides
