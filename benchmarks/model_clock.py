@@ -53,10 +53,9 @@ from typing import Any
 from harness import Table, fail, finish, parser, start
 from real_traffic import TRACES, Workload, rate_scales, workloads
 
-from ppas.analysis.tune import Figures
+from ppas.analysis.tune import Figures, figures_of
 from ppas.calibrate.fit import read_steps, sample
 from ppas.core.errors import PpasError
-from ppas.core.metrics import RunSummary, percentiles
 from ppas.core.steplog import Step
 from ppas.core.view import StepRecord
 from ppas.cost import make_cost_model
@@ -103,15 +102,9 @@ def run(trace: Trace, spec: str, engine_cm: CostModel, believed: CostModel | Non
     if believed is not None:
         kv = engine_cm.kv_capacity_tokens
         policy.bind_cost_model(believed if kv is None else believed.with_kv_capacity(kv))
-    res = replay(sim, trace.requests)
-    reqs = res.request_metrics()
-    s = RunSummary.of(reqs, sum(1 for r in res.requests if r.failed))
-    p = percentiles(reqs, (99,))
+    f = figures_of(replay(sim, trace.requests))
     clock = policy._clock if isinstance(policy, Ordered) else None
-    return (Figures(s.mean_e2e, s.mean_ttft, s.mean_tpot, p.get("e2e_p99", math.nan),
-                    p.get("ttft_p99", math.nan), p.get("tpot_p99", math.nan), s.completed,
-                    s.failed),
-            1.0 if clock is None else clock.scale)
+    return f, 1.0 if clock is None else clock.scale
 
 
 def one(w: Workload, case: str, loads: list[float]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ppas.core.metrics import RunSummary, geomean_improvement, percentiles
 from ppas.core.registry import Registry
 from ppas.core.slo import SloSpec
 from ppas.cost import CostModel, make_cost_model
+from ppas.engine.result import SimResult
 from ppas.engine.setup import engine_for
 from ppas.engine.simulator import EngineConfig, simulate
 from ppas.engine.solo import SoloTable
@@ -149,7 +150,13 @@ def figures(trace: Trace, config: str, cost_model: CostModel, engine: EngineConf
             solo: SoloTable | None = None) -> Figures:
     """``config`` on ``trace`` (at ``load``) in the simulator; attainment under ``slo``
     (``solo``: the solo latencies of a relative one)."""
-    res = simulate(trace, make_policy(config), cost_model, engine)
+    return figures_of(simulate(trace, make_policy(config), cost_model, engine), load, slo,
+                      solo)
+
+
+def figures_of(res: SimResult, load: float = 1.0, slo: SloSpec | None = None,
+               solo: SoloTable | None = None) -> Figures:
+    """One finished run's ``Figures`` (at ``load``; attainment under ``slo``)."""
     reqs = res.request_metrics(slo, solo) if slo is not None else res.request_metrics()
     s = RunSummary.of(reqs, sum(1 for r in res.requests if r.failed))
     p = percentiles(reqs, (99,))
