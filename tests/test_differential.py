@@ -140,6 +140,9 @@ CASES: dict[str, str | Callable[[], Policy]] = {
     # ordered's aging by the solo prefill alone (it reads max_tokens only through the
     # footprint; aging 2 makes requests overdue within these runs' 150 ms of arrivals)
     "ordered-solo-prefill": "ordered:c_min=128,c_max=1024,aging=2,drain=0,solo=prefill",
+    # ordered running the riding decodes alone (budget 0) while those that would ride the
+    # whole drain gain more than the step costs the pending prompts (module doc, 5)
+    "ordered-finish": "ordered:c_min=128,c_max=1024,finish=gate",
 }
 
 

@@ -67,6 +67,7 @@ def test_bad_configs(spec: str, needle: str) -> None:
     ("predictive:bogus=1", "predictive.bogus: unknown key; allowed: "),
     ("predictive:replan=0", "predictive: replan must be >= 1"),
     ("ordered:drain=-1", "ordered: drain must be in [0, 1000]"),
+    ("ordered:finish=true", "ordered: finish must be off, gate or burst, got 'true'"),
     ("sloweave:tpot_s=abc", "sloweave.tpot_s: must be a number, got 'abc'"),
     ("dlfp-completion:c_min=0", "dlfp-completion: c_min must be >= 1"),  # its own name
     ("ppas:n_th=0", "ppas: n_th must be >= 1"),
