@@ -167,19 +167,22 @@ def replay_log(path: str, steps: list[Step], spec: str, cm: CostModel, windows: 
     for shape, secs in map(sample, steps):
         p = shape.num_prefill_tokens
         name = next(n for n, hi in SHAPE_BINS if p <= hi)
-        b = bins.setdefault(name, [0, 0.0, 0.0])
+        b = bins.setdefault(name, [0, 0.0, 0.0, 0])
         b[0] += 1
         b[1] += secs
         b[2] += cm.step_time(shape)
+        b[3] += shape.num_decodes
     t = Table(("prefill tokens", "<15"), ("steps", ">6"), ("measured ms", ">12.1f"),
-              ("priced ms", ">10.1f"), ("ratio", ">6.3f"), indent="  ")
+              ("priced ms", ">10.1f"), ("ratio", ">6.3f"), ("decodes/step", ">13.2f"),
+              indent="  ")
     t.print_header()
     out["by_prefill_tokens"] = {}
     for name, _ in SHAPE_BINS:
         if name in bins:
-            n, m, q = bins[name]
-            t.print_row(name, int(n), 1e3 * m / n, 1e3 * q / n, m / q)
-            out["by_prefill_tokens"][name] = {"steps": n, "measured_s": m, "priced_s": q}
+            n, m, q, d = bins[name]
+            t.print_row(name, int(n), 1e3 * m / n, 1e3 * q / n, m / q, d / n)
+            out["by_prefill_tokens"][name] = {"steps": n, "measured_s": m, "priced_s": q,
+                                              "decodes": d}
     for w in windows:
         clock = ModelClock(cm, band, window=w, min_steps=min(MIN_STEPS, w))
         moves: list[tuple[int, float]] = []

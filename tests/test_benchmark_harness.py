@@ -185,8 +185,15 @@ def test_model_clock_benchmark(tmp_path: Path) -> None:
                      f"fitted:experiments/{model}.cost.json", "--windows", "256",
                      "--json", str(out))
         assert proc.returncode == 0, proc.stderr
-        w = json.loads(out.read_text())["results"]["windows"]["256"]
+        res = json.loads(out.read_text())["results"]
+        w = res["windows"]["256"]
         assert all(lo <= r <= hi for r in w["ratios"]) and w["ratios"]
+        # the table by prefill tokens counts every step once, and the decodes riding them
+        steps = [s for s in map(json.loads, log.read_text().splitlines()) if "step" in s]
+        bins = res["by_prefill_tokens"]
+        assert sum(b["steps"] for b in bins.values()) == len(steps)
+        assert sum(b["decodes"] for b in bins.values()) == sum(
+            s["num_decode_reqs"] for s in steps)
         assert moves is None or len(w["moves"]) == moves
         assert moves == 0 or 1.5 <= w["final_scale"] <= 2.5
     refuses("model_clock.py", ["--cases", "nope"], ["--loads", "0"],
