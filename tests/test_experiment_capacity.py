@@ -249,7 +249,7 @@ def test_demo_file_is_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     exp = _committed("demo-trace", tmp_path)
     w = exp.workload
     assert w.probe is not None and len(w.windows) == 3 and len(w.loads) == 2
-    assert [a.name for a in exp.arms] == ["vllm-default", "stock-tuned", "ordered"]
+    assert [a.name for a in exp.arms] == ["vllm-default", "stock-tuned", "ordered-finish"]
     assert exp.arms[0].stock_dict() == {exp.arms[0].stock[0][0]: 2048}
     est = estimate(exp)
     total = sum(est.runs.values()) + len(exp.arms) * est.startup_s
