@@ -311,10 +311,10 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
      of its own with the idle limit's chunks, ``c_max`` without one): a minute's average.
      Live on vLLM-CPU, where a decode-only step costs 1/25 of a 512-token step, it cut
      mean E2E to x0.72 and x0.71 of the tuned stock setting's at 0.9 of capacity in two
-     runs (CI-better), and mean TPOT 6x. Simulated on GPUs (a decode-only step 1/6-1/8 of
-     the budget's), where the Azure code trace's bursts hold hundreds of requests, the
+     runs (CI-better), and mean TPOT about 5x. Simulated on GPUs (a decode-only step
+     1/6-1/8 of the budget's), where the Azure code trace's bursts hold hundreds of requests, the
      minute's average reads a burst as light, and each step the decodes take alone is
-     passed on to the rest of the burst: mean E2E up to 7% above the rule before's
+     passed on to the rest of the burst: mean E2E up to 7.6% above the rule before's
      (``docs/results/real-traffic.md``, "Finish the riding decodes first").
    * ``burst``: the larger of that and the load of the arrivals of the last ``S t_b``
      seconds, the drain's own length (their prefill work over that span). While the
