@@ -4,7 +4,8 @@
         --mooncake ../shared/data/traces/mooncake-synthetic.jsonl
         [--configs mbt:2048,mbt:8192,ppas,predictive,ordered] [--overload 3]
         [--mooncake-window START:DUR] [--hour-configs mbt:2048,mbt:8192,ppas,ordered]
-        [--tile-s 3600] [--before DIR] [--run-limit CPU_S] [--split] [--json OUT]
+        [--tile-s 3600] [--before DIR] [--run-limit CPU_S] [--split]
+        [--enable-prefix-caching] [--json OUT]
 
 Replays, on one simulated engine (``--hardware``/``--model``, default H100 / Qwen3-8B, the
 model's context as max_model_len, as ``ppas simulate`` does), the first hour of the Azure
@@ -207,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run on the ppas sources in DIR/src, side by side")
     ap.add_argument("--run-limit", type=float, default=900.0, metavar="CPU_S",
                     help="stop a run past this many CPU seconds (default 900)")
+    ap.add_argument("--enable-prefix-caching", action="store_true",
+                    help="vLLM's automatic prefix caching on (the block pool with hashes; "
+                         "vLLM V1's default), as ppas simulate's flag")
     ap.add_argument("--split", action="store_true",
                     help="also time the policy's decide() calls: its CPU s/h beside the run's")
     args = ap.parse_args(argv)
@@ -244,9 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                   for _, _, configs in traces for c in configs}
     except PpasError as e:
         fail("trace_speed.py", str(e))
-    engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(args.model))
-    print(f"{args.hardware} / {args.model}; bar: {TARGET_S_PER_HOUR:g} s per policy per hour "
-          "of trace on one core (CPU s/h)")
+    engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(args.model),
+                          prefix_caching=args.enable_prefix_caching)
+    print(f"{args.hardware} / {args.model}"
+          f"{', prefix caching on' if args.enable_prefix_caching else ''}; bar: "
+          f"{TARGET_S_PER_HOUR:g} s per policy per hour of trace on one core (CPU s/h)")
     t = Table(("trace", "<28"), ("config", "<11"), ("span s", ">7.0f"), ("requests", ">8d"),
               ("wall s", ">7.2f"), ("cpu s", ">7.2f"), ("sim s/wall s", ">12.0f"),
               ("wall s/h", ">8.2f"), ("cpu s/h", ">7.2f"),

@@ -81,7 +81,7 @@ segments_st = st.lists(
 @given(
     n_blocks=st.integers(2, 8),
     reqs=st.lists(segments_st, min_size=1, max_size=5),
-    ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(1, 9)),
+    ops=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(1, 9)),
                  max_size=60),
 )
 def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]],
@@ -92,12 +92,18 @@ def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]]
     state = [CachedBlocks() for _ in reqs]
     held: list[list[int]] = [[] for _ in reqs]
     computed = [0] * len(reqs)
+    memos = [[0] for _ in reqs]  # hit_blocks' memos, kept across every operation
     for who, kind, n in ops:
         i = who % len(reqs)
         if kind == 2 or computed[i] >= len(tokens[i]):  # finish: free everything
             pool.free(state[i])
             ref.free(held[i])
             computed[i] = 0
+        elif kind == 3 and held[i]:  # one token, as a decode (grow_decode)
+            ok = pool.grow_decode(state[i], hashes[i], computed[i])
+            assert ok == ref.allocate(held[i], tokens[i], computed[i], [], 1)
+            if ok:
+                computed[i] += 1
         else:
             hit = hit_ref = []
             if not held[i]:
@@ -120,6 +126,10 @@ def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]]
         for t, hs in zip(tokens, hashes, strict=True):
             for k, h in enumerate(hs):
                 assert (h in pool._cached) == (t[: (k + 1) * BS] in cached)
+        # The memoised hit is the lookup's, at every length the request could be asked at.
+        for t, hs, memo in zip(tokens, hashes, memos, strict=True):
+            for m in (len(t), max(1, len(t) - BS - 1), 1):
+                assert pool.hit_blocks(hs, m, memo) == len(pool.lookup(hs, m))
 
 
 @given(st.lists(segments_st, min_size=2, max_size=4))

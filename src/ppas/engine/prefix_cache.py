@@ -93,6 +93,9 @@ class PrefixCache:
         self._ref: dict[int, int] = {}
         self._hash: dict[int, int] = {}  # block id -> its hash, for hashed blocks
         self._cached: dict[int, dict[int, None]] = {}  # hash -> block ids holding it
+        # hit_blocks' watchers: hash -> (memo cell, position) of every walk that passed it;
+        # evicting the hash's last holder cuts each such memo back to that position.
+        self._watch: dict[int, list[tuple[list[int], int]]] = {}
         self.num_queries = 0  # tokens looked up (the prompt part), for hit rates
         self.num_hits = 0  # tokens served from the cache
 
@@ -119,6 +122,34 @@ class PrefixCache:
                 break
             out.append(next(iter(ids)))
         return out
+
+    def hit_blocks(self, hashes: Sequence[int], num_tokens: int, memo: list[int]) -> int:
+        """``len(self.lookup(hashes, num_tokens))``, kept in ``memo`` (a one-element list
+        owned by the caller, ``[0]`` to start; one per ``hashes``) between calls.
+
+        Invariant: ``hashes[:memo[0]]`` are all cached. It holds because every hash the walk
+        passes is watched, and evicting a hash's last holder cuts each watching memo back
+        to that hash's position (``_pop_free``); a hash added since is found by resuming
+        the walk at ``memo[0]``. So a query costs one dict lookup plus the blocks the hit
+        grew by, not a walk of the whole hit (a waiting request is asked every step)."""
+        limit = min(len(hashes), max(0, num_tokens - 1) // self.block_size)
+        h = memo[0]
+        if h < limit:
+            cached = self._cached
+            watch = self._watch
+            while h < limit:
+                x = hashes[h]
+                if x not in cached:
+                    break
+                w = watch.get(x)
+                if w is None:
+                    watch[x] = [(memo, h)]
+                else:
+                    w.append((memo, h))
+                h += 1
+            memo[0] = h
+            return h
+        return limit
 
     def blocks_needed(self, req: CachedBlocks, num_computed: int, hit: Sequence[int],
                       num_new_tokens: int) -> int:
@@ -156,6 +187,30 @@ class PrefixCache:
         req.num_cached = max(req.num_cached, full)
         return True
 
+    def grow_decode(self, req: CachedBlocks, hashes: Sequence[int], num_computed: int) -> bool:
+        """``allocate(req, hashes, num_computed, (), 1, num_computed + 1)``: one token
+        after ``num_computed`` (a decode: no hit, the token the last known one), without
+        the general path's second check. False (and nothing changed) when its block does
+        not fit."""
+        bs = self.block_size
+        new = -(-(num_computed + 1) // bs) - len(req.block_ids)
+        if new > 0:
+            if new > self.num_free:
+                return False
+            for _ in range(new):
+                req.block_ids.append(self._pop_free())
+        full = (num_computed + 1) // bs
+        if full > len(hashes):
+            full = len(hashes)
+        for i in range(req.num_cached, full):
+            b = req.block_ids[i]
+            h = hashes[i]
+            self._hash[b] = h
+            self._cached.setdefault(h, {})[b] = None
+        if full > req.num_cached:
+            req.num_cached = full
+        return True
+
     def free(self, req: CachedBlocks) -> None:
         """Release a request's blocks, tail first (vLLM's ``free``)."""
         for b in reversed(req.block_ids):
@@ -185,6 +240,9 @@ class PrefixCache:
             del ids[b]
             if not ids:
                 del self._cached[h]
+                for memo, pos in self._watch.pop(h, ()):
+                    if memo[0] > pos:
+                        memo[0] = pos
         self._ref[b] = 1
         return b
 

@@ -23,7 +23,7 @@ class SimRequest:
                  "is_running", "first_token_time", "last_token_time", "finish_time", "blocks",
                  "num_preemptions", "ttft_slo", "tpot_slo", "slo_class", "failed",
                  "block_hashes", "kv", "cache", "first_scheduled_time", "num_hit_tokens",
-                 "priority")
+                 "priority", "hit_memo")
 
     def __init__(self, index: int, spec: RequestSpec, max_model_len: int | None = None) -> None:
         self.request_id = str(index)
@@ -56,6 +56,7 @@ class SimRequest:
         self.block_hashes: list[int] = []
         self.kv: CachedBlocks | None = None
         self.cache: PrefixCache | None = None
+        self.hit_memo = [0]  # PrefixCache.hit_blocks' memo of this request's hit
         self.first_scheduled_time: float | None = None
         self.num_hit_tokens = 0  # prompt tokens taken from the cache, all admissions
 
@@ -65,7 +66,7 @@ class SimRequest:
         if self.cache is None or self.is_running:
             return 0
         n = self.prompt_tokens + self.num_output_tokens
-        return len(self.cache.lookup(self.block_hashes, n)) * self.cache.block_size
+        return self.cache.hit_blocks(self.block_hashes, n, self.hit_memo) * self.cache.block_size
 
     @property
     def num_tokens(self) -> int:

@@ -1019,7 +1019,8 @@ class EngineSim:
         places: list[int] = []  # places[k]: the decodes scheduled before sched[k]
         preempted: list[SimRequest] = []
         tally = step_rules.StepTally()
-        counts_only = pool.cache is None  # KvPool.needed/grow inlined for decodes
+        cache = pool.cache
+        counts_only = cache is None  # KvPool.needed/grow inlined for decodes
         bs = pool.bs
         decode_ctx = 0  # the decodes' tally (StepTally.add_decodes)
         taken_back = False  # a priority victim's chunk left the schedule: tally it again
@@ -1070,6 +1071,17 @@ class EngineSim:
                 if not c % bs:
                     r.blocks += 1
                     pool.num_free -= 1
+                decodes.append(r)
+                decode_ctx += c
+                i += 1
+                budget -= 1
+                continue
+            if (need == 1 and c >= p and cache is not None and r.kv is not None
+                    and cache.grow_decode(r.kv, r.block_hashes, c)):
+                # The same decode under prefix caching: KvPool.needed/grow for one token
+                # past the prompt (PrefixCache.grow_decode), when its block fits; one that
+                # does not takes the general path below (one to preempt for).
+                r.blocks = len(r.kv.block_ids)
                 decodes.append(r)
                 decode_ctx += c
                 i += 1

@@ -611,6 +611,9 @@ class Ordered(Policy):
         self.sat_time: list[float] = []  # step_time of each saturation candidate
         self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
+        # prefill_ns by request id: (start, prompt, its term), the term read again only
+        # when its start (computed + cached tokens) moves.
+        self._ns: dict[str, tuple[int, int, int]] = {}
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
         self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
         self._knee: int | None = None  # the budget at every step, where it is fixed
@@ -648,6 +651,7 @@ class Ordered(Policy):
         self.sat_time = ([] if sat is None else
                          [sat.step_time(c, causal_pairs(c, 0)) for c in self.sat_chunks])
         self._solo, self._idle = {}, {}
+        self._ns = {}
         self._index = None
         self._loose = False
         self._turns = FcfsTurns(self.config.turn) if self.config.turn > 0 else None
@@ -751,7 +755,12 @@ class Ordered(Policy):
         assert self.costs is not None
         p = r.prompt_tokens
         start = min(r.num_computed_tokens + r.num_cached_tokens, p - 1)
-        return round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
+        memo = self._ns.get(r.request_id)  # a pending prompt's term changes only with start
+        if memo is not None and memo[0] == start and memo[1] == p:
+            return memo[2]
+        ns = round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
+        self._ns[r.request_id] = (start, p, ns)
+        return ns
 
     def floor_of(self, total_ns: int) -> float:
         """The drain floor of ``T = total_ns`` nanoseconds, in wall seconds (one expression
