@@ -175,3 +175,32 @@ def test_lru_evicts_least_recently_freed_tail_first() -> None:
     # One new block evicts a's tail block: a keeps its first block only.
     assert pool.allocate(c, chained_block_hashes([("c", 4)], BS), 0, [], 3, 3)
     assert len(pool.lookup(ha, 9)) == 1 and len(pool.lookup(hb, 9)) == 2
+
+
+def test_a_hash_held_three_times_is_found_in_caching_order() -> None:
+    # Three requests compute the same two blocks while each holds a block of its own
+    # already (no lookup: vLLM caches both copies). A lookup returns the first holder; once
+    # its blocks are evicted, the next holder in caching order, then the last.
+    pool = PrefixCache(6, BS)
+    hs = chained_block_hashes([("a", 8)], BS)
+    reqs = [CachedBlocks() for _ in range(3)]
+    for r in reqs:
+        assert pool.allocate(r, hs, 0, [], 1, 8)
+    for r in reqs:
+        assert pool.allocate(r, hs, 1, [], 7, 8)
+    pool.check()
+    assert pool.num_cached_blocks == 6
+    assert pool.lookup(hs, 9) == reqs[0].block_ids
+    memo = [0]
+    assert pool.hit_blocks(hs, 9, memo) == 2
+    held = [list(r.block_ids) for r in reqs]
+    for r in reqs:
+        pool.free(r)
+    for k in range(3):
+        assert pool.lookup(hs, 9) == held[k]
+        assert pool.hit_blocks(hs, 9, memo) == 2
+        # Two new blocks evict the least recently freed: the k-th request's pair.
+        assert pool.allocate(CachedBlocks(), chained_block_hashes([("x", k + 1)], BS), 0,
+                             [], 8, 8)
+        pool.check()
+    assert pool.lookup(hs, 9) == [] and pool.hit_blocks(hs, 9, memo) == 0

@@ -213,3 +213,25 @@ def test_predictive_counts_cache_hits_as_done() -> None:
     warm = RequestSnapshot("w", 0.0, 1000, num_cached_tokens=992)
     assert kv_admission_cap(SchedulerView(1.0, [run, cold], 1, 1, 4096, 256), 10**6, 4096) == 1000
     assert kv_admission_cap(SchedulerView(1.0, [run, warm], 1, 1, 4096, 256), 10**6, 4096) == 8
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix_workloads(), st.booleans())
+def test_a_waiting_requests_hit_is_the_caches_lookup(
+        w: tuple[list[RequestSpec], str, int], ordered: bool) -> None:
+    # The hit a policy reads (num_cached_tokens, memoised by PrefixCache.hit_blocks between
+    # steps) is a fresh walk of the cache at every step, through evictions and preemptions.
+    reqs, spec, blocks = w
+    pol = make_policy("ordered" if ordered else spec)
+    decide = pol.decide
+
+    def checked(view: SchedulerView) -> object:
+        for r in view.requests:
+            cache = getattr(r, "cache", None)
+            if not r.is_running and cache is not None:
+                walk = cache.lookup(r.block_hashes, r.num_tokens)  # type: ignore[attr-defined]
+                assert r.num_cached_tokens == len(walk) * cache.block_size
+        return decide(view)
+
+    pol.decide = checked  # type: ignore[method-assign, assignment]
+    simulate(reqs, pol, ConstantCost(), EngineConfig(num_kv_blocks=blocks, prefix_caching=True))

@@ -51,20 +51,29 @@ def chained_block_hashes(
     tokens are equal (up to hash collisions of Python's 64-bit tuple hash)."""
     out: list[int] = []
     parent = 0
-    parts: list[tuple[Hashable, int, int]] = []
+    parts: list[tuple[Hashable, int, int]] = []  # the partly filled block's token ranges
     fill = 0
     for stream, n in segments:
+        if n <= 0:
+            continue
         off = 0
-        while off < n:
-            take = min(block_size - fill, n - off)
-            parts.append((stream, off, off + take))
-            fill += take
-            off += take
-            if fill == block_size:
-                parent = hash((parent, tuple(parts)))
-                out.append(parent)
-                parts.clear()
-                fill = 0
+        if fill:  # the partly filled block first
+            off = min(block_size - fill, n)
+            parts.append((stream, 0, off))
+            fill += off
+            if fill < block_size:
+                continue  # (the segment is used up)
+            parent = hash((parent, tuple(parts)))
+            out.append(parent)
+            parts.clear()
+            fill = 0
+        while n - off >= block_size:  # whole blocks of this segment: one range each
+            parent = hash((parent, ((stream, off, off + block_size),)))
+            out.append(parent)
+            off += block_size
+        if off < n:
+            parts.append((stream, off, n))
+            fill = n - off
     return out
 
 
@@ -80,7 +89,13 @@ class CachedBlocks:
 class PrefixCache:
     """vLLM V1's block pool with automatic prefix caching (see the module docstring).
 
-    ``num_blocks`` None = unbounded (nothing is ever evicted)."""
+    ``num_blocks`` None = unbounded (nothing is ever evicted).
+
+    Layout (for speed; the semantics are the module doc's): block ids are taken in order
+    from the never-used range, so ``_ref`` and ``_hash`` are lists indexed by block id, as
+    long as the ids taken so far (``_next_id``); a hash's holders are its first (the one a
+    lookup returns, ``_cached``) and, rarely, later ones in the order they were cached
+    (``_dups``), which is the order of one insertion-ordered set of holders."""
 
     def __init__(self, num_blocks: int | None, block_size: int = 16) -> None:
         require(num_blocks is None or num_blocks >= 1, "num_blocks must be >= 1")
@@ -90,9 +105,11 @@ class PrefixCache:
         self._next_id = 0  # blocks never used: ids _next_id .. num_blocks - 1
         self._front: list[int] = []  # freed unhashed blocks, reused first (LIFO)
         self._back: OrderedDict[int, None] = OrderedDict()  # freed hashed blocks, LRU first
-        self._ref: dict[int, int] = {}
-        self._hash: dict[int, int] = {}  # block id -> its hash, for hashed blocks
-        self._cached: dict[int, dict[int, None]] = {}  # hash -> block ids holding it
+        self._ref: list[int] = []  # reference count by block id (ids taken so far)
+        self._hash: list[int | None] = []  # block id -> its hash, None if unhashed
+        self._num_hashed = 0
+        self._cached: dict[int, int] = {}  # hash -> the first block holding it
+        self._dups: dict[int, dict[int, None]] = {}  # hash -> later holders, in order
         # hit_blocks' watchers: hash -> (memo cell, position) of every walk that passed it;
         # evicting the hash's last holder cuts each such memo back to that position.
         self._watch: dict[int, list[tuple[list[int], int]]] = {}
@@ -108,7 +125,7 @@ class PrefixCache:
 
     @property
     def num_cached_blocks(self) -> int:
-        return len(self._hash)
+        return self._num_hashed
 
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes``, at most
@@ -117,10 +134,10 @@ class PrefixCache:
         out: list[int] = []
         cached = self._cached
         for i in range(limit):
-            ids = cached.get(hashes[i])
-            if not ids:
+            b = cached.get(hashes[i])
+            if b is None:
                 break
-            out.append(next(iter(ids)))
+            out.append(b)
         return out
 
     def hit_blocks(self, hashes: Sequence[int], num_tokens: int, memo: list[int]) -> int:
@@ -129,27 +146,27 @@ class PrefixCache:
 
         Invariant: ``hashes[:memo[0]]`` are all cached. It holds because every hash the walk
         passes is watched, and evicting a hash's last holder cuts each watching memo back
-        to that hash's position (``_pop_free``); a hash added since is found by resuming
+        to that hash's position (``_unhash``); a hash added since is found by resuming
         the walk at ``memo[0]``. So a query costs one dict lookup plus the blocks the hit
         grew by, not a walk of the whole hit (a waiting request is asked every step)."""
         limit = min(len(hashes), max(0, num_tokens - 1) // self.block_size)
         h = memo[0]
-        if h < limit:
-            cached = self._cached
-            watch = self._watch
-            while h < limit:
-                x = hashes[h]
-                if x not in cached:
-                    break
-                w = watch.get(x)
-                if w is None:
-                    watch[x] = [(memo, h)]
-                else:
-                    w.append((memo, h))
-                h += 1
-            memo[0] = h
-            return h
-        return limit
+        if h >= limit:
+            return limit
+        cached = self._cached
+        watch = self._watch
+        while h < limit:
+            x = hashes[h]
+            if x not in cached:
+                break
+            w = watch.get(x)
+            if w is None:
+                watch[x] = [(memo, h)]
+            else:
+                w.append((memo, h))
+            h += 1
+        memo[0] = h
+        return h
 
     def blocks_needed(self, req: CachedBlocks, num_computed: int, hit: Sequence[int],
                       num_new_tokens: int) -> int:
@@ -157,7 +174,8 @@ class PrefixCache:
         tokens and the ``hit`` blocks takes: new blocks plus hit blocks now free."""
         total = num_computed + len(hit) * self.block_size + num_new_tokens
         new = -(-total // self.block_size) - len(req.block_ids) - len(hit)
-        evictable = sum(1 for b in hit if self._ref[b] == 0)
+        ref = self._ref
+        evictable = sum(1 for b in hit if ref[b] == 0)
         return max(new, 0) + evictable
 
     # -- updates ---------------------------------------------------------------
@@ -169,22 +187,22 @@ class PrefixCache:
         assert not hit or not req.block_ids, "prefix hits only for a request holding no blocks"
         if self.blocks_needed(req, num_computed, hit, num_new_tokens) > self.num_free:
             return False
+        ref = self._ref
         for b in hit:  # touch
-            if self._ref[b] == 0:
+            if ref[b] == 0:
                 del self._back[b]
-            self._ref[b] += 1
-        req.block_ids.extend(hit)
+            ref[b] += 1
+        ids = req.block_ids
+        ids.extend(hit)
         req.num_cached += len(hit)
         total = num_computed + len(hit) * self.block_size + num_new_tokens
-        for _ in range(-(-total // self.block_size) - len(req.block_ids)):
-            req.block_ids.append(self._pop_free())
+        new = -(-total // self.block_size) - len(ids)
+        if new > 0:
+            self._take(ids, new)
         full = min(min(total, num_tokens) // self.block_size, len(hashes))
-        for i in range(req.num_cached, full):
-            b = req.block_ids[i]
-            h = hashes[i]
-            self._hash[b] = h
-            self._cached.setdefault(h, {})[b] = None
-        req.num_cached = max(req.num_cached, full)
+        if full > req.num_cached:
+            self._add(ids, hashes, req.num_cached, full)
+            req.num_cached = full
         return True
 
     def grow_decode(self, req: CachedBlocks, hashes: Sequence[int], num_computed: int) -> bool:
@@ -197,29 +215,26 @@ class PrefixCache:
         if new > 0:
             if new > self.num_free:
                 return False
-            for _ in range(new):
-                req.block_ids.append(self._pop_free())
+            self._take(req.block_ids, new)
         full = (num_computed + 1) // bs
         if full > len(hashes):
             full = len(hashes)
-        for i in range(req.num_cached, full):
-            b = req.block_ids[i]
-            h = hashes[i]
-            self._hash[b] = h
-            self._cached.setdefault(h, {})[b] = None
         if full > req.num_cached:
+            self._add(req.block_ids, hashes, req.num_cached, full)
             req.num_cached = full
         return True
 
     def free(self, req: CachedBlocks) -> None:
         """Release a request's blocks, tail first (vLLM's ``free``)."""
+        ref, hashed, back, front = self._ref, self._hash, self._back, self._front
         for b in reversed(req.block_ids):
-            self._ref[b] -= 1
-            if self._ref[b] == 0:
-                if b in self._hash:
-                    self._back[b] = None
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if hashed[b] is not None:
+                    back[b] = None
                 else:
-                    self._front.append(b)
+                    front.append(b)
         req.block_ids.clear()
         req.num_cached = 0
 
@@ -227,39 +242,113 @@ class PrefixCache:
         self.num_queries += num_tokens
         self.num_hits += num_hit_tokens
 
-    def _pop_free(self) -> int:
-        if self._front:
-            b = self._front.pop()
-        elif self.num_blocks is None or self._next_id < self.num_blocks:
-            b = self._next_id
-            self._next_id += 1
+    def _take(self, out: list[int], n: int) -> None:
+        """Append ``n`` free blocks to ``out``, each with reference count 1, in the order
+        ``n`` single pops take them (the caller checked ``num_free``): freed unhashed blocks
+        last-freed first, then never-used ones in id order, then cached ones least recently
+        freed first (evicting their hashes)."""
+        ref = self._ref
+        front = self._front
+        if front:
+            k = min(n, len(front))
+            taken = front[-k:]
+            del front[-k:]
+            taken.reverse()
+            for b in taken:
+                ref[b] = 1
+            out.extend(taken)
+            n -= k
+        if n:
+            nid = self._next_id
+            k = n if self.num_blocks is None else min(n, self.num_blocks - nid)
+            if k:
+                out.extend(range(nid, nid + k))
+                ref.extend([1] * k)
+                self._hash.extend([None] * k)
+                self._next_id = nid + k
+                n -= k
+        if n:  # evict the least recently freed (``_unhash``, its one-holder case inlined)
+            back, hashed, cached, dups = self._back, self._hash, self._cached, self._dups
+            watch = self._watch
+            for _ in range(n):
+                b, _ = back.popitem(last=False)
+                h = hashed[b]
+                assert h is not None  # (blocks in the back queue are hashed)
+                if h in dups:
+                    self._unhash(b)
+                else:  # b is the hash's one holder
+                    hashed[b] = None
+                    del cached[h]
+                    if watch:
+                        w = watch.pop(h, None)
+                        if w:
+                            for memo, pos in w:
+                                if memo[0] > pos:
+                                    memo[0] = pos
+                    self._num_hashed -= 1
+                ref[b] = 1
+                out.append(b)
+
+    def _add(self, ids: list[int], hashes: Sequence[int], start: int, end: int) -> None:
+        """Cache blocks ``ids[start:end]`` under ``hashes[start:end]``."""
+        hashed, cached = self._hash, self._cached
+        for i in range(start, end):
+            b = ids[i]
+            h = hashes[i]
+            hashed[b] = h
+            if h in cached:  # another block holds it already: a later holder
+                self._dups.setdefault(h, {})[b] = None
+            else:
+                cached[h] = b
+        self._num_hashed += end - start
+
+    def _unhash(self, b: int) -> None:
+        """Evict block ``b``'s hash; if it was the hash's last holder, the hash leaves the
+        cache and every ``hit_blocks`` memo that walked past it is cut back to it."""
+        h = self._hash[b]
+        assert h is not None
+        self._hash[b] = None
+        self._num_hashed -= 1
+        dups = self._dups.get(h)
+        if self._cached[h] == b:
+            if dups:  # the next holder in caching order becomes the first
+                first = next(iter(dups))
+                del dups[first]
+                self._cached[h] = first
+                if not dups:
+                    del self._dups[h]
+                return
+            del self._cached[h]
+            for memo, pos in self._watch.pop(h, ()):
+                if memo[0] > pos:
+                    memo[0] = pos
         else:
-            b, _ = self._back.popitem(last=False)  # evict the least recently freed
-            h = self._hash.pop(b)
-            ids = self._cached[h]
-            del ids[b]
-            if not ids:
-                del self._cached[h]
-                for memo, pos in self._watch.pop(h, ()):
-                    if memo[0] > pos:
-                        memo[0] = pos
-        self._ref[b] = 1
-        return b
+            assert dups is not None
+            del dups[b]
+            if not dups:
+                del self._dups[h]
 
     def check(self) -> None:
         """Internal consistency (tests): refcounts, queue membership, block count."""
-        held = sum(1 for r in self._ref.values() if r > 0)
+        held = sum(1 for r in self._ref if r > 0)
         in_queue = set(self._front) | set(self._back)
         assert len(in_queue) == len(self._front) + len(self._back)
-        for b, r in self._ref.items():
+        assert len(self._ref) == len(self._hash) == self._next_id
+        for b, r in enumerate(self._ref):
             assert r >= 0
             assert (r == 0) == (b in in_queue), (b, r)
-        assert all(b in self._hash for b in self._back)
-        assert all(b not in self._hash for b in self._front)
+        assert all(self._hash[b] is not None for b in self._back)
+        assert all(self._hash[b] is None for b in self._front)
         if self.num_blocks is not None:
             assert held + self.num_free == self.num_blocks
-        for h, ids in self._cached.items():
-            assert ids and all(self._hash[b] == h for b in ids)
+        holders: dict[int, list[int]] = {}
+        for b, h in enumerate(self._hash):
+            if h is not None:
+                holders.setdefault(h, []).append(b)
+        assert self._num_hashed == sum(map(len, holders.values()))
+        assert set(holders) == set(self._cached)
+        for h, bs in holders.items():
+            assert sorted([self._cached[h], *self._dups.get(h, ())]) == sorted(bs)
 
 
 __all__ = ["CachedBlocks", "PrefixCache", "chained_block_hashes"]
