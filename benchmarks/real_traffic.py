@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/real_traffic.py [--quick] [--capacity]
         [--policies 'ordered;ppas'] [--azure FILE] [--mooncake FILE] [--json OUT]
 
-Workloads (simulated, the roofline cost model, the model's context as max_model_len):
+Workloads (simulated, the roofline cost model, the model's context as max_model_len, prefix
+caching off; ``--enable-prefix-caching``: on, vLLM V1's default, for every setting and policy):
 
 * ``azure-2023-code``: the first hour of Azure's 2023 code trace (``--window 0:3600``);
 * ``mooncake-synthetic``: its first 600 s, arrivals slowed 1.33x, requests over 32k
@@ -164,14 +165,16 @@ def verdict(ok: bool) -> str:
 
 
 def one(w: Workload, hardware: str, model: str, policies: list[str], loads: list[float],
-        capacity: bool) -> dict[str, Any]:
-    """The stock search and every policy on one workload and GPU; prints its tables."""
+        capacity: bool, caching: bool = False) -> dict[str, Any]:
+    """The stock search and every policy on one workload and GPU; prints its tables.
+    ``caching``: vLLM's prefix caching on, for the stock settings and the policies alike."""
     t0 = time.perf_counter()
     raw = load_trace(w.path, "auto", 512)
     traces: dict[float, Trace] = {x: w.transform.at_load(x).apply(raw) for x in loads}
-    engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(model))
+    engine = EngineConfig(max_model_len=MAX_MODEL_LEN.get(model), prefix_caching=caching)
     first = traces[loads[0]]
-    print(f"\n== {w.name} on {hardware} / {model}: {first.description}, {len(first)} "
+    print(f"\n== {w.name}{' (prefix caching)' if caching else ''} on {hardware} / {model}: "
+          f"{first.description}, {len(first)} "
           f"requests, {len(first) / first.duration_s:.3g} req/s at x{loads[0]:g}")
     ev = Evaluator(traces, hardware, model, "roofline", 1, engine)
     objective = MeanE2E()
@@ -241,7 +244,8 @@ def one(w: Workload, hardware: str, model: str, policies: list[str], loads: list
         for name, (v, ok) in checks.items():
             print(f"  {name:<40} {v:8.3f}  {verdict(ok)}")
         bars[p] = {k: {"value": v, "pass": ok} for k, (v, ok) in checks.items()}
-    return {"workload": w.name, "description": first.description, "hardware": hardware,
+    return {"workload": w.name + (" (prefix caching)" if caching else ""),
+            "description": first.description, "hardware": hardware,
             "model": model, "requests": len(first), "best": best,
             "oracle": {f"{x:g}": c for x, c in oracle.items()}, "rows": rows,
             "capacity": caps, "bars": bars, "stock_simulations": n_stock,
@@ -266,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", default=None,
                     help="HARDWARE/MODEL,... (default h100-sxm-80gb/qwen3-8b,"
                          "a100-sxm-80gb/qwen2.5-7b; --quick: the first)")
+    ap.add_argument("--enable-prefix-caching", action="store_true",
+                    help="vLLM's automatic prefix caching on (vLLM V1's default), for the "
+                         "stock settings and the policies alike: the Mooncake slice's "
+                         "requests share prefixes (its hash ids), the Azure trace's none")
     args = ap.parse_args(argv)
     try:
         loads = [float(x) for x in args.loads.split(",") if x]
@@ -286,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for w in ws:
             for hw, model in gpus:
-                results.append(one(w, hw, model, policies, loads, args.capacity))
+                results.append(one(w, hw, model, policies, loads, args.capacity,
+                                   args.enable_prefix_caching))
     except PpasError as e:
         fail("real_traffic.py", str(e))
     print("\nsummary (geomean mean E2E gain over the best single stock setting; bars met):")

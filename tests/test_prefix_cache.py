@@ -204,3 +204,23 @@ def test_a_hash_held_three_times_is_found_in_caching_order() -> None:
                              [], 8, 8)
         pool.check()
     assert pool.lookup(hs, 9) == [] and pool.hit_blocks(hs, 9, memo) == 0
+
+
+def test_dead_memos_leave_the_watch_lists_and_live_ones_are_still_cut() -> None:
+    # A shared prefix walked by a thousand requests, each done with its memo once admitted
+    # (memo[0] = -1): the watch lists stay bounded, and a live memo is still cut when the
+    # prefix is evicted.
+    pool = PrefixCache(2, BS)
+    hs = chained_block_hashes([("s", 8)], BS)
+    r = CachedBlocks()
+    assert pool.allocate(r, hs, 0, [], 8, 8)
+    pool.free(r)
+    live = [0]
+    assert pool.hit_blocks(hs, 9, live) == 2
+    for _ in range(1000):
+        memo = [0]
+        assert pool.hit_blocks(hs, 9, memo) == 2
+        memo[0] = -1
+    assert max(len(w) for w in pool._watch.values()) <= 128
+    assert pool.allocate(CachedBlocks(), chained_block_hashes([("x", 8)], BS), 0, [], 8, 8)
+    assert pool.lookup(hs, 9) == [] and pool.hit_blocks(hs, 9, live) == 0

@@ -65,6 +65,7 @@ class KvPool:
             r.blocks += extra
             self.num_free -= extra
             return
+        admitted = not r.kv.block_ids  # (a running request holds a block at least)
         ok = self.cache.allocate(r.kv, r.block_hashes, r.num_computed_tokens, hit, n,
                                  r.prompt_tokens + r.num_output_tokens)
         assert ok, "allocate after a successful needed() check"
@@ -73,6 +74,9 @@ class KvPool:
             r.num_computed_tokens += len(hit) * self.bs
             if r.first_scheduled_time is None:
                 r.num_hit_tokens = len(hit) * self.bs
+        if admitted:  # its memo is done: no longer watched (PrefixCache.hit_blocks)
+            r.hit_memo[0] = -1
+            r.hit_memo = [0]
 
     def take(self, blocks: int) -> None:
         """Decode runs (no prefix caching): ``blocks`` more held (fewer when rewound)."""

@@ -148,7 +148,10 @@ class PrefixCache:
         passes is watched, and evicting a hash's last holder cuts each watching memo back
         to that hash's position (``_unhash``); a hash added since is found by resuming
         the walk at ``memo[0]``. So a query costs one dict lookup plus the blocks the hit
-        grew by, not a walk of the whole hit (a waiting request is asked every step)."""
+        grew by, not a walk of the whole hit (a waiting request is asked every step).
+        A caller done with a memo (its request admitted) sets ``memo[0] = -1``: cuts skip
+        it, and a watch list drops such entries when it doubles (memory: the live memos'
+        walks, not every request's that ever passed a shared prefix)."""
         limit = min(len(hashes), max(0, num_tokens - 1) // self.block_size)
         h = memo[0]
         if h >= limit:
@@ -164,6 +167,11 @@ class PrefixCache:
                 watch[x] = [(memo, h)]
             else:
                 w.append((memo, h))
+                n = len(w)
+                if n >= 64 and not n & (n - 1):  # at each doubling: drop the dead, if
+                    live = [e for e in w if e[0][0] >= 0]  # half are (amortised O(1))
+                    if 2 * len(live) <= n:
+                        w[:] = live
             h += 1
         memo[0] = h
         return h
