@@ -146,7 +146,7 @@ class PrefixCache:
 
         Invariant: ``hashes[:memo[0]]`` are all cached. It holds because every hash the walk
         passes is watched, and evicting a hash's last holder cuts each watching memo back
-        to that hash's position (``_unhash``); a hash added since is found by resuming
+        to that hash's position (``_cut``); a hash added since is found by resuming
         the walk at ``memo[0]``. So a query costs one dict lookup plus the blocks the hit
         grew by, not a walk of the whole hit (a waiting request is asked every step).
         A caller done with a memo (its request admitted) sets ``memo[0] = -1``: cuts skip
@@ -275,7 +275,7 @@ class PrefixCache:
                 self._hash.extend([None] * k)
                 self._next_id = nid + k
                 n -= k
-        if n:  # evict the least recently freed (``_unhash``, its one-holder case inlined)
+        if n:  # evict the least recently freed (``_unhash``; its one-holder case inlined)
             back, hashed, cached, dups = self._back, self._hash, self._cached, self._dups
             watch = self._watch
             for _ in range(n):
@@ -288,11 +288,7 @@ class PrefixCache:
                     hashed[b] = None
                     del cached[h]
                     if watch:
-                        w = watch.pop(h, None)
-                        if w:
-                            for memo, pos in w:
-                                if memo[0] > pos:
-                                    memo[0] = pos
+                        self._cut(h)
                     self._num_hashed -= 1
                 ref[b] = 1
                 out.append(b)
@@ -327,14 +323,19 @@ class PrefixCache:
                     del self._dups[h]
                 return
             del self._cached[h]
-            for memo, pos in self._watch.pop(h, ()):
-                if memo[0] > pos:
-                    memo[0] = pos
+            self._cut(h)
         else:
             assert dups is not None
             del dups[b]
             if not dups:
                 del self._dups[h]
+
+    def _cut(self, h: int) -> None:
+        """Hash ``h`` has left the cache: every ``hit_blocks`` memo that walked past it is
+        cut back to its position there."""
+        for memo, pos in self._watch.pop(h, ()):
+            if memo[0] > pos:
+                memo[0] = pos
 
     def check(self) -> None:
         """Internal consistency (tests): refcounts, queue membership, block count."""

@@ -457,6 +457,9 @@ from ppas.policies.registry import register
 
 #: KV tokens of block rounding counted per request when checking footprints.
 SLACK = 16
+#: Entries of ``prefill_ns``'s memo before it is emptied (bounded memory in a long-running
+#: server; the pending prompts' terms are read again once, amortised O(1)).
+NS_MEMO = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -612,7 +615,7 @@ class Ordered(Policy):
         self._idle: dict[int, int] = {}  # idle_chunk by prompt (a memo)
         self._solo: dict[tuple[int, int], float] = {}  # solo_estimate by shape (a memo)
         # prefill_ns by request id: (start, prompt, its term), the term read again only
-        # when its start (computed + cached tokens) moves.
+        # when its start (computed + cached tokens) moves; emptied at NS_MEMO entries.
         self._ns: dict[str, tuple[int, int, int]] = {}
         self._index: _WaitingIndex | None = None  # the waiting queue, between steps
         self._solo_fn: Callable[[int, int], float] | None = None  # solo_estimate, memoised
@@ -759,6 +762,8 @@ class Ordered(Policy):
         if memo is not None and memo[0] == start and memo[1] == p:
             return memo[2]
         ns = round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
+        if len(self._ns) >= NS_MEMO:  # (finished requests' terms: a server runs for days)
+            self._ns.clear()
         self._ns[r.request_id] = (start, p, ns)
         return ns
 
