@@ -11,7 +11,8 @@ reported figure next to ours:
 3. Sorted-F (up to ~30% lower mean latency than FCFS / MC-SF on an offline backlog of
    short conversations and long-document summaries under a KV budget).
 4. LPRS-APC (>10% lower mean E2E than FCFS): mixed prompt lengths, online.
-5. Multi-turn sessions with a shared system prompt: FCFS, Feather, predictive.
+5. Multi-turn sessions with a shared system prompt: FCFS, Feather, LPRS-APC, predictive,
+   ordered.
 
     .venv/bin/python benchmarks/prefix_policies.py [--hardware H --model M] [--seeds N]
         [--json OUT]
@@ -179,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return session_trace(40, 6, s, 1.5, 2000, 1500, "300-900", "32-256", 5.0)
 
     rows = table("[5] multi-turn sessions, KV 3000 blocks", sessions,
-                 [fcfs, fcfs, feather, "lprs-apc", "predictive:c_max=8192"], seeds, hw, model,
-                 3000, fcfs, caching=[False, True, True, True, True])
+                 [fcfs, fcfs, feather, "lprs-apc", "predictive:c_max=8192", "ordered", "ordered:kv_footprint=false"], seeds,
+                 hw, model, 3000, fcfs, caching=[False, True, True, True, True, True, True])
     print("\nPapers' direction, measured here:")
     for v in verdicts:
         print("  " + v)
