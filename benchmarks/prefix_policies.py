@@ -180,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return session_trace(40, 6, s, 1.5, 2000, 1500, "300-900", "32-256", 5.0)
 
     rows = table("[5] multi-turn sessions, KV 3000 blocks", sessions,
-                 [fcfs, fcfs, feather, "lprs-apc", "predictive:c_max=8192", "ordered", "ordered:kv_footprint=false"], seeds,
-                 hw, model, 3000, fcfs, caching=[False, True, True, True, True, True, True])
+                 [fcfs, fcfs, feather, "lprs-apc", "predictive:c_max=8192", "ordered",
+                  "ordered:kv_footprint=false"], seeds, hw, model, 3000, fcfs,
+                 caching=[False, True, True, True, True, True, True])
     print("\nPapers' direction, measured here:")
     for v in verdicts:
         print("  " + v)
