@@ -336,7 +336,9 @@ class EngineSim:
                              max_num_seqs=self.max_num_seqs, recent_steps=self.recent,
                              # (SchedulerView.waiting_log: FCFS)
                              waiting_log=log if self._log_views else None,
-                             prefix_caching=self.pool.cache is not None)
+                             prefix_caching=self.pool.cache is not None,
+                             kv_shared_tokens=0 if self.pool.cache is None else
+                             self.pool.cache.num_shared * self.pool.cache.block_size)
 
     def _schedule(self, prefill_budget: int, held: bool = False, chunk_limit: int = 0,
                   ) -> tuple[list[tuple[SimRequest, int]], list[SimRequest],

@@ -343,6 +343,10 @@ ORDER_CASES: dict[str, str | Callable[[], Policy]] = {
     # several prompts prefill together and the order acts on running chunks too.
     "shortest-prefill-first-chunked": lambda: ShortestPrefillFirst(chunk_limit=250),
     "flowprefill": CONFIGS["flowprefill"],
+    # ordered's keys read a waiting prompt's prefix-cache hit, and its footprint rule the
+    # blocks the running requests share (SchedulerView.kv_shared_tokens,
+    # RequestView.num_shared_tokens): the plugin reads them from vLLM's cache
+    "ordered": "ordered:c_min=128,c_max=1024",
 }
 
 
@@ -391,6 +395,46 @@ def test_ordering_matches_vllm(model_dir: str, tmp_path: Path, name: str,
     event("admission reordered" if admitted != sorted(admitted, key=int) else "FCFS order")
     event("preempted" if any(s.preempted for s in sim) else "no preemption")
     event("prefix caching" if caching else "no prefix caching")
+
+
+class CacheReads(ShortestPrefillFirst):
+    """``ShortestPrefillFirst`` noting, every step, what a policy reads of the prefix
+    cache: the running requests' joint blocks, each request's shared blocks (a waiting
+    one's: of its hit) and each waiting request's hit."""
+
+    def __init__(self, log: list[object]) -> None:
+        super().__init__()
+        self.log = log
+
+    def decide(self, view: SchedulerView) -> Decision:
+        self.log.append((view.kv_shared_tokens,
+                         tuple((r.request_id, r.num_shared_tokens,
+                                0 if r.is_running else r.num_cached_tokens)
+                               for r in view.requests)))
+        return super().decide(view)
+
+
+@settings(max_examples=int(os.environ.get("PPAS_DIFF_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(wc=ordered_workloads())
+def test_cache_reads_match_vllm(model_dir: str, tmp_path: Path,
+                                wc: tuple[Workload, bool]) -> None:
+    """What the plugin's view reads of vLLM's prefix cache (``kv_shared_tokens``,
+    ``num_shared_tokens``, ``num_cached_tokens``) is the simulator's, step by step."""
+    w, _ = wc
+    logs: list[list[object]] = []
+
+    def case() -> Policy:
+        logs.append([])
+        return CacheReads(logs[-1])
+
+    compare(model_dir, tmp_path, "cache reads", case, w, Queue("fcfs", True))
+    sim, real = ([x for x in log if x[1]] for log in logs)  # (not vLLM's empty last call)
+    assert sim == real
+    event("blocks shared" if any(x[0] for x in sim) else "none shared")
+    event("a waiting hit" if any(n for x in sim for _, _, n in x[1]) else "no hit")
+    event("a hit on shared blocks" if any(n and h for x in sim for _, h, n in x[1])
+          else "no hit on shared blocks")  # (n: a waiting request's hit)
 
 
 def test_ordering_reorders_admission(model_dir: str, tmp_path: Path) -> None:

@@ -108,5 +108,5 @@ def test_builders_make_the_dataclasses() -> None:
     assert type(make_step_record(*args)) is StepRecord
     assert make_shape(100, 1, 2.5, 300, 7, 4000) == StepShape(100, 1, 2.5, 300, 7, 4000)
     lengths = OutputLengths()
-    view = SchedulerView(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths)
-    assert make_view(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths) == view
+    view = SchedulerView(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths, 32)
+    assert make_view(1.0, (), 2, 3, 2048, 256, (), None, 7, True, lengths, 32) == view

@@ -4,6 +4,8 @@ simulator (no preemption with exact lengths, more requests running than the sum 
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,3 +126,82 @@ def test_long_outputs_run_more_requests_and_none_is_preempted() -> None:
         done = runs[spec].requests
         return sum(r.finish_time - r.arrival_time for r in done) / len(done)  # type: ignore[operator]
     assert mean_e2e("ordered") < mean_e2e("ordered:kv_peak=false")
+
+
+#: Running requests in prefix groups: (group, extra prompt, outputs it has, max outputs,
+#: prompt computed?); a request of group g holds the group's shared prefix, then its own.
+grouped_requests = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(1, 2000), st.integers(0, 300),
+              st.integers(1, 300), st.booleans()), max_size=10)
+
+
+@settings(max_examples=400, deadline=None)
+@given(grouped_requests, st.lists(st.integers(0, 3000), min_size=3, max_size=3),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(1, 2000), st.integers(1, 400)),
+                max_size=8),
+       st.integers(0, 40_000))
+def test_shared_blocks_credited_never_overfill_the_cache(
+        rows: list[tuple[int, int, int, int, bool]], prefixes: list[int],
+        cands: list[tuple[int, int, int]], capacity: int) -> None:
+    """With prefix groups, the rule credits the blocks the running requests share
+    (module doc, "Shared blocks"): E, plus each admitted prompt's hit on blocks two of
+    them hold, less each finished decode's e_j. Whatever it admits, what the requests
+    really hold (a group's prefix once while any member runs, each request's own tokens
+    by the bounds) stays within the capacity at every future step and at the horizon;
+    and it admits at least what the rule without the credit admits. A candidate of
+    group 3 shares nothing."""
+    reqs: list[RequestSnapshot] = []
+    group: list[int] = []
+    for i, (g, extra, o, cap, prefilled) in enumerate(rows):
+        p = prefixes[g] + extra
+        o = min(o, cap) if prefilled else 0
+        reqs.append(RequestSnapshot(f"r{i}", 0.0, p, num_computed_tokens=p if prefilled else 0,
+                                    num_output_tokens=o, max_output_tokens=cap,
+                                    is_running=True))
+        group.append(g)
+    members = [group.count(g) for g in range(3)]
+    shared = sum(prefixes[g] * (members[g] - 1) for g in range(3) if members[g])
+    reqs = [dataclasses.replace(r, num_shared_tokens=prefixes[g] if members[g] > 1 else 0)
+            for r, g in zip(reqs, group, strict=True)]
+    held = sum(r.prompt_tokens + r.max_output_tokens + SLACK for r in reqs)
+    credited = KvRoom(capacity, capacity - held, reqs, SLACK, shared=shared)
+    plain = KvRoom(capacity, capacity - held, reqs, SLACK)
+    admitted: list[tuple[int, int, int]] = []  # (b, f, group)
+    same = True  # both rules have admitted the same so far
+    for g, extra, out in cands:
+        p = (prefixes[g] if g < 3 else 0) + extra
+        b, f = p + SLACK, p + out + SLACK
+        h = prefixes[g] if g < 3 and members[g] > 1 else 0  # its hit two requests hold
+        by_plain = plain.admit(b, f) if same else False
+        by_credit = credited.admit(b, f, h)
+        assert by_credit or not by_plain  # from the same state, the credit only adds room
+        same = same and by_plain == by_credit
+        if by_credit:
+            admitted.append((b, f, g))
+    if not admitted:
+        return
+    prefixes = [*prefixes, 0]
+
+    def true_use(s: int | None) -> int:  # s None: the horizon, every decode finished
+        alive = [False] * 4
+        use = 0
+        for b, f, g in admitted:  # a hit on a group's prefix: held once, by the group
+            use += (min(f, b + s) if s is not None else f) - (prefixes[g] if members[g:g + 1]
+                                                              and members[g] else 0)
+            alive[g] = True
+        for r, g in zip(reqs, group, strict=True):
+            b = r.prompt_tokens + r.num_output_tokens + SLACK
+            if r.num_computed_tokens < r.prompt_tokens:  # a prompt: never finishes
+                f = r.prompt_tokens + r.max_output_tokens + SLACK
+                own = (min(f, b + s) if s is not None else f) - prefixes[g]
+            elif s is not None and r.max_output_tokens - r.num_output_tokens >= s:
+                own = b + s - prefixes[g]
+            else:
+                continue
+            use += own
+            alive[g] = True
+        return use + sum(prefixes[g] for g in range(3) if alive[g] and members[g])
+
+    last = max((r.max_output_tokens for r in reqs), default=0)
+    assert all(true_use(s) <= capacity for s in range(last + 1))
+    assert true_use(None) <= capacity

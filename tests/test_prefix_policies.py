@@ -226,11 +226,27 @@ def test_a_waiting_requests_hit_is_the_caches_lookup(
     decide = pol.decide
 
     def checked(view: SchedulerView) -> object:
+        holders: dict[int, int] = {}  # block id -> running requests holding it
         for r in view.requests:
             cache = getattr(r, "cache", None)
             if not r.is_running and cache is not None:
                 walk = cache.lookup(r.block_hashes, r.num_tokens)  # type: ignore[attr-defined]
                 assert r.num_cached_tokens == len(walk) * cache.block_size
+            if r.is_running and cache is not None:
+                for b in r.kv.block_ids:  # type: ignore[attr-defined]
+                    holders[b] = holders.get(b, 0) + 1
+        # What the footprint rule credits (ppas.policies.kv_room, "Shared blocks"): the
+        # running requests' joint blocks, and each one's blocks another holds too.
+        bs = 16
+        assert view.kv_shared_tokens == bs * sum(n - 1 for n in holders.values())
+        for r in view.requests:
+            if r.is_running:
+                ids = r.kv.block_ids  # type: ignore[attr-defined]
+                assert r.num_shared_tokens == bs * sum(1 for b in ids if holders[b] > 1)
+            elif getattr(r, "cache", None) is not None:  # its hit, held by two running
+                walk = r.cache.lookup(r.block_hashes, r.num_tokens)  # type: ignore[attr-defined]
+                assert r.num_shared_tokens == bs * sum(1 for b in walk
+                                                       if holders.get(b, 0) > 1)
         return decide(view)
 
     pol.decide = checked  # type: ignore[method-assign, assignment]

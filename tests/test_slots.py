@@ -15,7 +15,8 @@ from ppas.cost.base import StepShape, make_shape
 @pytest.mark.parametrize(("make", "cls", "args"), [
     (make_step_record, StepRecord, (1.5, 0.02, 0.03, 512, 256, 10, 1, 10, 3e4, 300, 900)),
     (make_shape, StepShape, (512, 1, 1000.5, 2048, 12, 40000)),
-    (make_view, SchedulerView, (3.0, [], 4, 5, 2048, 256, (), None, 77, True, OutputLengths())),
+    (make_view, SchedulerView, (3.0, [], 4, 5, 2048, 256, (), None, 77, True, OutputLengths(),
+                                 48)),
 ])
 def test_same_object_as_the_constructor(make, cls, args) -> None:  # type: ignore[no-untyped-def]
     made, ref = make(*args), cls(*args)

@@ -52,6 +52,15 @@ class RequestView(Protocol):
         admitted now; 0 for running requests (their hits are in ``num_computed_tokens``)
         and where the engine does not look it up."""
         ...
+    @property
+    def num_shared_tokens(self) -> int:
+        """Prefix caching: for a running request, the tokens of the KV blocks it holds
+        that another request holds too (its release takes at most that many off the
+        view's ``kv_shared_tokens``); for a waiting one, the tokens of its hit
+        (``num_cached_tokens``) in blocks that two running requests hold. 0 without
+        prefix caching, and where the engine does not count them (an engine that counts
+        ``kv_shared_tokens`` counts these: ``ppas.policies.kv_room``, "Shared blocks")."""
+        ...
 
 
 #: Tokens per KV block, as in vLLM (``--block-size`` 16): the unit of ``block_hashes``.
@@ -74,6 +83,7 @@ class RequestSnapshot:
     tpot_slo: float | None = None
     block_hashes: Sequence[Hashable] = ()
     num_cached_tokens: int = 0
+    num_shared_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +256,11 @@ class SchedulerView:
     from the requests, not kept from ``waiting_log``).
     ``output_lengths``: the engine's ``OutputLengths`` (the simulator and the vLLM
     plugin); None (hand-made views): every cap is taken for the request's length.
+    ``kv_shared_tokens``: the KV tokens the running requests hold jointly (prefix
+    caching: blocks several requests reference), counted once per holder beyond the
+    first: ``BLOCK_SIZE * (sum of the blocks each running request holds - blocks
+    held)``. A sum of the running requests' tokens counts them that much too often. 0
+    without prefix caching, and where the engine does not count them (hand-made views).
     """
 
     now: float
@@ -259,6 +274,7 @@ class SchedulerView:
     waiting_prompt_tokens: int | None = None
     prefix_caching: bool = False
     output_lengths: OutputLengths | None = None
+    kv_shared_tokens: int = 0
 
 
 def caps_are_lengths(view: SchedulerView) -> bool:

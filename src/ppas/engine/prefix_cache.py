@@ -113,6 +113,10 @@ class PrefixCache:
         # hit_blocks' watchers: hash -> (memo cell, position) of every walk that passed it;
         # evicting the hash's last holder cuts each such memo back to that position.
         self._watch: dict[int, list[tuple[list[int], int]]] = {}
+        #: References beyond a block's first, summed over the held blocks: the blocks
+        #: requests hold jointly, counted once per holder beyond the first. Invariant:
+        #: ``sum(len(blocks) per holder) == blocks held + num_shared`` (``check``).
+        self.num_shared = 0
         self.num_queries = 0  # tokens looked up (the prompt part), for hit rates
         self.num_hits = 0  # tokens served from the cache
 
@@ -126,6 +130,18 @@ class PrefixCache:
     @property
     def num_cached_blocks(self) -> int:
         return self._num_hashed
+
+    def shared_blocks(self, req: CachedBlocks) -> int:
+        """How many of ``req``'s blocks another holder holds too (reference count > 1):
+        the references its release would take off shared blocks. O(blocks it holds)."""
+        ref = self._ref
+        return sum(1 for b in req.block_ids if ref[b] > 1)
+
+    def shared_hit(self, hashes: Sequence[int], num_blocks: int) -> int:
+        """How many of the first ``num_blocks`` blocks of a hit (``lookup``'s, which
+        ``num_blocks`` must not exceed) two holders hold (reference count > 1)."""
+        ref, cached = self._ref, self._cached
+        return sum(1 for i in range(num_blocks) if ref[cached[hashes[i]]] > 1)
 
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes``, at most
@@ -199,6 +215,8 @@ class PrefixCache:
         for b in hit:  # touch
             if ref[b] == 0:
                 del self._back[b]
+            else:
+                self.num_shared += 1
             ref[b] += 1
         ids = req.block_ids
         ids.extend(hit)
@@ -235,6 +253,7 @@ class PrefixCache:
     def free(self, req: CachedBlocks) -> None:
         """Release a request's blocks, tail first (vLLM's ``free``)."""
         ref, hashed, back, front = self._ref, self._hash, self._back, self._front
+        shared = 0
         for b in reversed(req.block_ids):
             r = ref[b] - 1
             ref[b] = r
@@ -243,6 +262,9 @@ class PrefixCache:
                     back[b] = None
                 else:
                     front.append(b)
+            else:
+                shared += 1
+        self.num_shared -= shared
         req.block_ids.clear()
         req.num_cached = 0
 
@@ -340,6 +362,7 @@ class PrefixCache:
     def check(self) -> None:
         """Internal consistency (tests): refcounts, queue membership, block count."""
         held = sum(1 for r in self._ref if r > 0)
+        assert self.num_shared == sum(r - 1 for r in self._ref if r > 0)
         in_queue = set(self._front) | set(self._back)
         assert len(in_queue) == len(self._front) + len(self._back)
         assert len(self._ref) == len(self._hash) == self._next_id

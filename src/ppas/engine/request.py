@@ -69,6 +69,19 @@ class SimRequest:
         return self.cache.hit_blocks(self.block_hashes, n, self.hit_memo) * self.cache.block_size
 
     @property
+    def num_shared_tokens(self) -> int:
+        """RequestView: running, the tokens of its blocks that another request holds too;
+        waiting, those of its hit that two running requests hold; 0 without caching."""
+        cache = self.cache
+        if self.kv is None or cache is None:
+            return 0
+        if self.is_running:
+            return cache.shared_blocks(self.kv) * cache.block_size
+        hit = cache.hit_blocks(self.block_hashes, self.prompt_tokens + self.num_output_tokens,
+                               self.hit_memo)
+        return cache.shared_hit(self.block_hashes, hit) * cache.block_size
+
+    @property
     def num_tokens(self) -> int:
         """Prompt plus the output tokens sampled so far (vLLM's ``Request.num_tokens``)."""
         return self.prompt_tokens + self.num_output_tokens

@@ -989,12 +989,15 @@ class EngineSim:
         log.front = waiting.followed()
         # SchedulerView(now, requests, num_pending_prefills, num_running_decodes,
         # max_num_batched_tokens, max_num_seqs, recent_steps, waiting_log,
-        # waiting_prompt_tokens, prefix_caching, output_lengths), the log only under FCFS
-        # (SchedulerView.waiting_log)
+        # waiting_prompt_tokens, prefix_caching, output_lengths, kv_shared_tokens), the
+        # log only under FCFS (SchedulerView.waiting_log); only running requests hold
+        # blocks (a preempted one frees its own), so the pool's count is theirs
+        cache = self.pool.cache
         return make_view(self.now, self._chain, len(self.running) - nd + num_waiting, nd,
                          self.mbt, self.max_num_seqs, self.recent,
                          log if self._log_views else None, waiting.prompt_tokens,
-                         self._prefix_caching, self.output_lengths)
+                         self._prefix_caching, self.output_lengths,
+                         0 if cache is None else cache.num_shared * cache.block_size)
 
     def _schedule(self, prefill_budget: int, held: bool = False,
                   chunk_limit: int = 0) -> _Scheduled:

@@ -165,16 +165,77 @@ class PluginConfig:
         return replace(cfg, policy=cfg.policy.strip())
 
 
+class _CacheReads:
+    """What a view reads of vLLM's prefix cache (caching on): a waiting request's hit,
+    a running request's shared blocks, the running requests' joint blocks. Reads only:
+    no stats, no events, nothing moved. Counted in the first KV cache group, the only
+    one of a model with one kind of attention; 0 (no credit) for the shared counts with
+    several groups (``ppas.policies.kv_room``, "Shared blocks")."""
+
+    __slots__ = ("_m", "_group")
+
+    def __init__(self, manager: Any) -> None:
+        self._m = manager
+        managers = manager.coordinator.single_type_managers
+        self._group = managers[0] if len(managers) == 1 else None
+
+    def _lookup(self, request: Request) -> tuple[Sequence[Any], int]:
+        """vLLM's ``get_computed_blocks`` lookup: (the first group's hit blocks, the hit's
+        tokens)."""
+        m = self._m
+        if not m.prefix_cache_lookup_enabled(request):
+            return (), 0
+        blocks, n, *_ = m.coordinator.find_longest_cache_hit(request.block_hashes,
+                                                             request.num_tokens - 1)
+        return blocks[0] if blocks else (), int(n)
+
+    def hit(self, request: Request) -> int:
+        """The prompt tokens a waiting request would take from the cache now."""
+        return self._lookup(request)[1]
+
+    def shared_hit(self, request: Request) -> int:
+        """A waiting request's hit tokens in blocks two holders reference."""
+        g = self._group
+        if g is None:
+            return 0
+        blocks, _ = self._lookup(request)
+        return sum(1 for b in blocks if b.ref_cnt > 1) * int(g.block_size)
+
+    def shared(self, request: Request) -> int:
+        """``RequestView.num_shared_tokens``: tokens of its blocks with ``ref_cnt > 1``."""
+        g = self._group
+        if g is None:
+            return 0
+        blocks = g.req_to_blocks.get(request.request_id, ())
+        return sum(1 for b in blocks if b.ref_cnt > 1) * int(g.block_size)
+
+    def joint(self, running: Sequence[Request]) -> int:
+        """``SchedulerView.kv_shared_tokens``: the running requests' blocks, each counted
+        once per holder, less the blocks in use (O(running)). Blocks held by others (a
+        request waiting with KV, one whose blocks a connector still reads) make it
+        smaller, never larger."""
+        g = self._group
+        if g is None:
+            return 0
+        held = g.req_to_blocks
+        pool = g.block_pool
+        total = sum(len(held[r.request_id]) for r in running if r.request_id in held)
+        used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()  # (less the null block)
+        return max(0, total - used) * int(g.block_size)
+
+
 class _RequestAdapter:
     """A vLLM ``Request`` seen as a ``RequestView`` (read-through, no copy)."""
 
-    __slots__ = ("_r", "is_running", "_last")
+    __slots__ = ("_r", "is_running", "_last", "_cache")
 
     def __init__(self, request: Request, is_running: bool,
-                 last_token: Mapping[str, float] | None = None) -> None:
+                 last_token: Mapping[str, float] | None = None,
+                 cache: _CacheReads | None = None) -> None:
         self._r = request
         self.is_running = is_running
         self._last = last_token
+        self._cache = cache  # vLLM's prefix cache (None: caching off)
 
     @property
     def request_id(self) -> str:
@@ -227,7 +288,23 @@ class _RequestAdapter:
 
     @property
     def num_cached_tokens(self) -> int:
-        return 0  # waiting requests are not looked up in the prefix cache here
+        # A waiting request's hit, as vLLM's schedule() would look it up now (only one
+        # that has computed nothing: one holding KV is not looked up); 0 when running.
+        r = self._r
+        if self.is_running or self._cache is None or r.num_computed_tokens:
+            return 0
+        return self._cache.hit(r)
+
+
+    @property
+    def num_shared_tokens(self) -> int:
+        # Running: its blocks another holder references too (vLLM's ref_cnt > 1);
+        # waiting: its hit's blocks two holders reference (as num_cached_tokens, only
+        # one that has computed nothing is looked up); 0 when caching is off.
+        r = self._r
+        if self._cache is None or not self.is_running and r.num_computed_tokens:
+            return 0
+        return self._cache.shared(r) if self.is_running else self._cache.shared_hit(r)
 
 
 class _LazyRequests(Sequence[RequestView]):
@@ -235,20 +312,22 @@ class _LazyRequests(Sequence[RequestView]):
     wrapped on access: building a view costs O(1) until a policy reads the list."""
 
     def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
-                 last_token: Mapping[str, float] | None = None) -> None:
+                 last_token: Mapping[str, float] | None = None,
+                 cache: _CacheReads | None = None) -> None:
         self._running = running
         self._waiting = waiting
         self._last = last_token
+        self._cache = cache
 
     def __len__(self) -> int:
         return len(self._running) + sum(len(q) for q in self._waiting)
 
     def __iter__(self) -> Iterator[RequestView]:
         for r in self._running:
-            yield _RequestAdapter(r, True, self._last)
+            yield _RequestAdapter(r, True, self._last, self._cache)
         for q in self._waiting:
             for r in q:
-                yield _RequestAdapter(r, False, self._last)
+                yield _RequestAdapter(r, False, self._last, self._cache)
 
     @overload
     def __getitem__(self, i: int) -> RequestView: ...
@@ -263,11 +342,11 @@ class _LazyRequests(Sequence[RequestView]):
         if not 0 <= i < n:
             raise IndexError(i)
         if i < len(self._running):
-            return _RequestAdapter(self._running[i], True, self._last)
+            return _RequestAdapter(self._running[i], True, self._last, self._cache)
         i -= len(self._running)
         for q in self._waiting:
             if i < len(q):
-                return _RequestAdapter(list(q)[i], False, self._last)
+                return _RequestAdapter(list(q)[i], False, self._last, self._cache)
             i -= len(q)
         raise IndexError(i)  # pragma: no cover
 
@@ -407,16 +486,19 @@ class PolicyScheduler(Scheduler):
         running = self.running
         waiting = (self.kv_holding_waiting, self.waiting)
         np_, nd = step_rules.counts(running, len(self.kv_holding_waiting) + len(self.waiting))
+        cache = _CacheReads(self.kv_cache_manager) if self._prefix_caching else None
         return SchedulerView(
             now=now,
-            requests=_LazyRequests(running, waiting, self._last_token),  # type: ignore[arg-type]
+            requests=_LazyRequests(running, waiting, self._last_token,  # type: ignore[arg-type]
+                                   cache),
             num_pending_prefills=np_,
             num_running_decodes=nd,
             max_num_batched_tokens=self.max_num_scheduled_tokens,
             max_num_seqs=self.max_num_running_reqs,
             recent_steps=self._recent,
-            prefix_caching=self._prefix_caching,
+            prefix_caching=cache is not None,
             output_lengths=self._output_lengths,
+            kv_shared_tokens=0 if cache is None else cache.joint(running),
         )
 
     # -- vLLM hooks ---------------------------------------------------------------------

@@ -23,6 +23,23 @@ Their sum ``U(s)`` is nondecreasing between two decodes' last steps, so its maxi
 some decode's ``s = r_j`` or at the horizon, where every prompt holds ``f``. A request is
 admitted iff ``U`` stays within the capacity at each of those points with it added.
 
+**Shared blocks** (prefix caching). Requests that share a prefix hold its blocks once,
+so the sum of what each holds counts them once per holder: by ``E`` tokens now
+(``SchedulerView.kv_shared_tokens``, from the engine: the references beyond a block's
+first, summed). A decode that finishes takes one reference off each of its blocks, and
+so takes at most ``e_j`` off ``E``, its blocks that another request holds too
+(``RequestView.num_shared_tokens`` of a running request). A prompt admitted now adds a
+reference to each block of its hit that someone holds, raising ``E`` by one each: by
+``h_i`` for the blocks two running requests hold (``num_shared_tokens`` of a waiting
+request), which are in those requests' ``e_j`` already, and by one for each block one
+running request holds, which may raise that request's ``e_j`` by one too: those two
+cancel. So at step ``s`` the requests counted hold at least ``E + sum(h_i: admitted) -
+sum(e_j: decodes finished by s)`` tokens jointly, and ``U(s)`` less that credit (at
+least 0) is still an upper bound: a request is admitted iff it fits at every point
+with the credit. Without caching ``E`` and every ``h_i`` are 0 and the rule is the one
+above, bit for bit; with a system prompt every request shares, the credit is what lets
+the cache hold more than a handful of them (``docs/results/prefix-caching.md``).
+
 Invariants (``tests/test_kv_room.py``): every ``U(s)`` is at most the sum of the
 footprints, so whatever the sum rule admits the peak rule admits, and while the sum fits
 no peak is computed (``room``: the capacity less every footprint, the sum rule's room,
@@ -51,25 +68,34 @@ class KvRoom:
 
     ``room``: the capacity less every held footprint (the sum rule's room; the caller
     sums it, with ``slack`` tokens of block rounding per request). ``running``: the
-    running requests, read only if the sum refuses an admission and ``peak`` is on."""
+    running requests, read only if the sum refuses an admission and ``peak`` is on.
+    ``shared``: the tokens they hold jointly, credited at each point as far as the
+    requests still counted there hold them (module doc, "Shared blocks")."""
 
     __slots__ = ("capacity", "room", "peak", "_running", "_slack", "_admitted", "_steps",
-                 "_free")
+                 "_free", "_shared", "_lost")
 
     def __init__(self, capacity: int, room: int, running: Iterable[RequestView],
-                 slack: int, peak: bool = True) -> None:
+                 slack: int, peak: bool = True, shared: int = 0) -> None:
         self.capacity, self.room, self.peak = capacity, room, peak
         self._running, self._slack = running, slack
+        # E + H: the running requests' joint tokens, plus the admitted prompts' hits on
+        # blocks two running requests hold (module doc, "Shared blocks")
+        self._shared = shared
         self._admitted: list[tuple[int, int]] = []  # (b, f) of the prompts admitted so far
         self._steps: np.ndarray | None = None  # the points s (decodes' last steps, horizon)
-        self._free: np.ndarray | None = None  # capacity - U(s) at each of them
+        self._free: np.ndarray | None = None  # capacity - U(s) at each of them, no credit
+        self._lost: np.ndarray | None = None  # the e_j of the decodes finished by each
 
-    def admit(self, base: int, footprint: int) -> bool:
+    def admit(self, base: int, footprint: int, shared: int = 0) -> bool:
         """Admit a prompt of ``base`` tokens (``b``: prompt, outputs it has, slack) and
         ``footprint`` (``f``: prompt, every output, slack) if the cache can hold it to
-        its last output beside everything held (module doc); True if admitted."""
+        its last output beside everything held (module doc); True if admitted.
+        ``shared``: the tokens of its prefix-cache hit that two running requests hold
+        (``RequestView.num_shared_tokens``; 0 without prefix caching)."""
         if footprint <= self.room:  # the sum fits: so does the peak (module doc)
             self.room -= footprint
+            self._shared += shared
             if self._free is not None and self._steps is not None:
                 self._free -= np.minimum(footprint, base + self._steps)
             else:
@@ -80,9 +106,12 @@ class KvRoom:
         if self._free is None:
             self._build()
         assert self._free is not None and self._steps is not None
-        need = np.minimum(footprint, base + self._steps)
-        if (need <= self._free).all():
-            self._free -= need
+        free = self._free - np.minimum(footprint, base + self._steps)
+        lost = self._lost
+        if (free >= 0).all() or lost is not None and (
+                free + np.maximum(0, self._shared + shared - lost) >= 0).all():
+            self._free = free
+            self._shared += shared
             self.room -= footprint
             return True
         return False
@@ -92,6 +121,8 @@ class KvRoom:
         slack = self._slack
         lefts: list[int] = []
         bases: list[int] = []
+        shares: list[int] = []  # the decodes' e_j, with the credit only
+        credit = self._shared > 0
         prompts = list(self._admitted)
         for r in self._running:
             p, o, cap = r.prompt_tokens, r.num_output_tokens, r.max_output_tokens
@@ -101,6 +132,8 @@ class KvRoom:
             else:
                 lefts.append(max(0, cap - o))
                 bases.append(b)
+                if credit:
+                    shares.append(r.num_shared_tokens)
         left = np.asarray(lefts, dtype=np.int64)
         base = np.asarray(bases, dtype=np.int64)
         steps = np.unique(left)  # ascending
@@ -114,5 +147,8 @@ class KvRoom:
         held = np.concatenate((held, [0]))
         for b, f in prompts:
             held += np.minimum(f, b + steps)
+        if credit:  # the e_j of the decodes finished before each point, summed
+            lost = np.concatenate(([0], np.cumsum(np.asarray(shares, dtype=np.int64)[order])))
+            self._lost = np.concatenate((lost[first], lost[-1:]))
         self._steps = steps
         self._free = self.capacity - held

@@ -392,7 +392,8 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     """KV admission control: cap the budget at the prompt tokens of running prefills plus
     those of the waiting requests (FCFS) the KV cache can hold to their last output
     beside the running ones (``ppas.policies.kv_room``: the future peak of KV use, each
-    decode freeing its KV when it finishes; ``slack`` tokens of block rounding each).
+    decode freeing its KV when it finishes, the blocks running requests share counted
+    once; ``slack`` tokens of block rounding each).
     vLLM admits a request when its first chunk fits and later preempts the last running
     one (recompute) when the cache runs out; admitting only what can finish avoids that
     thrash under overload.
@@ -417,11 +418,13 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     room = capacity - used - n_run * slack  # (integers: the same as request by request)
     if allowance >= budget:
         return budget
-    kv = KvRoom(capacity, room, islice(view.requests, n_run), slack)
+    kv = KvRoom(capacity, room, islice(view.requests, n_run), slack,
+                shared=view.kv_shared_tokens)  # (prefix caching: kv_room, "Shared blocks")
     for r in islice(view.requests, n_run, None):
         prompt = r.prompt_tokens
         if not kv.admit(prompt + r.num_output_tokens + slack,
-                        prompt + r.max_output_tokens + slack):
+                        prompt + r.max_output_tokens + slack,
+                        r.num_shared_tokens if view.kv_shared_tokens else 0):
             break
         allowance += uncached_prompt_tokens(r)
         if allowance >= budget:
