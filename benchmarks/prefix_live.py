@@ -9,7 +9,7 @@ bar: mean E2E within 15%, hit rate within 5 points.
 
     flock /tmp/ppas-live.lock .venv/bin/python benchmarks/prefix_live.py \\
         [--model-dir .cache/tiny-qwen2] [--out-dir out/prefix-live] [--configs mbt:2048,...]
-        [--json OUT]
+        [--cost-model fitted:FILE] [--num-blocks N] [--json OUT]
 
 Every ``vllm serve`` must run under the live lock (one server on the machine at a time).
 """
@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="mbt:2048,feather:budget=2048")
     ap.add_argument("--rate", type=float, default=2.0)
     ap.add_argument("--num-requests", type=int, default=60)
+    ap.add_argument("--cost-model", default=None, metavar="SPEC",
+                    help="the plugin's cost model, e.g. fitted:FILE (policies that read one, "
+                         "such as ordered; the plugin gives it the server's KV cache size)")
+    ap.add_argument("--num-blocks", type=int, default=None, metavar="N",
+                    help="the server's KV cache in blocks (vLLM's --num-gpu-blocks-override;"
+                         " default: from VLLM_CPU_KVCACHE_SPACE)")
     a = ap.parse_args(argv)
     cfg_path = Path(a.model_dir, "config.json")
     if not cfg_path.is_file():
@@ -89,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         step_log.unlink(missing_ok=True)
         server_log = out / f"server-{slug}.log"
         t0 = time.monotonic()
+        extra = ("--enable-prefix-caching",) + (
+            ("--num-gpu-blocks-override", str(a.num_blocks)) if a.num_blocks else ())
         with VllmServer(a.model_dir, policy=cfg, max_num_batched_tokens=pol.max_num_batched_tokens,
                         max_num_seqs=128, step_log=step_log, log_path=server_log,
-                        extra_args=("--enable-prefix-caching",)) as srv:
+                        cost_model=a.cost_model, extra_args=extra) as srv:
             print(f"{cfg}: server up in {time.monotonic() - t0:.0f} s", flush=True)
             # Warm-up on a prompt of its own (another prompt seed: no shared blocks).
             asyncio.run(run_trace(srv.base_url, a.model_dir, Trace(trace.requests[:1], 0.0),

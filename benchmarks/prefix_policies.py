@@ -13,6 +13,10 @@ reported figure next to ours:
 4. LPRS-APC (>10% lower mean E2E than FCFS): mixed prompt lengths, online.
 5. Multi-turn sessions with a shared system prompt: FCFS, Feather, LPRS-APC, predictive,
    ordered.
+6. The KV footprint rules with shared blocks (``ppas.policies.kv_room``, "Shared
+   blocks"): ``ordered`` and ``predictive`` against FCFS and against ``ordered`` with
+   admission left to vLLM, on six session shapes nothing was tuned on (system prompts of
+   1,000-4,000 tokens, KV caches of 1,500-5,000 blocks, long outputs, three GPUs).
 
     .venv/bin/python benchmarks/prefix_policies.py [--hardware H --model M] [--seeds N]
         [--json OUT]
@@ -183,6 +187,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                  [fcfs, fcfs, feather, "lprs-apc", "predictive:c_max=8192", "ordered",
                   "ordered:kv_footprint=false"], seeds, hw, model, 3000, fcfs,
                  caching=[False, True, True, True, True, True, True])
+    # 6. The footprint rules with shared blocks, on session shapes beside [5]'s: (sessions,
+    # system prompt tokens, KV blocks, mean think time s, outputs, GPU, model).
+    shapes = ((40, 2000, 2000, 5.0, "32-256", "rtx5090", "qwen2.5-3b"),
+              (40, 4000, 3000, 5.0, "32-256", "rtx5090", "qwen2.5-3b"),
+              (80, 2000, 5000, 5.0, "32-256", "rtx5090", "qwen2.5-3b"),
+              (40, 2000, 3000, 2.0, "256-1024", "rtx5090", "qwen2.5-3b"),
+              (60, 3000, 4000, 3.0, "32-256", "h100-sxm-80gb", "qwen3-8b"),
+              (60, 1000, 1500, 3.0, "32-256", "a100-sxm-80gb", "qwen2.5-7b"))
+    footprint = [fcfs, "ordered", "ordered:kv_footprint=false", "predictive:c_max=8192"]
+    for n, system, blocks, think, outputs, shape_hw, shape_model in shapes:
+        def shape(s: int, n: int = n, system: int = system, think: float = think,
+                  outputs: str = outputs) -> Trace:
+            return session_trace(n, 6, s, 1.5, system, 1500, "300-900", outputs, think)
+
+        title = (f"[6] {n} sessions, {system}-token system prompt, KV {blocks} blocks, "
+                 f"think {think:g} s, outputs {outputs}, {shape_hw} / {shape_model}")
+        rows = table(title, shape, footprint, seeds, shape_hw, shape_model, blocks, fcfs)
+        verdicts.append(title[4:] + ": " + ", ".join(
+            f"{c} {rows[c]['e2e'] / rows[fcfs]['e2e'] - 1:+.1%} ({rows[c]['preempt']:.1f} "
+            f"preemptions)" for c in footprint[1:]) + f" vs FCFS ({rows[fcfs]['preempt']:.1f})")
     print("\nPapers' direction, measured here:")
     for v in verdicts:
         print("  " + v)

@@ -261,13 +261,14 @@ one linearisation of the cost model (``ppas.cost.steps.StepCosts``, tabulated on
    sessions sharing a 2,000-token system prompt in a 48k-token cache the rule kept the
    queue waiting on room the engine had, 72.4% behind FCFS in mean E2E. The room now
    credits the tokens the running requests hold jointly (``SchedulerView.
-   kv_shared_tokens``), less what each decode that finishes by a point could take off
-   them (``RequestView.num_shared_tokens``), so the bound stays an upper bound at every
-   point (``ppas.policies.kv_room``, "Shared blocks"); on those sessions ``ordered`` is
-   then 11.5% ahead of FCFS (``docs/results/prefix-caching.md``). Both engines count
-   them: the simulator's pool and, in the plugin, vLLM's ``ref_cnt``
-   (``tests/test_differential.py``). Without prefix caching nothing is shared and the
-   rule is the one above, bit for bit.
+   kv_shared_tokens``) and an admitted prompt's hit on blocks two of them hold, less
+   what each decode that finishes by a point could take off them (``RequestView.
+   num_shared_tokens``), so the bound stays an upper bound at every point
+   (``ppas.policies.kv_room``, "Shared blocks"); on those sessions ``ordered`` is then
+   13.9% ahead of FCFS, and 17-51% ahead on six other session shapes
+   (``docs/results/prefix-caching.md``). Both engines count them: the simulator's pool
+   and, in the plugin, vLLM's ``ref_cnt`` (``tests/test_differential.py``). Without
+   prefix caching nothing is shared and the rule is the one above, bit for bit.
 4. **Caps, not lengths** (``caps=observe``, the default; ``caps=lengths`` is the rule
    before it). Every rule above reads a request's outputs from ``max_output_tokens``,
    vLLM's ``max_tokens``: a cap. A replay with ``ignore_eos`` stops each request at its
