@@ -16,7 +16,8 @@ reported figure next to ours:
 6. The KV footprint rules with shared blocks (``ppas.policies.kv_room``, "Shared
    blocks"): ``ordered`` and ``predictive`` against FCFS and against ``ordered`` with
    admission left to vLLM, on six session shapes nothing was tuned on (system prompts of
-   1,000-4,000 tokens, KV caches of 1,500-5,000 blocks, long outputs, three GPUs).
+   1,000-4,000 tokens, KV caches of 1,500-5,000 blocks, long outputs, three GPUs), and on
+   section 2's online prefix groups at two rates and two cache sizes.
 
     .venv/bin/python benchmarks/prefix_policies.py [--hardware H --model M] [--seeds N]
         [--json OUT]
@@ -207,6 +208,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdicts.append(title[4:] + ": " + ", ".join(
             f"{c} {rows[c]['e2e'] / rows[fcfs]['e2e'] - 1:+.1%} ({rows[c]['preempt']:.1f} "
             f"preemptions)" for c in footprint[1:]) + f" vs FCFS ({rows[fcfs]['preempt']:.1f})")
+    # ... and on [2]'s online prefix groups (8000-token documents, Zipf 0.8), at two rates
+    # and two cache sizes.
+    for rate, blocks in ((5.0, 4000), (8.0, 4000), (5.0, 2500)):
+        def docs(s: int, rate: float = rate) -> Trace:
+            return prefix_group_trace(rate, 240, s, 16, 8000, "200-600", "64-128", zipf=0.8)
+
+        title = f"[6] prefix groups (Zipf 0.8), online {rate:g} req/s, KV {blocks} blocks"
+        rows = table(title, docs, [*footprint, feather], seeds, hw, model, blocks, fcfs)
+        verdicts.append(title[4:] + ": " + ", ".join(
+            f"{c} {rows[c]['e2e'] / rows[fcfs]['e2e'] - 1:+.1%} ({rows[c]['preempt']:.1f} "
+            f"preemptions)" for c in [*footprint[1:], feather])
+            + f" vs FCFS ({rows[fcfs]['preempt']:.1f})")
     print("\nPapers' direction, measured here:")
     for v in verdicts:
         print("  " + v)
