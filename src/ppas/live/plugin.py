@@ -295,7 +295,6 @@ class _RequestAdapter:
             return 0
         return self._cache.hit(r)
 
-
     @property
     def num_shared_tokens(self) -> int:
         # Running: its blocks another holder references too (vLLM's ref_cnt > 1);
