@@ -173,7 +173,7 @@ def test_shared_blocks_credited_never_overfill_the_cache(
         b, f = p + SLACK, p + out + SLACK
         h = prefixes[g] if g < 3 and members[g] > 1 else 0  # its hit two requests hold
         by_plain = plain.admit(b, f) if same else False
-        by_credit = credited.admit(b, f, h)
+        by_credit = credited.admit(b, f, RequestSnapshot("w", 0.0, p, num_shared_tokens=h))
         assert by_credit or not by_plain  # from the same state, the credit only adds room
         same = same and by_plain == by_credit
         if by_credit:

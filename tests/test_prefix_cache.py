@@ -120,9 +120,13 @@ def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]]
                 computed[i] = base + new
         pool.check()
         assert pool.num_free == len(ref.queue)
-        # Blocks held jointly: every holder's blocks, less the blocks held.
+        # Blocks held jointly: every holder's blocks, less the blocks held; and each
+        # holder's blocks another holds too.
         assert pool.num_shared == (sum(len(s.block_ids) for s in state)
                                    - (n_blocks - pool.num_free))
+        for s in state:
+            assert pool.shared_blocks(s) == sum(
+                1 for b in s.block_ids if sum(b in t.block_ids for t in state) > 1)
         # Same set of cached prefixes (content, not ids).
         cached = {tuple(ref.content[b]) for b in range(n_blocks) if ref.content[b] is not None}
         assert pool.num_cached_blocks == sum(1 for c in ref.content if c is not None)

@@ -77,13 +77,15 @@ def chained_block_hashes(
     return out
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class CachedBlocks:
     """A request's blocks in the pool: ``block_ids`` in token order, the first
-    ``num_cached`` of them hashed into the cache."""
+    ``num_cached`` of them hashed into the cache; ``num_shared`` of them held by another
+    request too (reference count > 1; kept by the pool)."""
 
     block_ids: list[int] = field(default_factory=list)
     num_cached: int = 0
+    num_shared: int = 0
 
 
 class PrefixCache:
@@ -117,6 +119,11 @@ class PrefixCache:
         #: requests hold jointly, counted once per holder beyond the first. Invariant:
         #: ``sum(len(blocks) per holder) == blocks held + num_shared`` (``check``).
         self.num_shared = 0
+        # Who holds a block: its one holder while its reference count is 1 (``_sole``,
+        # by block id), all of them while it is 2 or more (``_holders``), so that each
+        # holder's ``CachedBlocks.num_shared`` moves when a count crosses 1 <-> 2.
+        self._sole: list[CachedBlocks | None] = []
+        self._holders: dict[int, list[CachedBlocks]] = {}
         self.num_queries = 0  # tokens looked up (the prompt part), for hit rates
         self.num_hits = 0  # tokens served from the cache
 
@@ -133,15 +140,16 @@ class PrefixCache:
 
     def shared_blocks(self, req: CachedBlocks) -> int:
         """How many of ``req``'s blocks another holder holds too (reference count > 1):
-        the references its release would take off shared blocks. O(blocks it holds)."""
-        ref = self._ref
-        return sum(1 for b in req.block_ids if ref[b] > 1)
+        the references its release would take off shared blocks. O(1): kept by the pool
+        as counts cross 1 <-> 2."""
+        return req.num_shared
 
     def shared_hit(self, hashes: Sequence[int], num_blocks: int) -> int:
         """How many of the first ``num_blocks`` blocks of a hit (``lookup``'s, which
         ``num_blocks`` must not exceed) two holders hold (reference count > 1)."""
-        ref, cached = self._ref, self._cached
-        return sum(1 for i in range(num_blocks) if ref[cached[hashes[i]]] > 1)
+        refs = list(map(self._ref.__getitem__, map(self._cached.__getitem__,
+                                                    hashes[:num_blocks])))
+        return num_blocks - refs.count(0) - refs.count(1)
 
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes``, at most
@@ -211,20 +219,31 @@ class PrefixCache:
         assert not hit or not req.block_ids, "prefix hits only for a request holding no blocks"
         if self.blocks_needed(req, num_computed, hit, num_new_tokens) > self.num_free:
             return False
-        ref = self._ref
+        ref, sole = self._ref, self._sole
         for b in hit:  # touch
-            if ref[b] == 0:
+            r = ref[b]
+            if r == 0:
                 del self._back[b]
+                sole[b] = req
             else:
                 self.num_shared += 1
-            ref[b] += 1
+                req.num_shared += 1
+                if r == 1:  # shared from now on: by its one holder too
+                    first = sole[b]
+                    assert first is not None
+                    first.num_shared += 1
+                    sole[b] = None
+                    self._holders[b] = [first, req]
+                else:
+                    self._holders[b].append(req)
+            ref[b] = r + 1
         ids = req.block_ids
         ids.extend(hit)
         req.num_cached += len(hit)
         total = num_computed + len(hit) * self.block_size + num_new_tokens
         new = -(-total // self.block_size) - len(ids)
         if new > 0:
-            self._take(ids, new)
+            self._take(req, new)
         full = min(min(total, num_tokens) // self.block_size, len(hashes))
         if full > req.num_cached:
             self._add(ids, hashes, req.num_cached, full)
@@ -241,7 +260,7 @@ class PrefixCache:
         if new > 0:
             if new > self.num_free:
                 return False
-            self._take(req.block_ids, new)
+            self._take(req, new)
         full = (num_computed + 1) // bs
         if full > len(hashes):
             full = len(hashes)
@@ -253,18 +272,31 @@ class PrefixCache:
     def free(self, req: CachedBlocks) -> None:
         """Release a request's blocks, tail first (vLLM's ``free``)."""
         ref, hashed, back, front = self._ref, self._hash, self._back, self._front
+        sole, holders = self._sole, self._holders
         shared = 0
         for b in reversed(req.block_ids):
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
+                sole[b] = None
                 if hashed[b] is not None:
                     back[b] = None
                 else:
                     front.append(b)
             else:
                 shared += 1
+                others = holders[b]
+                for k, h in enumerate(others):  # (by identity; a handful of holders)
+                    if h is req:
+                        del others[k]
+                        break
+                if r == 1:  # its last other holder holds it alone now
+                    last = others[0]
+                    last.num_shared -= 1
+                    sole[b] = last
+                    del holders[b]
         self.num_shared -= shared
+        req.num_shared = 0
         req.block_ids.clear()
         req.num_cached = 0
 
@@ -272,12 +304,13 @@ class PrefixCache:
         self.num_queries += num_tokens
         self.num_hits += num_hit_tokens
 
-    def _take(self, out: list[int], n: int) -> None:
-        """Append ``n`` free blocks to ``out``, each with reference count 1, in the order
+    def _take(self, req: CachedBlocks, n: int) -> None:
+        """Append ``n`` free blocks to ``req``'s, each with reference count 1, in the order
         ``n`` single pops take them (the caller checked ``num_free``): freed unhashed blocks
         last-freed first, then never-used ones in id order, then cached ones least recently
         freed first (evicting their hashes)."""
-        ref = self._ref
+        ref, sole = self._ref, self._sole
+        out = req.block_ids
         front = self._front
         if front:
             k = min(n, len(front))
@@ -286,6 +319,7 @@ class PrefixCache:
             taken.reverse()
             for b in taken:
                 ref[b] = 1
+                sole[b] = req
             out.extend(taken)
             n -= k
         if n:
@@ -295,6 +329,7 @@ class PrefixCache:
                 out.extend(range(nid, nid + k))
                 ref.extend([1] * k)
                 self._hash.extend([None] * k)
+                sole.extend([req] * k)
                 self._next_id = nid + k
                 n -= k
         if n:  # evict the least recently freed (``_unhash``; its one-holder case inlined)
@@ -313,6 +348,7 @@ class PrefixCache:
                         self._cut(h)
                     self._num_hashed -= 1
                 ref[b] = 1
+                sole[b] = req
                 out.append(b)
 
     def _add(self, ids: list[int], hashes: Sequence[int], start: int, end: int) -> None:
@@ -363,6 +399,14 @@ class PrefixCache:
         """Internal consistency (tests): refcounts, queue membership, block count."""
         held = sum(1 for r in self._ref if r > 0)
         assert self.num_shared == sum(r - 1 for r in self._ref if r > 0)
+        assert len(self._sole) == self._next_id
+        for b, r in enumerate(self._ref):
+            assert (self._sole[b] is not None) == (r == 1), (b, r)
+            assert len(self._holders.get(b, ())) == (r if r > 1 else 0), (b, r)
+            if r == 1:
+                assert b in self._sole[b].block_ids  # type: ignore[union-attr]
+            for holder in self._holders.get(b, ()):
+                assert b in holder.block_ids
         in_queue = set(self._front) | set(self._back)
         assert len(in_queue) == len(self._front) + len(self._back)
         assert len(self._ref) == len(self._hash) == self._next_id

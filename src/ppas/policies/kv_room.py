@@ -73,29 +73,34 @@ class KvRoom:
     requests still counted there hold them (module doc, "Shared blocks")."""
 
     __slots__ = ("capacity", "room", "peak", "_running", "_slack", "_admitted", "_steps",
-                 "_free", "_shared", "_lost")
+                 "_free", "_shared", "_lost", "_decodes", "_first", "_pending")
 
     def __init__(self, capacity: int, room: int, running: Iterable[RequestView],
                  slack: int, peak: bool = True, shared: int = 0) -> None:
         self.capacity, self.room, self.peak = capacity, room, peak
         self._running, self._slack = running, slack
         # E + H: the running requests' joint tokens, plus the admitted prompts' hits on
-        # blocks two running requests hold (module doc, "Shared blocks")
+        # blocks two running requests hold (module doc, "Shared blocks"; those of
+        # ``_pending`` added when the credit is first needed)
         self._shared = shared
         self._admitted: list[tuple[int, int]] = []  # (b, f) of the prompts admitted so far
         self._steps: np.ndarray | None = None  # the points s (decodes' last steps, horizon)
         self._free: np.ndarray | None = None  # capacity - U(s) at each of them, no credit
         self._lost: np.ndarray | None = None  # the e_j of the decodes finished by each
+        self._decodes: list[RequestView] | None = None  # by steps left (with the credit)
+        self._first: np.ndarray | None = None  # decodes finished before each decode point
+        self._pending: list[RequestView] = []  # admitted, their h_i not yet in _shared
 
-    def admit(self, base: int, footprint: int, shared: int = 0) -> bool:
+    def admit(self, base: int, footprint: int, request: RequestView | None = None) -> bool:
         """Admit a prompt of ``base`` tokens (``b``: prompt, outputs it has, slack) and
         ``footprint`` (``f``: prompt, every output, slack) if the cache can hold it to
         its last output beside everything held (module doc); True if admitted.
-        ``shared``: the tokens of its prefix-cache hit that two running requests hold
-        (``RequestView.num_shared_tokens``; 0 without prefix caching)."""
+        ``request``: the waiting request, whose hit on blocks two running requests hold
+        (``num_shared_tokens``, O(hit)) is read only if an admission needs the credit."""
         if footprint <= self.room:  # the sum fits: so does the peak (module doc)
             self.room -= footprint
-            self._shared += shared
+            if request is not None:
+                self._pending.append(request)
             if self._free is not None and self._steps is not None:
                 self._free -= np.minimum(footprint, base + self._steps)
             else:
@@ -107,21 +112,38 @@ class KvRoom:
             self._build()
         assert self._free is not None and self._steps is not None
         free = self._free - np.minimum(footprint, base + self._steps)
-        lost = self._lost
-        if (free >= 0).all() or lost is not None and (
-                free + np.maximum(0, self._shared + shared - lost) >= 0).all():
-            self._free = free
-            self._shared += shared
-            self.room -= footprint
-            return True
-        return False
+        if (free >= 0).all():
+            if request is not None:
+                self._pending.append(request)
+        elif self._decodes is not None:  # with the credit (module doc, "Shared blocks")
+            if self._pending:
+                self._shared += sum(r.num_shared_tokens for r in self._pending)
+                self._pending.clear()
+            h = 0 if request is None else request.num_shared_tokens
+            if not (free + np.maximum(0, self._shared + h - self._lost_by_point()) >= 0).all():
+                return False
+            self._shared += h
+        else:
+            return False
+        self._free = free
+        self.room -= footprint
+        return True
+
+    def _lost_by_point(self) -> np.ndarray:
+        """The ``e_j`` of the decodes finished before each point, summed (module doc)."""
+        if self._lost is None:
+            assert self._decodes is not None and self._first is not None
+            shares = [r.num_shared_tokens for r in self._decodes]
+            lost = np.concatenate(([0], np.cumsum(np.asarray(shares, dtype=np.int64))))
+            self._lost = np.concatenate((lost[self._first], lost[-1:]))
+        return self._lost
 
     def _build(self) -> None:
         """The peak's arrays from the running requests and the prompts admitted so far."""
         slack = self._slack
         lefts: list[int] = []
         bases: list[int] = []
-        shares: list[int] = []  # the decodes' e_j, with the credit only
+        decodes: list[RequestView] = []  # with the credit only
         credit = self._shared > 0
         prompts = list(self._admitted)
         for r in self._running:
@@ -133,7 +155,7 @@ class KvRoom:
                 lefts.append(max(0, cap - o))
                 bases.append(b)
                 if credit:
-                    shares.append(r.num_shared_tokens)
+                    decodes.append(r)
         left = np.asarray(lefts, dtype=np.int64)
         base = np.asarray(bases, dtype=np.int64)
         steps = np.unique(left)  # ascending
@@ -147,8 +169,8 @@ class KvRoom:
         held = np.concatenate((held, [0]))
         for b, f in prompts:
             held += np.minimum(f, b + steps)
-        if credit:  # the e_j of the decodes finished before each point, summed
-            lost = np.concatenate(([0], np.cumsum(np.asarray(shares, dtype=np.int64)[order])))
-            self._lost = np.concatenate((lost[first], lost[-1:]))
+        if credit:  # (their e_j read only if an admission needs the credit: O(blocks))
+            self._decodes = [decodes[i] for i in order]
+            self._first = first
         self._steps = steps
         self._free = self.capacity - held

@@ -443,7 +443,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import attrgetter
@@ -983,19 +983,18 @@ class Ordered(Policy):
         items.sort()
         kv_room = self._kv_room(kv, room, islice(view.requests, n_running),
                                 view.kv_shared_tokens)
-        shared = None
+        waiting = None
         if kv_room is not None and view.kv_shared_tokens:  # (prefix caching: kv_room)
             waiting = {r.request_id: r for r in islice(view.requests, n_running, None)}
-            shared = lambda rid: waiting[rid].num_shared_tokens  # noqa: E731
         if not truncate:
             ids = tuple(it[1] for it in items)
             if not n_running or self.costs is None:
                 return Decision(budget, ids)  # an idle engine always admits (liveness)
             budget, _ = _walk(iter(items), running_items, n_running, budget, slots, kv_room,
-                              running_left, shared)
+                              running_left, waiting)
             return Decision(budget, ids)
         return Decision(*_walk(iter(items), running_items, n_running, budget, slots, kv_room,
-                               running_left, shared))
+                               running_left, waiting))
 
     def _kv_room(self, kv: bool, room: int, running: Iterable[RequestView],
                  shared: int) -> KvRoom | None:
@@ -1212,8 +1211,7 @@ class Ordered(Policy):
                 cap = r.max_output_tokens
                 p = r.prompt_tokens
                 if not kv.admit(p + r.num_output_tokens + SLACK,
-                                p + (cap if mean is None else min(cap, mean)) + SLACK,
-                                r.num_shared_tokens if view.kv_shared_tokens else 0):
+                                p + (cap if mean is None else min(cap, mean)) + SLACK, r):
                     break
             take(r)
             if early_exit and queued >= top:
@@ -1384,14 +1382,14 @@ def _merged(first: list[_Item], rest: Iterator[_Item]) -> Iterator[_Item]:
 
 def _walk(items: Iterator[_Item], running_items: list[_Item], n_running: int, budget: int,
           slots: int, room: KvRoom | None, running_left: int,
-          shared: Callable[[str], int] | None = None) -> tuple[int, tuple[str, ...]]:
+          waiting: Mapping[str, RequestView] | None = None) -> tuple[int, tuple[str, ...]]:
     """Admission walked in the order of ``items`` (module doc, 3): (the budget, the ids
     listed). Listed: the items up to the first the engine cannot admit (the walk stops
     there: the budget returned leaves it nothing), then the running prompts not reached.
     With nothing running: the items until their tokens left reach the budget. ``room``:
-    the footprint rule's (None: no KV check, the engine's admission). ``shared``: a
-    waiting request's hit on blocks two running requests hold, by id (None: 0 for all;
-    ``KvRoom.admit``)."""
+    the footprint rule's (None: no KV check, the engine's admission). ``waiting``: the
+    waiting requests by id, for the credit of shared blocks (``KvRoom.admit``; None:
+    nothing shared)."""
     listed: list[str] = []
     if not n_running:  # an idle engine always admits (liveness), up to the budget
         allowance = 0
@@ -1410,7 +1408,7 @@ def _walk(items: Iterator[_Item], running_items: list[_Item], n_running: int, bu
             seen += 1
             continue
         if slots <= 0 or (room is not None and not room.admit(
-                base, footprint, 0 if shared is None else shared(rid))):
+                base, footprint, None if waiting is None else waiting[rid])):
             out = allowance
             break
         slots -= 1

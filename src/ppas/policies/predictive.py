@@ -423,8 +423,7 @@ def kv_admission_cap(view: SchedulerView, capacity: int, budget: int, slack: int
     for r in islice(view.requests, n_run, None):
         prompt = r.prompt_tokens
         if not kv.admit(prompt + r.num_output_tokens + slack,
-                        prompt + r.max_output_tokens + slack,
-                        r.num_shared_tokens if view.kv_shared_tokens else 0):
+                        prompt + r.max_output_tokens + slack, r):
             break
         allowance += uncached_prompt_tokens(r)
         if allowance >= budget:
