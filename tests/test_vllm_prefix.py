@@ -134,3 +134,27 @@ def test_prefix_cache_matches_vllm(model_dir: str, reqs: list[tuple[int, int, in
                  min(len(sim), len(live)))
         raise AssertionError(f"step {k}: simulator {sim[k:k + 2]} vs vLLM {live[k:k + 2]}")
     assert [tuple(sorted(s.preempted)) for s in res.steps] == live_pre
+
+
+def test_a_cache_manager_without_the_reads_fails_at_startup() -> None:
+    """The plugin's prefix-cache reads are checked when the scheduler starts: a vLLM whose
+    KV cache manager moved what they use gets one line naming it, not a crash mid-step."""
+    from types import SimpleNamespace
+
+    from ppas.core.errors import PpasError
+    from ppas.live.plugin import _CacheReads
+
+    group = SimpleNamespace(req_to_blocks={}, block_size=16,
+                            block_pool=SimpleNamespace(num_gpu_blocks=10,
+                                                       get_num_free_blocks=lambda: 9))
+    coordinator = SimpleNamespace(find_longest_cache_hit=lambda *a: None,
+                                  single_type_managers=[group])
+    manager = SimpleNamespace(prefix_cache_lookup_enabled=lambda r: True,
+                              coordinator=coordinator)
+    _CacheReads.check(manager, "0.32.0")  # everything there
+    del group.req_to_blocks
+    with pytest.raises(PpasError, match=r"single_type_managers\[0\]\.req_to_blocks"):
+        _CacheReads.check(manager, "0.32.0")
+    del manager.prefix_cache_lookup_enabled
+    with pytest.raises(PpasError, match="no prefix_cache_lookup_enabled"):
+        _CacheReads.check(manager, "0.32.0")

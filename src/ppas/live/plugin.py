@@ -58,6 +58,12 @@ Where requests stop: vLLM frees every finished request through ``_free_request``
 the plugin notes its outputs against its ``max_tokens`` (``OutputLengths``, the view's
 ``output_lengths``; aborted, refused and failed requests aside), so a policy can tell a cap
 from a length (``ordered``'s rule 4); the startup check confirms the method exists.
+Prefix caching (vLLM's default): the view reads vLLM's cache without changing it
+(``_CacheReads``): a waiting request's hit (``num_cached_tokens``, the lookup of
+``get_computed_blocks`` without its stats), and for the footprint rules' credit
+(``ppas.policies.kv_room``, "Shared blocks") the running requests' joint blocks
+(``kv_shared_tokens``) and each request's shared ones (``num_shared_tokens``, from
+``ref_cnt``); the startup check confirms the attributes they use exist.
 ``prefill_schedule_interval > 1`` is refused at startup where vLLM applies it (0.33
 always, 0.32 under data-parallel MoE): it holds all prefill on most steps, so the policy's
 budget would silently go unused there; on 0.32 without data-parallel MoE vLLM ignores it.
@@ -165,6 +171,9 @@ class PluginConfig:
         return replace(cfg, policy=cfg.policy.strip())
 
 
+_MISSING = object()
+
+
 class _CacheReads:
     """What a view reads of vLLM's prefix cache (caching on): a waiting request's hit,
     a running request's shared blocks, the running requests' joint blocks. Reads only:
@@ -174,10 +183,43 @@ class _CacheReads:
 
     __slots__ = ("_m", "_group")
 
+    #: What the reads use of vLLM's KV cache manager (``check``, at startup).
+    NEEDS = ("prefix_cache_lookup_enabled", "coordinator.find_longest_cache_hit",
+             "coordinator.single_type_managers")
+    #: ... and of its one KV cache group's manager.
+    GROUP_NEEDS = ("req_to_blocks", "block_size", "block_pool.num_gpu_blocks",
+                   "block_pool.get_num_free_blocks")
+
     def __init__(self, manager: Any) -> None:
         self._m = manager
         managers = manager.coordinator.single_type_managers
         self._group = managers[0] if len(managers) == 1 else None
+
+    @classmethod
+    def check(cls, manager: Any, version: str) -> None:
+        """Raise PpasError, naming what is missing, unless ``manager`` (vLLM's
+        ``KVCacheManager``) has everything the reads use: a vLLM line whose cache manager
+        moved them fails at startup, not in the middle of a step."""
+        def missing(obj: Any, paths: Sequence[str]) -> list[str]:
+            out = []
+            for path in paths:
+                o = obj
+                for name in path.split("."):
+                    o = getattr(o, name, _MISSING)
+                    if o is _MISSING:
+                        out.append(path)
+                        break
+            return out
+
+        gone = missing(manager, cls.NEEDS)
+        if not gone:
+            groups = manager.coordinator.single_type_managers
+            gone = [f"single_type_managers[0].{p}" for p in missing(groups[0], cls.GROUP_NEEDS)
+                    ] if len(groups) == 1 else []
+        if gone:
+            raise PpasError(f"ppas.vllm: vLLM {version}'s KV cache manager has no "
+                            f"{', '.join(gone)}, which the policy's view reads with prefix "
+                            f"caching on; start vLLM with --no-enable-prefix-caching")
 
     def _lookup(self, request: Request) -> tuple[Sequence[Any], int]:
         """vLLM's ``get_computed_blocks`` lookup: (the first group's hit blocks, the hit's
@@ -447,6 +489,8 @@ class PolicyScheduler(Scheduler):
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
         self._prefix_caching = bool(self.cache_config.enable_prefix_caching)
+        if self._prefix_caching:
+            _CacheReads.check(self.kv_cache_manager, vllm.__version__)
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
         # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
