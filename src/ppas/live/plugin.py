@@ -237,19 +237,19 @@ class _CacheReads:
 
     def shared_hit(self, request: Request) -> int:
         """A waiting request's hit tokens in blocks two holders reference."""
-        g = self._group
-        if g is None:
-            return 0
-        blocks, _ = self._lookup(request)
-        return sum(1 for b in blocks if b.ref_cnt > 1) * int(g.block_size)
+        return 0 if self._group is None else self._shared_tokens(self._lookup(request)[0])
 
     def shared(self, request: Request) -> int:
         """``RequestView.num_shared_tokens``: tokens of its blocks with ``ref_cnt > 1``."""
         g = self._group
         if g is None:
             return 0
-        blocks = g.req_to_blocks.get(request.request_id, ())
-        return sum(1 for b in blocks if b.ref_cnt > 1) * int(g.block_size)
+        return self._shared_tokens(g.req_to_blocks.get(request.request_id, ()))
+
+    def _shared_tokens(self, blocks: Sequence[Any]) -> int:
+        """The tokens of ``blocks`` that two holders reference (``ref_cnt > 1``)."""
+        assert self._group is not None
+        return sum(1 for b in blocks if b.ref_cnt > 1) * int(self._group.block_size)
 
     def joint(self, running: Sequence[Request]) -> int:
         """``SchedulerView.kv_shared_tokens``: the running requests' blocks, each counted
