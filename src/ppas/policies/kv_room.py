@@ -99,7 +99,7 @@ class KvRoom:
         (``num_shared_tokens``, O(hit)) is read only if an admission needs the credit."""
         if footprint <= self.room:  # the sum fits: so does the peak (module doc)
             self.room -= footprint
-            if request is not None:
+            if request is not None and self._shared:  # (E = 0: nothing two requests hold)
                 self._pending.append(request)
             if self._free is not None and self._steps is not None:
                 self._free -= np.minimum(footprint, base + self._steps)
@@ -113,7 +113,7 @@ class KvRoom:
         assert self._free is not None and self._steps is not None
         free = self._free - np.minimum(footprint, base + self._steps)
         if (free >= 0).all():
-            if request is not None:
+            if request is not None and self._shared:
                 self._pending.append(request)
         elif self._decodes is not None:  # with the credit (module doc, "Shared blocks")
             if self._pending:
