@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from harness import Table, finish, parser, start
+from harness import Table, fail, finish, parser, start
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,6 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="waiting requests with such a hit, for the per-step figure")
     ap.add_argument("--repeats", type=int, default=200)
     a = ap.parse_args(argv)
+    for name, least in (("prefix_tokens", 16), ("waiting", 1), ("repeats", 1)):
+        if getattr(a, name) < least:
+            fail(ap.prog, f"--{name.replace('_', '-')} must be >= {least}, "
+                          f"got {getattr(a, name)}")
     start(a, argv)
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
