@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ppas.cost.base import CostModel, StepShape
@@ -136,6 +136,87 @@ def test_prefix_cache_matches_vllm(model_dir: str, reqs: list[tuple[int, int, in
     assert [tuple(sorted(s.preempted)) for s in res.steps] == live_pre
 
 
+def _fresh_hit(sched: object, r: Request) -> tuple[list[int], int]:
+    """vLLM's own lookup now, as ``get_computed_blocks`` makes it: (block ids, tokens)."""
+    m = sched.kv_cache_manager  # type: ignore[attr-defined]
+    if not m.prefix_cache_lookup_enabled(r):
+        return [], 0
+    blocks, n, *_ = m.coordinator.find_longest_cache_hit(r.block_hashes, r.num_tokens - 1)
+    return [b.block_id for b in blocks[0]], int(n)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 700), st.integers(1, 200),
+                          st.integers(1, 60), st.integers(0, 6)), min_size=2, max_size=12),
+       st.sampled_from([64, 256]), st.sampled_from([30, 60, 2000]), st.booleans())
+def test_kept_hits_are_vllms_lookup(model_dir: str,
+                                    reqs: list[tuple[int, int, int, int, int]],
+                                    budget: int, num_blocks: int, plain: bool) -> None:
+    """``PrefixHits`` (hits kept between steps) returns, for every waiting request, before
+    and after every step's schedule, exactly vLLM's fresh ``find_longest_cache_hit``: the
+    same blocks and tokens, through evictions, preemptions (a longer request) and hits that
+    grow while a group's first prompt is prefilled. ``plain=False``: the per-step path."""
+    if any(-(-(s + u + o) // BLOCK_SIZE) > num_blocks - 1 for _, s, u, o, _ in reqs):
+        return  # a request that cannot fit alone
+    sched = make_scheduler(model_dir, policy=f"mbt:{budget}", max_num_batched_tokens=budget,
+                           max_num_seqs=4, num_blocks=num_blocks, enable_prefix_caching=True)
+    hits = sched._prefix_hits  # type: ignore[attr-defined]
+    assert hits is not None and hits.plain  # the harness's cache: one full-attention group
+    hits.plain = plain
+    arrivals: dict[int, list[Request]] = {}
+    for i, (g, shared, uniq, out, step) in enumerate(reqs):
+        init_none_hash(sha256)
+        arrivals.setdefault(step, []).append(Request(
+            request_id=str(i), prompt_token_ids=_tokens(f"g{g}", shared) + _tokens(f"u{i}", uniq),
+            sampling_params=SamplingParams(max_tokens=out, ignore_eos=True),
+            pooling_params=None, arrival_time=float(step),
+            block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256)))
+    seen = {"kept": 0, "grew": 0, "shrank": 0}
+    last: dict[str, int] = {}
+
+    def compare(s: object) -> None:
+        for r in sched.waiting:
+            if r.num_computed_tokens:
+                continue
+            before = len(hits._hits)  # type: ignore[attr-defined]
+            blocks, n = hits.lookup(r)
+            assert ([b.block_id for b in blocks], n) == _fresh_hit(sched, r), r.request_id
+            seen["kept"] += len(hits._hits) == before and r.request_id in last  # type: ignore[attr-defined]
+            if r.request_id in last and n != last[r.request_id]:
+                seen["grew" if n > last[r.request_id] else "shrank"] += 1
+            last[r.request_id] = n
+
+    drive(sched, arrivals, before_step=lambda s, k: compare(s),
+          check=lambda s, out, before: compare(s))
+    for k, v in seen.items():
+        event(f"{k}: {'yes' if v else 'no'}")
+
+
+def test_kept_hits_follow_a_prefix_cache_reset(model_dir: str) -> None:
+    """``reset_prefix_cache`` replaces vLLM's hash map: kept hits are forgotten, the new
+    map is watched, and a later eviction there still drops a kept hit."""
+    sched = make_scheduler(model_dir, policy="mbt:2048", max_num_batched_tokens=2048,
+                           num_blocks=100, enable_prefix_caching=True)
+    hits = sched._prefix_hits  # type: ignore[attr-defined]
+
+    def run(rid: str) -> None:
+        sched.add_request(request(rid, 0, time.time()))
+        drive(sched, {})
+
+    run("a")  # caches group 0's 1024-token prefix
+    waiting = request("w", 0, time.time())
+    assert hits.lookup(waiting)[1] == 1024 == _fresh_hit(sched, waiting)[1]
+    assert sched.reset_prefix_cache()
+    assert hits.lookup(waiting) == ([], 0) and _fresh_hit(sched, waiting) == ([], 0)
+    run("b")  # caches it again, in the new map
+    assert hits.lookup(waiting)[1] == 1024
+    # Fill the pool with other groups' prompts: the prefix's blocks are evicted.
+    for i in range(1, 5):
+        sched.add_request(request(f"x{i}", i, time.time()))
+    drive(sched, {})
+    assert hits.lookup(waiting)[1] == _fresh_hit(sched, waiting)[1] < 1024
+
+
 def test_a_cache_manager_without_the_reads_fails_at_startup() -> None:
     """The plugin's prefix-cache reads are checked when the scheduler starts: a vLLM whose
     KV cache manager moved what they use gets one line naming it, not a crash mid-step."""
@@ -144,16 +225,20 @@ def test_a_cache_manager_without_the_reads_fails_at_startup() -> None:
     from ppas.core.errors import PpasError
     from ppas.live.plugin import _CacheReads
 
-    group = SimpleNamespace(req_to_blocks={}, block_size=16,
-                            block_pool=SimpleNamespace(num_gpu_blocks=10,
-                                                       get_num_free_blocks=lambda: 9))
+    pool = SimpleNamespace(num_gpu_blocks=10, get_num_free_blocks=lambda: 9,
+                           get_cached_block=lambda *a: None,
+                           cached_block_hash_to_block=SimpleNamespace(pop=lambda *a: None))
+    group = SimpleNamespace(req_to_blocks={}, block_size=16, block_pool=pool)
     coordinator = SimpleNamespace(find_longest_cache_hit=lambda *a: None,
-                                  single_type_managers=[group])
+                                  single_type_managers=[group], block_pool=pool)
     manager = SimpleNamespace(prefix_cache_lookup_enabled=lambda r: True,
                               coordinator=coordinator)
     _CacheReads.check(manager, "0.32.0")  # everything there
     del group.req_to_blocks
     with pytest.raises(PpasError, match=r"single_type_managers\[0\]\.req_to_blocks"):
+        _CacheReads.check(manager, "0.32.0")
+    del pool.cached_block_hash_to_block.pop
+    with pytest.raises(PpasError, match=r"block_pool\.cached_block_hash_to_block\.pop"):
         _CacheReads.check(manager, "0.32.0")
     del manager.prefix_cache_lookup_enabled
     with pytest.raises(PpasError, match="no prefix_cache_lookup_enabled"):

@@ -60,7 +60,8 @@ the plugin notes its outputs against its ``max_tokens`` (``OutputLengths``, the 
 from a length (``ordered``'s rule 4); the startup check confirms the method exists.
 Prefix caching (vLLM's default): the view reads vLLM's cache without changing it
 (``_CacheReads``): a waiting request's hit (``num_cached_tokens``, the lookup of
-``get_computed_blocks`` without its stats), and for the footprint rules' credit
+``get_computed_blocks`` without its stats, kept between steps by ``PrefixHits``, which
+watches the removals from vLLM's hash -> block map), and for the footprint rules' credit
 (``ppas.policies.kv_room``, "Shared blocks") the running requests' joint blocks
 (``kv_shared_tokens``) and each request's shared ones (``num_shared_tokens``, from
 ``ref_cnt``); the startup check confirms the attributes they use exist.
@@ -100,6 +101,7 @@ from ppas.core.steplog import (
 )
 from ppas.core.view import OutputLengths, RequestView, SchedulerView, StepRecord
 from ppas.engine import step_rules
+from ppas.live.prefix_hits import PrefixHits
 from ppas.live.versions import SUPPORTED_VLLM as SUPPORTED_VLLM  # re-exported
 from ppas.live.versions import ReleaseLine, check_scheduler, data_parallel_rank
 from ppas.policies import Decision, Policy, make_policy, policy_names
@@ -181,19 +183,21 @@ class _CacheReads:
     one of a model with one kind of attention; 0 (no credit) for the shared counts with
     several groups (``ppas.policies.kv_room``, "Shared blocks")."""
 
-    __slots__ = ("_m", "_group")
+    __slots__ = ("_m", "_group", "_hits")
 
     #: What the reads use of vLLM's KV cache manager (``check``, at startup).
     NEEDS = ("prefix_cache_lookup_enabled", "coordinator.find_longest_cache_hit",
-             "coordinator.single_type_managers")
+             "coordinator.single_type_managers", "coordinator.block_pool.get_cached_block",
+             "coordinator.block_pool.cached_block_hash_to_block.pop")
     #: ... and of its one KV cache group's manager.
     GROUP_NEEDS = ("req_to_blocks", "block_size", "block_pool.num_gpu_blocks",
                    "block_pool.get_num_free_blocks")
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, hits: PrefixHits) -> None:
         self._m = manager
         managers = manager.coordinator.single_type_managers
         self._group = managers[0] if len(managers) == 1 else None
+        self._hits = hits  # the scheduler's, kept between steps
 
     @classmethod
     def check(cls, manager: Any, version: str) -> None:
@@ -223,13 +227,8 @@ class _CacheReads:
 
     def _lookup(self, request: Request) -> tuple[Sequence[Any], int]:
         """vLLM's ``get_computed_blocks`` lookup: (the first group's hit blocks, the hit's
-        tokens)."""
-        m = self._m
-        if not m.prefix_cache_lookup_enabled(request):
-            return (), 0
-        blocks, n, *_ = m.coordinator.find_longest_cache_hit(request.block_hashes,
-                                                             request.num_tokens - 1)
-        return blocks[0] if blocks else (), int(n)
+        tokens), kept between steps (``PrefixHits``)."""
+        return self._hits.lookup(request)
 
     def hit(self, request: Request) -> int:
         """The prompt tokens a waiting request would take from the cache now."""
@@ -489,8 +488,10 @@ class PolicyScheduler(Scheduler):
         self._vllm_reserve = super()._reserve_prefill_lookahead
         self.ppas_policy = policy
         self._prefix_caching = bool(self.cache_config.enable_prefix_caching)
+        self._prefix_hits: PrefixHits | None = None  # kept between steps (caching on)
         if self._prefix_caching:
             _CacheReads.check(self.kv_cache_manager, vllm.__version__)
+            self._prefix_hits = PrefixHits(self.kv_cache_manager)
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
         # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
@@ -529,7 +530,11 @@ class PolicyScheduler(Scheduler):
         running = self.running
         waiting = (self.kv_holding_waiting, self.waiting)
         np_, nd = step_rules.counts(running, len(self.kv_holding_waiting) + len(self.waiting))
-        cache = _CacheReads(self.kv_cache_manager) if self._prefix_caching else None
+        hits = self._prefix_hits
+        cache = None
+        if hits is not None:
+            hits.begin_step()
+            cache = _CacheReads(self.kv_cache_manager, hits)
         return SchedulerView(
             now=now,
             requests=_LazyRequests(running, waiting, self._last_token,  # type: ignore[arg-type]

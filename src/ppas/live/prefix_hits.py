@@ -1,0 +1,168 @@
+"""Waiting requests' prefix-cache hits in vLLM's cache, kept between steps.
+
+A policy that orders or admits by a waiting prompt's hit (``ordered``, ``sorted-f``,
+``feather``, ``lprs-apc``) reads it for the whole queue every step. vLLM's own lookup
+(``find_longest_cache_hit``) walks the hit block by block, about 0.73 us a block
+(``benchmarks/plugin_cache_reads.py``): 100 waiting requests with 8k-token hits would cost
+37 ms a step. ``PrefixHits`` keeps each hit from step to step, as the simulator does
+(``ppas.engine.prefix_cache.PrefixCache.hit_blocks``), and costs one probe per request
+per step while nothing it holds is evicted.
+
+Exact where vLLM's lookup is the plain longest run: one full-attention KV cache group,
+hashes at the block size, no EAGLE drop, no context parallelism (``plain``). There the
+hit is the longest run of the request's block hashes, from its first and within
+``(num_tokens - 1) // block_size``, that the cache maps; the blocks are what
+``get_cached_block`` returns for each, the first block of its key.
+
+Invariant (plain): a kept hit's blocks are, key for key, what ``get_cached_block`` returns
+now, and the run ends where the cache first misses. It holds because
+* vLLM removes an entry of its hash -> block map only through the map's ``pop`` (eviction
+  of a reused block, a block whose hashes move), which is hooked: a kept hit that holds
+  the popped block is dropped and looked up again when next read. Popping another block of
+  the same key leaves the first block first (the map's dict keeps insertion order);
+* ``reset_prefix_cache`` replaces the map: every kept hit is dropped, the new map hooked;
+* an insertion appends a block to its key (never before the first) or caches a key not
+  mapped before, which can only lengthen a run at its end: every read probes from there;
+* a kept hit is for one ``Request`` object and one token count; a request that leaves
+  the queue (computes tokens, finishes) is forgotten at the next step.
+Elsewhere (hybrid models, EAGLE, DCP/PCP, finer hashes) the lookup is vLLM's own, once per
+request per step. ``tests/test_vllm_prefix.py`` checks every read against vLLM's lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vllm.v1.core.kv_cache_coordinator import UnitaryKVCacheCoordinator
+from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+from vllm.v1.request import Request
+
+
+class _Hit:
+    """One waiting request's kept hit: its blocks, for this request object and bound."""
+
+    __slots__ = ("request", "limit", "blocks", "tokens", "step")
+
+    def __init__(self, request: Request, limit: int, blocks: list[Any], tokens: int,
+                 step: int) -> None:
+        self.request = request
+        self.limit = limit  # plain: (num_tokens - 1) // block_size; else num_tokens
+        self.blocks = blocks
+        self.tokens = tokens
+        self.step = step  # the step it was looked up in (not plain: valid that step only)
+
+
+class PrefixHits:
+    """vLLM's ``find_longest_cache_hit`` of each waiting request, kept between steps
+    (module doc: where it is exact, and why). ``begin_step`` once a step, before reads."""
+
+    __slots__ = ("_m", "_coord", "_pool", "_map", "plain", "_bs", "_hits", "_by_block",
+                 "_step")
+
+    def __init__(self, manager: Any) -> None:
+        self._m = manager  # vLLM's KVCacheManager
+        coord = self._coord = manager.coordinator
+        self._pool = coord.block_pool
+        groups = coord.single_type_managers
+        g = groups[0] if len(groups) == 1 else None
+        #: The lookup is the plain longest run (module doc), so hits are kept.
+        self.plain = (type(coord) is UnitaryKVCacheCoordinator
+                      and type(g) is FullAttentionManager
+                      and not getattr(g, "use_eagle", True)
+                      and getattr(coord, "dcp_world_size", 1) == 1
+                      and getattr(coord, "pcp_world_size", 1) == 1
+                      and getattr(self._pool, "hash_block_size", None) == g.block_size)
+        self._bs = int(g.block_size) if g is not None else 0
+        self._hits: dict[str, _Hit] = {}
+        self._by_block: dict[int, set[str]] = {}  # block id -> kept hits that hold it
+        self._map: Any = None
+        self._step = 0
+        self._watch()
+
+    def __len__(self) -> int:
+        return len(self._hits)
+
+    def _watch(self) -> None:
+        """Forget every kept hit and hook the pool's current hash -> block map."""
+        self._hits.clear()
+        self._by_block.clear()
+        m = self._map = self._pool.cached_block_hash_to_block
+        if not self.plain:
+            return
+        pop = type(m).pop.__get__(m)  # the class's own, even if m.pop was hooked before
+
+        def hooked_pop(key: Any, block_id: int) -> Any:
+            if self._by_block and block_id in self._by_block:
+                for rid in self._by_block.pop(block_id):
+                    self._drop(rid)
+            return pop(key, block_id)
+
+        m.pop = hooked_pop
+
+    def _drop(self, rid: str) -> None:
+        h = self._hits.pop(rid, None)
+        if h is None:
+            return
+        by_block = self._by_block
+        for b in h.blocks:
+            holders = by_block.get(b.block_id)
+            if holders is not None:
+                holders.discard(rid)
+                if not holders:
+                    del by_block[b.block_id]
+
+    def begin_step(self) -> None:
+        """A new step: forget requests that left the queue (computed tokens, finished),
+        and, when not plain, every hit (valid for one step only)."""
+        self._step += 1
+        if self._pool.cached_block_hash_to_block is not self._map:
+            self._watch()
+        elif not self.plain:
+            self._hits.clear()
+        else:
+            gone = [rid for rid, h in self._hits.items()
+                    if h.request.num_computed_tokens or h.request.is_finished()]
+            for rid in gone:
+                self._drop(rid)
+
+    def lookup(self, request: Request) -> tuple[Sequence[Any], int]:
+        """vLLM's ``get_computed_blocks`` lookup for a waiting request, without its stats:
+        (the first group's hit blocks, the hit's tokens)."""
+        if not self._m.prefix_cache_lookup_enabled(request):
+            return (), 0
+        if self._pool.cached_block_hash_to_block is not self._map:
+            self._watch()  # reset_prefix_cache since the step began
+        rid = request.request_id
+        h = self._hits.get(rid)
+        if not self.plain:
+            if h is None or h.request is not request or h.step != self._step:
+                blocks, n, *_ = self._coord.find_longest_cache_hit(request.block_hashes,
+                                                                   request.num_tokens - 1)
+                h = self._hits[rid] = _Hit(request, request.num_tokens,
+                                           list(blocks[0]) if blocks else [], int(n),
+                                           self._step)
+            return h.blocks, h.tokens
+        limit = (request.num_tokens - 1) // self._bs
+        if h is None or h.request is not request or h.limit != limit:
+            self._drop(rid)
+            h = self._hits[rid] = _Hit(request, limit, [], 0, self._step)
+        blocks = h.blocks
+        hashes = request.block_hashes
+        end = min(limit, len(hashes))
+        if len(blocks) < end:  # the run ends at the first miss: probe from there
+            get = self._pool.get_cached_block
+            by_block = self._by_block
+            while len(blocks) < end:
+                found = get(hashes[len(blocks)], [0])
+                if not found:
+                    break
+                b = found[0]
+                blocks.append(b)
+                holders = by_block.get(b.block_id)
+                if holders is None:
+                    by_block[b.block_id] = {rid}
+                else:
+                    holders.add(rid)
+            h.tokens = len(blocks) * self._bs
+        return blocks, h.tokens
