@@ -1019,6 +1019,13 @@ def finishes_first(p: Ordered, v: SchedulerView, budget: int) -> bool:
 
 @settings(max_examples=200, deadline=None)
 @given(busy_views(), st.sampled_from(["gate", "burst"]))
+@example(SchedulerView(  # a running prompt listed before an older waiting one: the burst's
+    now=100.0, requests=[  # load counts both (the window was once read in view order)
+        RequestSnapshot("d0", 0.0, 1, 2, 1, 2, True),
+        RequestSnapshot("p0", 100.0, 2, 0, 0, 32, True),
+        RequestSnapshot("w0", 50.0, 1324, 0, 0, 64, False)],
+    num_pending_prefills=2, num_running_decodes=1, max_num_batched_tokens=16384,
+    max_num_seqs=256, recent_steps=()), "burst")
 def test_finish_first_on_random_views(v: SchedulerView, load: str) -> None:
     """With ``finish`` a step's decision is the rule before's, or the decodes alone
     (budget 0) exactly when rule 5's inequality holds, and then only with a decode

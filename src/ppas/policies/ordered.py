@@ -442,11 +442,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from ppas.core.config import require
@@ -768,16 +769,20 @@ class Ordered(Policy):
 
     def prefill_ns(self, r: RequestView) -> int:
         """``r``'s term of ``T`` (``drain_floor``), in whole nanoseconds."""
-        assert self.costs is not None
         p = r.prompt_tokens
-        start = min(r.num_computed_tokens + r.num_cached_tokens, p - 1)
-        memo = self._ns.get(r.request_id)  # a pending prompt's term changes only with start
+        return self._prefill_ns(r.request_id, min(r.num_computed_tokens + r.num_cached_tokens,
+                                                  p - 1), p)
+
+    def _prefill_ns(self, rid: str, start: int, p: int) -> int:
+        """``prefill_ns`` of request ``rid`` from its first uncached token ``start``."""
+        assert self.costs is not None
+        memo = self._ns.get(rid)  # a pending prompt's term changes only with start
         if memo is not None and memo[0] == start and memo[1] == p:
             return memo[2]
         ns = round(self.costs.prefill_time(self.config.c_max, start, p) * 1e9)
         if len(self._ns) >= NS_MEMO:  # (finished requests' terms: a server runs for days)
             self._ns.clear()
-        self._ns[r.request_id] = (start, p, ns)
+        self._ns[rid] = (start, p, ns)
         return ns
 
     def floor_of(self, total_ns: int) -> float:
@@ -945,9 +950,10 @@ class Ordered(Policy):
         turns = self._turns
         solo = self.solo_function(view)
         k, now = self._aging, view.now
-        floor = self.drain_floor(view) if solo is not None and self.config.drain > 0 else 0.0
+        # The running prompts keyed without the drain floor first: the floor is an O(queue)
+        # sum (a hit read each), which the early returns below never use.
         items, n_running, n_dec, ctx_dec, ctx_run, running_left, room = self._running(
-            view, solo, floor)
+            view, solo)
         n_run_items = len(items)
         budget, slots = self._budget(view, n_running, n_dec, ctx_dec, ctx_run)
         kv = self.kv_capacity is not None and self.config.kv_footprint and not self._loose
@@ -958,15 +964,28 @@ class Ordered(Policy):
                     (r.prompt_tokens + r.max_output_tokens
                      for r in islice(view.requests, n_running, None)), default=room) + SLACK):
                 return Decision(running_left)  # no waiting request fits: none admitted
+        queue = list(islice(view.requests, n_running, None))
+        # Each waiting prompt's first uncached token, its hit read once for floor and key.
+        starts = [min(r.num_computed_tokens + r.num_cached_tokens, r.prompt_tokens - 1)
+                  for r in queue]
+        floor = 0.0
+        if solo is not None and self.config.drain > 0 and self.costs is not None:
+            prompts = [r for r in islice(view.requests, n_running) if is_pending_prefill(r)]
+            prefill_ns = self._prefill_ns  # drain_floor's sum: the same integers
+            floor = self.floor_of(sum(map(self.prefill_ns, prompts)) + sum(
+                prefill_ns(r.request_id, st, r.prompt_tokens)
+                for r, st in zip(queue, starts, strict=True)))
+            if floor > 0 and prompts:  # the running prompts keyed again, with the floor
+                items = [_item(0, r, True, solo, k, now, floor, turns) for r in prompts]
         if solo is None:
-            for n, r in enumerate(islice(view.requests, n_running, None), n_running):
+            for n, r in enumerate(queue, n_running):
                 items.append(_item(n, r, False, solo, k, now))
         else:  # _item() inlined: the waiting queue is the long loop under overload
             append = items.append
-            for r in islice(view.requests, n_running, None):
+            for r, st in zip(queue, starts, strict=True):
                 prompt, rid, arrival = r.prompt_tokens, r.request_id, r.arrival_time
                 out = r.max_output_tokens
-                rem = prompt - min(r.num_computed_tokens + r.num_cached_tokens, prompt - 1)
+                rem = prompt - st
                 left = out - r.num_output_tokens
                 wait = k * solo(prompt, left if left > 1 else 1)
                 if wait < floor:  # the drain floor: both waits (module doc, 1)
@@ -985,7 +1004,7 @@ class Ordered(Policy):
                                 view.kv_shared_tokens)
         waiting = None
         if kv_room is not None and view.kv_shared_tokens:  # (prefix caching: kv_room)
-            waiting = {r.request_id: r for r in islice(view.requests, n_running, None)}
+            waiting = {r.request_id: r for r in queue}
         if not truncate:
             ids = tuple(it[1] for it in items)
             if not n_running or self.costs is None:
@@ -1435,6 +1454,9 @@ class _Entry:
         self.ns = ns  # its term of the drain floor's sum (``drain``), nanoseconds
 
 
+_arrival_of = itemgetter(0)  # an _ArrivalWork entry's arrival
+
+
 class _ArrivalWork:
     """The load gate's window (module doc, 2): the arrivals of the last ``window``
     seconds, each with its prompt's prefill time alone in ``limit``-token chunks.
@@ -1444,10 +1466,11 @@ class _ArrivalWork:
     from a pass over the view's requests (O(n)). A request returning to the queue
     (preemption) is not counted again while its arrival is in the window (``seen``), and
     one whose arrival is older than the window cannot count. Invariant: ``total`` is the
-    sum of ``work`` over ``queue`` and ``seen`` its ids; ``queue`` is in the order noted,
-    which is arrival order where requests are seen as they arrive (the simulator; an
-    entry noted out of order leaves with the first later arrival behind it), and after
-    ``utilisation(now)`` its first entry arrived at or after ``now - window``."""
+    sum of ``work`` over ``queue`` and ``seen`` its ids; ``queue`` is in arrival order (a
+    request noted after a later arrival, as a view that lists a running prompt before an
+    older waiting one gives them, is inserted in place; the simulator's log notes them as
+    they arrive), so after ``utilisation(now)`` its first entry arrived at or after
+    ``now - window``, and ``recent`` may stop at the first older arrival."""
 
     __slots__ = ("costs", "limit", "window", "queue", "seen", "total", "pos")
 
@@ -1464,7 +1487,11 @@ class _ArrivalWork:
             return
         w = self.costs.prefill_time(self.limit, 0, r.prompt_tokens)
         self.seen.add(rid)
-        self.queue.append((arrival, rid, w))
+        q = self.queue
+        if q and arrival < q[-1][0]:  # noted out of order (a view's running requests come
+            q.insert(bisect_right(q, arrival, key=_arrival_of), (arrival, rid, w))  # first)
+        else:
+            q.append((arrival, rid, w))
         self.total += w
 
     def note(self, view: SchedulerView) -> None:
