@@ -152,7 +152,9 @@ def _blocks(p: Path, n: int, ids: object, prompt_tokens: int, block_size: int) -
     if not (isinstance(ids, list) and all(isinstance(i, int | str) for i in ids)
             and len(ids) <= full):
         raise PpasError(f"{p}:{n}: hash_ids must be a list of at most {full} block ids "
-                        f"(input_length / block_size {block_size}, rounded up), got {ids!r:.60}")
+                        f"(input_length / block_size {block_size}, rounded up), got "
+                        f"{ids!r:.60}; a trace with another block size per hash id needs "
+                        f"--trace-block-size")
     return tuple((f"kv{h}", min(block_size, prompt_tokens - i * block_size))
                  for i, h in enumerate(ids))
 
