@@ -243,3 +243,26 @@ def test_a_cache_manager_without_the_reads_fails_at_startup() -> None:
     del manager.prefix_cache_lookup_enabled
     with pytest.raises(PpasError, match="no prefix_cache_lookup_enabled"):
         _CacheReads.check(manager, "0.32.0")
+
+
+def test_the_cache_reads_benchmark_runs(model_dir: str, tmp_path: object) -> None:
+    """``benchmarks/plugin_cache_reads.py`` as a user runs it, on small sizes: its three
+    reads find the same hits (it refuses to print otherwise), and its JSON names them."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(str(tmp_path)) / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(root / "src"), PPAS_TINY_MODEL=model_dir)
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "plugin_cache_reads.py"),
+                           "--prefix-tokens", "160", "--waiting", "3", "--repeats", "2",
+                           "--json", str(out)], cwd=root, env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())["results"]
+    assert doc["hit_tokens"] == 160 and doc["waiting"] == 3
+    assert set(doc["s_per_step"]) == {"vLLM's lookup, each request", "kept hits, first read",
+                                      "kept hits, a later step"}
