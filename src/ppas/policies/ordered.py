@@ -758,7 +758,8 @@ class Ordered(Policy):
         steps (``StepCosts.prefill_time``, as ``solo_estimate`` prices a prefill); what
         a request arriving now would wait for its first chunk under FCFS, decodes and
         later arrivals aside. Summed in whole nanoseconds (``prefill_ns``: integers, so
-        the indexed path's running sum is the same number). O(pending)."""
+        the indexed path's running sum is the same number; ``_full`` sums the same terms
+        past its early returns, each hit read once). O(pending)."""
         if self.costs is None:
             return 0.0
         total = 0
