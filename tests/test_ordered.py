@@ -551,22 +551,33 @@ def test_saturation_budget_bounds_and_early_exit(v: SchedulerView, spec: str) ->
 
 
 @settings(max_examples=150, deadline=None)
-@given(busy_views(), st.integers(0, 3_000_000), st.booleans())
+@given(busy_views(), st.integers(0, 3_000_000), st.booleans(), st.booleans())
 def test_admissible_backlog_ignores_the_prompts_the_kv_cache_cannot_take(
-        v: SchedulerView, capacity: int, ride_floor: bool) -> None:
+        v: SchedulerView, capacity: int, ride_floor: bool, peak: bool) -> None:
     """With ``kv_backlog`` the budget is the one the whole-queue rule gives on the view cut
-    before the first waiting prompt whose footprint does not fit in the KV room left."""
+    before the first waiting prompt the footprint rule cannot admit: with ``kv_peak=false``
+    the first whose footprint does not fit in the KV room left (the sum rule, written out
+    here); with ``kv_peak`` (the default) the first ``KvRoom`` refuses, which counts the
+    KV the running decodes free as they finish (``tests/test_kv_room.py``: it never
+    overfills)."""
+    from ppas.policies.kv_room import KvRoom
     from ppas.policies.ordered import SLACK
-    spec = f"ordered:ride_floor={str(ride_floor).lower()}"
+    spec = f"ordered:ride_floor={str(ride_floor).lower()},kv_peak={str(peak).lower()}"
     p, q = on_a100(spec), on_a100(spec + ",kv_backlog=false")
     p.kv_capacity = q.kv_capacity = capacity
     running = [r for r in v.requests if r.is_running]
     room = capacity - sum(r.prompt_tokens + r.max_output_tokens + SLACK for r in running)
     kept = list(running)
+    kv = KvRoom(capacity, room, running, SLACK, True, 0) if peak else None
     for r in v.requests[len(running):]:
-        room -= r.prompt_tokens + r.max_output_tokens + SLACK
-        if room < 0:
-            break
+        footprint = r.prompt_tokens + r.max_output_tokens + SLACK
+        if kv is not None:
+            if not kv.admit(r.prompt_tokens + r.num_output_tokens + SLACK, footprint, r):
+                break
+        else:
+            room -= footprint
+            if room < 0:
+                break
         kept.append(r)
     n_dec, ctx = riding(v)
     cut = replace(v, requests=tuple(kept))

@@ -227,7 +227,8 @@ def test_a_cache_manager_without_the_reads_fails_at_startup() -> None:
 
     pool = SimpleNamespace(num_gpu_blocks=10, get_num_free_blocks=lambda: 9,
                            get_cached_block=lambda *a: None,
-                           cached_block_hash_to_block=SimpleNamespace(pop=lambda *a: None))
+                           cached_block_hash_to_block=SimpleNamespace(pop=lambda *a: None,
+                                                                      insert=lambda *a: None))
     group = SimpleNamespace(req_to_blocks={}, block_size=16, block_pool=pool)
     coordinator = SimpleNamespace(find_longest_cache_hit=lambda *a: None,
                                   single_type_managers=[group], block_pool=pool)

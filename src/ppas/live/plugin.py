@@ -79,6 +79,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any, overload
 
 from vllm.logger import init_logger
@@ -174,6 +175,7 @@ class PluginConfig:
 
 
 _MISSING = object()
+_ref_cnt = attrgetter("ref_cnt")  # a vLLM KVCacheBlock's reference count
 
 
 class _CacheReads:
@@ -183,12 +185,13 @@ class _CacheReads:
     one of a model with one kind of attention; 0 (no credit) for the shared counts with
     several groups (``ppas.policies.kv_room``, "Shared blocks")."""
 
-    __slots__ = ("_m", "_group", "_hits")
+    __slots__ = ("_m", "_group", "_hits", "_shared_hit")
 
     #: What the reads use of vLLM's KV cache manager (``check``, at startup).
     NEEDS = ("prefix_cache_lookup_enabled", "coordinator.find_longest_cache_hit",
              "coordinator.single_type_managers", "coordinator.block_pool.get_cached_block",
-             "coordinator.block_pool.cached_block_hash_to_block.pop")
+             "coordinator.block_pool.cached_block_hash_to_block.pop",
+             "coordinator.block_pool.cached_block_hash_to_block.insert")
     #: ... and of its one KV cache group's manager.
     GROUP_NEEDS = ("req_to_blocks", "block_size", "block_pool.num_gpu_blocks",
                    "block_pool.get_num_free_blocks")
@@ -198,6 +201,9 @@ class _CacheReads:
         managers = manager.coordinator.single_type_managers
         self._group = managers[0] if len(managers) == 1 else None
         self._hits = hits  # the scheduler's, kept between steps
+        # shared_hit by request id, for this view's step: reference counts move only in
+        # vLLM's schedule(), after the policy's decide() has read the view.
+        self._shared_hit: dict[str, int] = {}
 
     @classmethod
     def check(cls, manager: Any, version: str) -> None:
@@ -235,8 +241,15 @@ class _CacheReads:
         return self._lookup(request)[1]
 
     def shared_hit(self, request: Request) -> int:
-        """A waiting request's hit tokens in blocks two holders reference."""
-        return 0 if self._group is None else self._shared_tokens(self._lookup(request)[0])
+        """A waiting request's hit tokens in blocks two holders reference (O(hit blocks),
+        once per request and step)."""
+        if self._group is None:
+            return 0
+        rid = request.request_id
+        n = self._shared_hit.get(rid)
+        if n is None:
+            n = self._shared_hit[rid] = self._shared_tokens(self._lookup(request)[0])
+        return n
 
     def shared(self, request: Request) -> int:
         """``RequestView.num_shared_tokens``: tokens of its blocks with ``ref_cnt > 1``."""
@@ -248,7 +261,8 @@ class _CacheReads:
     def _shared_tokens(self, blocks: Sequence[Any]) -> int:
         """The tokens of ``blocks`` that two holders reference (``ref_cnt > 1``)."""
         assert self._group is not None
-        return sum(1 for b in blocks if b.ref_cnt > 1) * int(self._group.block_size)
+        refs = list(map(_ref_cnt, blocks))  # (counted in C: a hit is hundreds of blocks)
+        return (len(refs) - refs.count(0) - refs.count(1)) * int(self._group.block_size)
 
     def joint(self, running: Sequence[Request]) -> int:
         """``SchedulerView.kv_shared_tokens``: the running requests' blocks, each counted

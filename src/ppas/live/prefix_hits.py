@@ -22,7 +22,9 @@ now, and the run ends where the cache first misses. It holds because
   the same key leaves the first block first (the map's dict keeps insertion order);
 * ``reset_prefix_cache`` replaces the map: every kept hit is dropped, the new map hooked;
 * an insertion appends a block to its key (never before the first) or caches a key not
-  mapped before, which can only lengthen a run at its end: every read probes from there;
+  mapped before, which can only lengthen a run at its end: the map's ``insert`` is hooked
+  too, and a read probes a kept hit's end once an insertion has happened since its last
+  probe (a step's reads after the first cost a dict lookup);
 * a kept hit is for one ``Request`` object and one token count; a request that leaves
   the queue (computes tokens, finishes) is forgotten at the next step.
 Elsewhere (hybrid models, EAGLE, DCP/PCP, finer hashes) the lookup is vLLM's own, once per
@@ -42,7 +44,7 @@ from vllm.v1.request import Request
 class _Hit:
     """One waiting request's kept hit: its blocks, for this request object and bound."""
 
-    __slots__ = ("request", "limit", "blocks", "tokens", "step")
+    __slots__ = ("request", "limit", "blocks", "tokens", "step", "inserts")
 
     def __init__(self, request: Request, limit: int, blocks: list[Any], tokens: int,
                  step: int) -> None:
@@ -51,6 +53,7 @@ class _Hit:
         self.blocks = blocks
         self.tokens = tokens
         self.step = step  # the step it was looked up in (not plain: valid that step only)
+        self.inserts = -1  # plain: the map's insertions counted at its last probe
 
 
 class PrefixHits:
@@ -58,7 +61,7 @@ class PrefixHits:
     (module doc: where it is exact, and why). ``begin_step`` once a step, before reads."""
 
     __slots__ = ("_m", "_coord", "_pool", "_map", "plain", "_bs", "_hits", "_by_block",
-                 "_step")
+                 "_step", "_inserts")
 
     def __init__(self, manager: Any) -> None:
         self._m = manager  # vLLM's KVCacheManager
@@ -78,6 +81,7 @@ class PrefixHits:
         self._by_block: dict[int, set[str]] = {}  # block id -> kept hits that hold it
         self._map: Any = None
         self._step = 0
+        self._inserts = 0  # insertions into the watched map (plain)
         self._watch()
 
     def __len__(self) -> int:
@@ -91,6 +95,7 @@ class PrefixHits:
         if not self.plain:
             return
         pop = type(m).pop.__get__(m)  # the class's own, even if m.pop was hooked before
+        insert = type(m).insert.__get__(m)
 
         def hooked_pop(key: Any, block_id: int) -> Any:
             if self._by_block and block_id in self._by_block:
@@ -98,7 +103,12 @@ class PrefixHits:
                     self._drop(rid)
             return pop(key, block_id)
 
+        def hooked_insert(key: Any, block: Any) -> None:
+            self._inserts += 1
+            insert(key, block)
+
         m.pop = hooked_pop
+        m.insert = hooked_insert
 
     def _drop(self, rid: str) -> None:
         h = self._hits.pop(rid, None)
@@ -147,6 +157,9 @@ class PrefixHits:
         if h is None or h.request is not request or h.limit != limit:
             self._drop(rid)
             h = self._hits[rid] = _Hit(request, limit, [], 0, self._step)
+        elif h.inserts == self._inserts:
+            return h.blocks, h.tokens  # nothing cached since its last probe, nothing popped
+        h.inserts = self._inserts
         blocks = h.blocks
         hashes = request.block_hashes
         end = min(limit, len(hashes))
