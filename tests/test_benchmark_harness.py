@@ -57,6 +57,11 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path: Path) -> None:
         assert proc.stderr.startswith(f"{name}: error: ")
 
 
+def test_plugin_queue_cost_refuses_bad_sizes() -> None:
+    refuses("plugin_queue_cost.py", ["--waiting", "x"], ["--waiting", "0"],
+            ["--waiting", "9000"], ["--policies", " ; "], ["--reps", "0"])
+
+
 def test_real_traffic_refuses_a_bad_output_scale() -> None:
     refuses("real_traffic.py", ["--output-scale", "0"], ["--output-scale", "nan"],
             ["--output-scale", "x"], ["--output-scale", "101"])

@@ -267,3 +267,26 @@ def test_the_cache_reads_benchmark_runs(model_dir: str, tmp_path: object) -> Non
     assert doc["hit_tokens"] == 160 and doc["waiting"] == 3
     assert set(doc["s_per_step"]) == {"vLLM's lookup, each request", "kept hits, first read",
                                       "kept hits, a later step"}
+
+
+def test_the_queue_cost_benchmark_runs(model_dir: str, tmp_path: object) -> None:
+    """``benchmarks/plugin_queue_cost.py`` on a short queue: a row for stock vLLM and one
+    per policy, the policy's ``decide()`` timed inside its ``schedule()``."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(str(tmp_path)) / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(root / "src"), PPAS_TINY_MODEL=model_dir)
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "plugin_queue_cost.py"),
+                           "--waiting", "5", "--policies", "ordered:c_max=2048", "--reps", "3",
+                           "--warmup", "1", "--json", str(out)], cwd=root, env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["results"]["5"]
+    assert set(rows) == {"stock", "ordered:c_max=2048"}
+    assert rows["stock"]["decide_us"] == 0 < rows["ordered:c_max=2048"]["decide_us"]
+    assert rows["ordered:c_max=2048"]["decide_us"] < rows["ordered:c_max=2048"]["schedule_us"]
