@@ -27,8 +27,9 @@ now, and the run ends where the cache first misses. It holds because
   probe (a step's reads after the first cost a dict lookup);
 * a kept hit is for one ``Request`` object and one token count; a request that leaves
   the queue (computes tokens, finishes) is forgotten at the next step.
-Elsewhere (hybrid models, EAGLE, DCP/PCP, finer hashes) the lookup is vLLM's own, once per
-request per step. ``tests/test_vllm_prefix.py`` checks every read against vLLM's lookup.
+Elsewhere (hybrid models, EAGLE, DCP/PCP, finer hashes) the lookup is vLLM's own, read
+again once the map has changed since (a pop or an insertion: the lookup reads only the
+map). ``tests/test_vllm_prefix.py`` checks every read against vLLM's lookup.
 """
 
 from __future__ import annotations
@@ -44,16 +45,16 @@ from vllm.v1.request import Request
 class _Hit:
     """One waiting request's kept hit: its blocks, for this request object and bound."""
 
-    __slots__ = ("request", "limit", "blocks", "tokens", "step", "inserts")
+    __slots__ = ("request", "limit", "blocks", "tokens", "inserts", "pops")
 
     def __init__(self, request: Request, limit: int, blocks: list[Any], tokens: int,
-                 step: int) -> None:
+                 pops: int = -1) -> None:
         self.request = request
         self.limit = limit  # plain: (num_tokens - 1) // block_size; else num_tokens
         self.blocks = blocks
         self.tokens = tokens
-        self.step = step  # the step it was looked up in (not plain: valid that step only)
-        self.inserts = -1  # plain: the map's insertions counted at its last probe
+        self.inserts = -1  # the map's insertions counted at its last probe or lookup
+        self.pops = pops  # not plain: the map's removals counted at its lookup
 
 
 class PrefixHits:
@@ -61,7 +62,7 @@ class PrefixHits:
     (module doc: where it is exact, and why). ``begin_step`` once a step, before reads."""
 
     __slots__ = ("_m", "_coord", "_pool", "_map", "plain", "_bs", "_hits", "_by_block",
-                 "_step", "_inserts")
+                 "_inserts", "_pops")
 
     def __init__(self, manager: Any) -> None:
         self._m = manager  # vLLM's KVCacheManager
@@ -80,8 +81,8 @@ class PrefixHits:
         self._hits: dict[str, _Hit] = {}
         self._by_block: dict[int, set[str]] = {}  # block id -> kept hits that hold it
         self._map: Any = None
-        self._step = 0
-        self._inserts = 0  # insertions into the watched map (plain)
+        self._inserts = 0  # insertions into the watched map
+        self._pops = 0  # removals from it
         self._watch()
 
     def __len__(self) -> int:
@@ -92,13 +93,12 @@ class PrefixHits:
         self._hits.clear()
         self._by_block.clear()
         m = self._map = self._pool.cached_block_hash_to_block
-        if not self.plain:
-            return
         pop = type(m).pop.__get__(m)  # the class's own, even if m.pop was hooked before
         insert = type(m).insert.__get__(m)
 
         def hooked_pop(key: Any, block_id: int) -> Any:
-            if self._by_block and block_id in self._by_block:
+            self._pops += 1
+            if self._by_block and block_id in self._by_block:  # (plain only)
                 for rid in self._by_block.pop(block_id):
                     self._drop(rid)
             return pop(key, block_id)
@@ -123,18 +123,14 @@ class PrefixHits:
                     del by_block[b.block_id]
 
     def begin_step(self) -> None:
-        """A new step: forget requests that left the queue (computed tokens, finished),
-        and, when not plain, every hit (valid for one step only)."""
-        self._step += 1
+        """A new step: forget requests that left the queue (computed tokens, finished)."""
         if self._pool.cached_block_hash_to_block is not self._map:
             self._watch()
-        elif not self.plain:
-            self._hits.clear()
-        else:
-            gone = [rid for rid, h in self._hits.items()
-                    if h.request.num_computed_tokens or h.request.is_finished()]
-            for rid in gone:
-                self._drop(rid)
+            return
+        gone = [rid for rid, h in self._hits.items()
+                if h.request.num_computed_tokens or h.request.is_finished()]
+        for rid in gone:
+            self._drop(rid)
 
     def lookup(self, request: Request) -> tuple[Sequence[Any], int]:
         """vLLM's ``get_computed_blocks`` lookup for a waiting request, without its stats:
@@ -146,17 +142,19 @@ class PrefixHits:
         rid = request.request_id
         h = self._hits.get(rid)
         if not self.plain:
-            if h is None or h.request is not request or h.step != self._step:
+            if (h is None or h.request is not request or h.limit != request.num_tokens
+                    or h.inserts != self._inserts or h.pops != self._pops):
                 blocks, n, *_ = self._coord.find_longest_cache_hit(request.block_hashes,
                                                                    request.num_tokens - 1)
                 h = self._hits[rid] = _Hit(request, request.num_tokens,
                                            list(blocks[0]) if blocks else [], int(n),
-                                           self._step)
+                                           self._pops)
+                h.inserts = self._inserts
             return h.blocks, h.tokens
         limit = (request.num_tokens - 1) // self._bs
         if h is None or h.request is not request or h.limit != limit:
             self._drop(rid)
-            h = self._hits[rid] = _Hit(request, limit, [], 0, self._step)
+            h = self._hits[rid] = _Hit(request, limit, [], 0)
         elif h.inserts == self._inserts:
             return h.blocks, h.tokens  # nothing cached since its last probe, nothing popped
         h.inserts = self._inserts
