@@ -7,7 +7,8 @@ reads it for the whole queue every step. The lookup walks the hit block by block
 plugin keeps each hit between steps (``ppas.live.prefix_hits``), as the simulator does
 (``PrefixCache.hit_blocks``). This prints, side by side for a queue of waiting requests
 with such hits: vLLM's lookup for each (the plugin before hits were kept), the first read
-of the kept hits (one lookup each), and a steady step (one probe each).
+of the kept hits (one lookup each), a later step with nothing cached since (a dict lookup
+each) and one after vLLM cached a block (one probe each).
 
     .venv/bin/python benchmarks/plugin_cache_reads.py [--prefix-tokens 8000] [--waiting 100]
         [--json OUT]
@@ -97,13 +98,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept(hits)
     steady_s, n_steady = timed(lambda: kept(hits))
     rows.append(("kept hits, a later step", steady_s, n_steady))
+    # A step after vLLM cached a block (every step that computes a prompt's full block):
+    # each kept hit's end is probed once. The block cached here is a spare one under a key
+    # no request has, so no hit moves.
+    pool = manager.block_pool
+    spare = pool.get_new_blocks(1)[0]
+    serial = [0]
+
+    def after_insert() -> int:
+        serial[0] += 1
+        pool.cached_block_hash_to_block.insert(b"ppas-bench-%d" % serial[0], spare)
+        return kept(hits)
+
+    probed_s, n_probed = timed(after_insert)
+    rows.append(("kept hits, after a caching", probed_s, n_probed))
     if len({n for _, _, n in rows}) != 1:
         fail(ap.prog, f"the reads disagree: {rows}")  # (the test suite checks this too)
     hit = n_vllm // a.waiting
     hit_blocks = hit // BLOCK_SIZE
     print(f"{a.waiting} waiting requests, each with a {hit}-token hit ({hit_blocks} blocks "
           f"of {BLOCK_SIZE} tokens); vLLM {vllm.__version__}")
-    t = Table(("reads", "<28"), ("ms / step", "10.3f"), ("us / request", "13.2f"),
+    t = Table(("reads", "<30"), ("ms / step", "10.3f"), ("us / request", "13.2f"),
               ("us / hit block", "15.3f"))
     t.print_header()
     for name, sec, _ in rows:

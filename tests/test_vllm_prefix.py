@@ -266,7 +266,7 @@ def test_the_cache_reads_benchmark_runs(model_dir: str, tmp_path: object) -> Non
     doc = json.loads(out.read_text())["results"]
     assert doc["hit_tokens"] == 160 and doc["waiting"] == 3
     assert set(doc["s_per_step"]) == {"vLLM's lookup, each request", "kept hits, first read",
-                                      "kept hits, a later step"}
+                                      "kept hits, a later step", "kept hits, after a caching"}
 
 
 def test_the_queue_cost_benchmark_runs(model_dir: str, tmp_path: object) -> None:
