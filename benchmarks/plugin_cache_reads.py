@@ -39,7 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import vllm
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.kv_cache_utils import (
+        BlockHash,
+        get_request_block_hasher,
+        init_none_hash,
+        make_block_hash_with_group_id,
+    )
     from vllm.v1.request import Request
 
     from ppas.live.prefix_hits import PrefixHits
@@ -107,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def after_insert() -> int:
         serial[0] += 1
-        pool.cached_block_hash_to_block.insert(b"ppas-bench-%d" % serial[0], spare)
+        key = make_block_hash_with_group_id(BlockHash(b"ppas-bench-%d" % serial[0]), 0)
+        pool.cached_block_hash_to_block.insert(key, spare)
         return kept(hits)
 
     probed_s, n_probed = timed(after_insert)
