@@ -61,7 +61,7 @@ from a length (``ordered``'s rule 4); the startup check confirms the method exis
 Prefix caching (vLLM's default): the view reads vLLM's cache without changing it
 (``_CacheReads``): a waiting request's hit (``num_cached_tokens``, the lookup of
 ``get_computed_blocks`` without its stats, kept between steps by ``PrefixHits``, which
-watches the removals from vLLM's hash -> block map), and for the footprint rules' credit
+counts the pops and insertions of vLLM's hash -> block map), and for the footprint rules' credit
 (``ppas.policies.kv_room``, "Shared blocks") the running requests' joint blocks
 (``kv_shared_tokens``) and each request's shared ones (``num_shared_tokens``, from
 ``ref_cnt``); the startup check confirms the attributes they use exist.
