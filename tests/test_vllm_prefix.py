@@ -178,10 +178,10 @@ def test_kept_hits_are_vllms_lookup(model_dir: str,
         for r in sched.waiting:
             if r.num_computed_tokens:
                 continue
-            before = len(hits._hits)  # type: ignore[attr-defined]
+            before = len(hits)  # kept hits
             blocks, n = hits.lookup(r)
             assert ([b.block_id for b in blocks], n) == _fresh_hit(sched, r), r.request_id
-            seen["kept"] += len(hits._hits) == before and r.request_id in last  # type: ignore[attr-defined]
+            seen["kept"] += len(hits) == before and r.request_id in last
             if r.request_id in last and n != last[r.request_id]:
                 seen["grew" if n > last[r.request_id] else "shrank"] += 1
             last[r.request_id] = n
