@@ -251,3 +251,64 @@ def test_a_waiting_requests_hit_is_the_caches_lookup(
 
     pol.decide = checked  # type: ignore[method-assign, assignment]
     simulate(reqs, pol, ConstantCost(), EngineConfig(num_kv_blocks=blocks, prefix_caching=True))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix_workloads())
+def test_every_hit_change_is_reported_in_the_waiting_log(
+        w: tuple[list[RequestSpec], str, int]) -> None:
+    # WaitingLog.hits: a waiting request whose hit differs from the one it had when last
+    # read (here: every step) is listed since, whether another request's blocks were
+    # cached (the hit grows) or evicted (it is cut).
+    reqs, spec, blocks = w
+    pol = make_policy(spec)
+    decide = pol.decide
+    last: dict[str, int] = {}
+    pos = [0]
+    changes = [0]
+
+    def checked(view: SchedulerView) -> object:
+        log = view.waiting_log
+        assert log is not None and log.hits is not None
+        listed = {r.request_id for r in log.hits[pos[0] - log.hits_base:]}
+        pos[0] = log.hits_end
+        for r in view.requests:
+            if r.is_running:
+                last.pop(r.request_id, None)  # (admitted: read again once it waits)
+                continue
+            hit = r.num_cached_tokens
+            before = last.get(r.request_id)
+            if before is not None and before != hit:
+                changes[0] += 1
+                assert r.request_id in listed, (r.request_id, before, hit)
+            last[r.request_id] = hit
+        return decide(view)
+
+    pol.decide = checked  # type: ignore[method-assign, assignment]
+    simulate(reqs, pol, ConstantCost(), EngineConfig(num_kv_blocks=blocks, prefix_caching=True))
+
+
+def test_a_hit_grown_by_another_requests_caching_is_reported() -> None:
+    # Two requests of one 640-token prefix arrive together; the second waits while the
+    # first is prefilled in 128-token chunks, so its hit grows as the first's blocks are
+    # cached, step after step, and each growth is reported.
+    reqs = [RequestSpec(0.0, 700, 2, prefix=(("g", 640),)),
+            RequestSpec(0.0, 700, 2, prefix=(("g", 640),))]
+    pol = make_policy("mbt:128")
+    decide = pol.decide
+    seen: list[tuple[int, bool]] = []
+
+    def watched(view: SchedulerView) -> object:
+        log = view.waiting_log
+        assert log is not None and log.hits is not None
+        for r in view.requests:
+            if not r.is_running and r.request_id == "1":
+                seen.append((r.num_cached_tokens, any(h is r for h in log.hits)))
+        return decide(view)
+
+    pol.decide = watched  # type: ignore[method-assign, assignment]
+    simulate(reqs, pol, ConstantCost(), EngineConfig(num_kv_blocks=200, prefix_caching=True,
+                                                     max_num_seqs=1))
+    hits = [h for h, _ in seen]
+    assert hits == sorted(hits) and hits[0] < hits[-1] == 640
+    assert all(reported for h, reported in seen[1:] if h > hits[0])

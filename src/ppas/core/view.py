@@ -141,9 +141,18 @@ class WaitingLog:
     that the queue starts with: its first ``len(front)`` waiting requests are, in order,
     the ones its ids name, each the object of its last entering event (an engine that
     put a policy's order first and kept it so: the simulator; a policy that listed it
-    knows the queue's head from it without reading the head)."""
+    knows the queue's head from it without reading the head).
 
-    __slots__ = ("events", "base", "front")
+    ``hits``: None, or (an engine with prefix caching that reports them: the simulator)
+    the waiting requests whose ``num_cached_tokens`` changed, in order, as the cache
+    caches the block after a hit or evicts one of its blocks (a request may be listed more
+    than once, and may have left the queue by the time it is read). ``hits[i]`` is report
+    number ``hits_base + i``. Invariant: a waiting request whose hit differs from the one
+    it had when it was last read is listed since that read; so an index that reads a
+    request's hit as it enters keeps its key exact by reading again the requests listed
+    since it last looked (``tests/test_prefix_policies.py``)."""
+
+    __slots__ = ("events", "base", "front", "hits", "hits_base")
 
     #: Events kept beyond twice the queue's length before ``trim`` drops them all.
     SPARE = 4096
@@ -152,6 +161,8 @@ class WaitingLog:
         self.events: list[tuple[bool, RequestView]] = []
         self.base = 0
         self.front: LoggedOrder | None = None
+        self.hits: list[RequestView] | None = None
+        self.hits_base = 0
 
     @property
     def end(self) -> int:
@@ -164,6 +175,15 @@ class WaitingLog:
         if len(self.events) > 2 * queue_len + self.SPARE:
             self.base += len(self.events)
             self.events.clear()
+        hits = self.hits
+        if hits is not None and len(hits) > 2 * queue_len + self.SPARE:
+            self.hits_base += len(hits)
+            hits.clear()  # (in place: the engine appends to this list)
+
+    @property
+    def hits_end(self) -> int:
+        """The number of the next hit report (one past the last)."""
+        return self.hits_base + (0 if self.hits is None else len(self.hits))
 
 
 class OutputLengths:
@@ -253,7 +273,8 @@ class SchedulerView:
     needs the pending prompts' total reads the running ones only; None: read the requests.
     ``prefix_caching``: the engine caches prefixes, so a waiting request's
     ``num_cached_tokens`` may change while it waits (an index keyed on it must be rebuilt
-    from the requests, not kept from ``waiting_log``).
+    from the requests, not kept from ``waiting_log``, unless the log reports those changes:
+    ``WaitingLog.hits``).
     ``output_lengths``: the engine's ``OutputLengths`` (the simulator and the vLLM
     plugin); None (hand-made views): every cap is taken for the request's length.
     ``kv_shared_tokens``: the KV tokens the running requests hold jointly (prefix

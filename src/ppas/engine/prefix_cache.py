@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ppas.core.config import require
 
@@ -114,7 +115,13 @@ class PrefixCache:
         self._dups: dict[int, dict[int, None]] = {}  # hash -> later holders, in order
         # hit_blocks' watchers: hash -> (memo cell, position) of every walk that passed it;
         # evicting the hash's last holder cuts each such memo back to that position.
-        self._watch: dict[int, list[tuple[list[int], int]]] = {}
+        self._watch: dict[int, list[tuple[list[Any], int]]] = {}
+        #: With ``changed`` (a list, set by the engine): the memos whose hit may grow,
+        #: by the uncached hash their walk stopped at (``hit_blocks``), and the owners
+        #: (a memo's third slot) of the memos whose hit changed, appended as it changes:
+        #: cut by an eviction (``_cut``) or grown by the caching of that hash (``_add``).
+        self._stops: dict[int, list[list[Any]]] = {}
+        self.changed: list[Any] | None = None
         #: References beyond a block's first, summed over the held blocks: the blocks
         #: requests hold jointly, counted once per holder beyond the first. Invariant:
         #: ``sum(len(blocks) per holder) == blocks held + num_shared`` (``check``).
@@ -164,9 +171,10 @@ class PrefixCache:
             out.append(b)
         return out
 
-    def hit_blocks(self, hashes: Sequence[int], num_tokens: int, memo: list[int]) -> int:
-        """``len(self.lookup(hashes, num_tokens))``, kept in ``memo`` (a one-element list
-        owned by the caller, ``[0]`` to start; one per ``hashes``) between calls.
+    def hit_blocks(self, hashes: Sequence[int], num_tokens: int, memo: list[Any]) -> int:
+        """``len(self.lookup(hashes, num_tokens))``, kept in ``memo`` (a list owned by the
+        caller, ``[0]`` to start, or ``[0, -1, owner]`` where ``changed`` is set; one per
+        ``hashes``) between calls.
 
         Invariant: ``hashes[:memo[0]]`` are all cached. It holds because every hash the walk
         passes is watched, and evicting a hash's last holder cuts each watching memo back
@@ -175,7 +183,13 @@ class PrefixCache:
         grew by, not a walk of the whole hit (a waiting request is asked every step).
         A caller done with a memo (its request admitted) sets ``memo[0] = -1``: cuts skip
         it, and a watch list drops such entries when it doubles (memory: the live memos'
-        walks, not every request's that ever passed a shared prefix)."""
+        walks, not every request's that ever passed a shared prefix).
+
+        With ``changed`` set, a walk that stops at an uncached hash is noted there
+        (``memo[1]``: the position noted, -1 none), so that caching it reports ``owner``
+        (``_add``), as a cut does (``_cut``): the owners of every memo whose value changed
+        are in ``changed``, in order (``WaitingLog.hits``). A hash's position in any
+        chain is the same (chained hashes encode the whole prefix)."""
         limit = min(len(hashes), max(0, num_tokens - 1) // self.block_size)
         h = memo[0]
         if h >= limit:
@@ -185,6 +199,8 @@ class PrefixCache:
         while h < limit:
             x = hashes[h]
             if x not in cached:
+                if self.changed is not None and memo[1] != h:
+                    self._stop(x, h, memo)
                 break
             w = watch.get(x)
             if w is None:
@@ -199,6 +215,20 @@ class PrefixCache:
             h += 1
         memo[0] = h
         return h
+
+    def _stop(self, x: int, pos: int, memo: list[Any]) -> None:
+        """Note that ``memo``'s walk stopped at the uncached hash ``x`` (position ``pos``)."""
+        memo[1] = pos
+        w = self._stops.get(x)
+        if w is None:
+            self._stops[x] = [memo]
+            return
+        w.append(memo)
+        n = len(w)
+        if n >= 64 and not n & (n - 1):  # (as the watch lists: the dead dropped)
+            live = [m for m in w if m[0] >= 0]
+            if 2 * len(live) <= n:
+                w[:] = live
 
     def blocks_needed(self, req: CachedBlocks, num_computed: int, hit: Sequence[int],
                       num_new_tokens: int) -> int:
@@ -354,6 +384,7 @@ class PrefixCache:
     def _add(self, ids: list[int], hashes: Sequence[int], start: int, end: int) -> None:
         """Cache blocks ``ids[start:end]`` under ``hashes[start:end]``."""
         hashed, cached = self._hash, self._cached
+        stops = self._stops
         for i in range(start, end):
             b = ids[i]
             h = hashes[i]
@@ -362,7 +393,22 @@ class PrefixCache:
                 self._dups.setdefault(h, {})[b] = None
             else:
                 cached[h] = b
+                if stops:
+                    w = stops.pop(h, None)
+                    if w is not None:
+                        self._grown(w, i)
         self._num_hashed += end - start
+
+    def _grown(self, memos: list[list[Any]], pos: int) -> None:
+        """The hash at ``pos`` that ``memos``' walks stopped at is cached: those still
+        stopped there grow (``changed``)."""
+        changed = self.changed
+        assert changed is not None
+        for memo in memos:
+            if memo[0] == pos:
+                changed.append(memo[2])
+            if memo[1] == pos:
+                memo[1] = -1
 
     def _unhash(self, b: int) -> None:
         """Evict block ``b``'s hash; if it was the hash's last holder, the hash leaves the
@@ -391,9 +437,12 @@ class PrefixCache:
     def _cut(self, h: int) -> None:
         """Hash ``h`` has left the cache: every ``hit_blocks`` memo that walked past it is
         cut back to its position there."""
+        changed = self.changed
         for memo, pos in self._watch.pop(h, ()):
             if memo[0] > pos:
                 memo[0] = pos
+                if changed is not None:
+                    changed.append(memo[2])
 
     def check(self) -> None:
         """Internal consistency (tests): refcounts, queue membership, block count."""

@@ -4,6 +4,8 @@ the same object policies read as a ``RequestView``, and why an engine refuses on
 
 from __future__ import annotations
 
+from typing import Any
+
 from ppas.core.errors import PpasError
 from ppas.engine.prefix_cache import CachedBlocks, PrefixCache
 from ppas.workload import RequestSpec
@@ -56,7 +58,9 @@ class SimRequest:
         self.block_hashes: list[int] = []
         self.kv: CachedBlocks | None = None
         self.cache: PrefixCache | None = None
-        self.hit_memo = [0]  # PrefixCache.hit_blocks' memo of this request's hit
+        # PrefixCache.hit_blocks' memo of this request's hit: (blocks, the walk's stop
+        # noted, this request: reported in PrefixCache.changed as its hit changes)
+        self.hit_memo: list[Any] = [0, -1, self]
         self.first_scheduled_time: float | None = None
         self.num_hit_tokens = 0  # prompt tokens taken from the cache, all admissions
 

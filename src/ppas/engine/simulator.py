@@ -489,6 +489,8 @@ class EngineSim:
         #: N_p is then ``len(running) - _past_prompt + len(waiting)``, O(1) per step.
         self._past_prompt = 0
         self.waiting = WaitingQueue()
+        if self.pool.cache is not None:  # hit changes reported (WaitingLog.hits)
+            self.pool.cache.changed = self.waiting.log.hits = []
         self.recent: deque[StepRecord] = deque(maxlen=step_rules.recent_steps_kept(policy))
         self.steps: list[StepTrace] = []
         self.num_steps = self.num_preemptions = 0

@@ -396,7 +396,14 @@ listed ones (or the engine stops earlier, on its KV blocks, ``max_num_seqs`` or 
 budget). The unlisted requests keep their queue order behind, and no step admits one, so
 every admission, and the run, is the same as with the whole order
 (``tests/test_ordered.py`` runs both, and pins the indexed path to
-``decide_full(truncate=True)`` at every step).
+``decide_full(truncate=True)`` at every step). With a log and a prefix cache whose hit
+changes the log reports (``WaitingLog.hits``: the simulator): every pending prompt, in
+order, from the index: within a step the hits of prompts admitted earlier can grow those
+of later ones (their blocks are cached as they are scheduled), and the budget this leaves
+would go to the unlisted requests in the queue's order, so a cut order would not be the
+whole one's. The index keeps each waiting request's key, re-read only when its hit is
+reported changed (``tests/test_ordered.py`` pins it to ``decide_full`` at every step,
+through hits grown, evictions and preemptions).
 
 **Cost per step.** Without a log: one pass over the running requests and the budget,
 O(running + number of candidate chunks), plus the saturation rule's pass over a prefix of
@@ -417,7 +424,10 @@ list, where admissions go), then O((e + l + p) log n) for the waiting queue, whe
 is the log's events since the last step (arrivals, preemptions, admissions), ``l`` the
 requests listed and ``p`` those turning overdue (each once; with the FCFS turn an entry
 past its aging term waits in a heap of turn thresholds, so it moves at most twice), none
-of it proportional to the queue. The FCFS turn's bookkeeping is O(e) with a log and one
+of it proportional to the queue; with a prefix cache, re-keying the requests whose hits
+the log reports changed, then one sort of the kept keys (in C) and the listing, O(n log n)
+but no hit read, no key made and no drain-floor term summed for a request whose hit held.
+The FCFS turn's bookkeeping is O(e) with a log and one
 pass over the waiting queue without (``FcfsTurns.note``). The index (``_WaitingIndex``)
 holds one entry per waiting request, made from the request's fields when it enters the
 queue (they do not change while it waits there), and reads the queue again whole, O(n),
@@ -884,11 +894,13 @@ class Ordered(Policy):
         self._index = None
 
     def _decide(self, view: SchedulerView) -> Decision:
-        log = None if view.prefix_caching else view.waiting_log  # its items' keys are fixed
+        log = view.waiting_log  # its items' keys are fixed, or their changes reported
+        if log is not None and view.prefix_caching and log.hits is None:
+            log = None
         if log is not None and self.costs is not None and self.config.aging > 0 and (
                 self.sat_costs is None or self._knee is not None):  # saturation: no room
             if self.config.drain > 0 and self.config.overdue_prefix:  # (not indexed)
-                return self._full(view, truncate=True)
+                return self._full(view, truncate=not view.prefix_caching)
             return self._decide_indexed(view, log)
         return self._full(view)
 
@@ -1106,12 +1118,31 @@ class Ordered(Policy):
         idx.promote(view.now)
         newest = _overdue_prefix(items, idx.newest_overdue()) if cfg.overdue_prefix else -math.inf
         items.sort()
+        kv_room = self._kv_room(kv, room, run, view.kv_shared_tokens)
+        waiting = (_LiveRequests(idx.live) if kv_room is not None and view.kv_shared_tokens
+                   else None)
+        if view.prefix_caching:
+            # Every pending prompt listed (``decide_full``'s order, not cut): the hits of
+            # prompts admitted earlier in the step can grow those of later ones and leave
+            # budget that a cut order would give to the queue's unlisted requests. The
+            # entries' keys are kept (their hits' changes reported); sorted once, in C,
+            # as ``in_order`` would yield them: overdue by both tests, then fresh.
+            now = view.now
+            queue = [e.late if e.overdue and now - e.arrival >= floor else e.fresh
+                     for e in idx.live.values()]
+            if newest > -math.inf:
+                _overdue_prefix(queue, newest)
+            queue.sort()
+            whole = list(_merged(items, iter(queue))) if items else queue
+            ids = tuple(it[1] for it in whole)
+            if n_running:
+                budget, _ = _walk(iter(whole), items, n_running, budget, slots, kv_room,
+                                  running_left, waiting)
+            return Decision(budget, ids)
         try:
             order = idx.in_order(newest, floor)
             return Decision(*_walk(_merged(items, order) if items else order, items, n_running,
-                                   budget, slots, self._kv_room(kv, room, run,
-                                                                view.kv_shared_tokens),
-                                   running_left))
+                                   budget, slots, kv_room, running_left, waiting))
         finally:
             idx.restore()
 
@@ -1446,13 +1477,33 @@ class _Entry:
     """A waiting request in ``_WaitingIndex``: its items fresh and overdue, its aging
     threshold ``k * s_i``, its smallest footprint (prompt + outputs)."""
 
-    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue", "ns")
+    __slots__ = ("gen", "arrival", "threshold", "fresh", "late", "overdue", "ns", "r")
 
     def __init__(self, gen: int, arrival: float, threshold: float, fresh: _Item,
-                 late: _Item, overdue: bool, ns: int = 0) -> None:
+                 late: _Item, overdue: bool, ns: int, r: RequestView) -> None:
         self.gen, self.arrival, self.threshold = gen, arrival, threshold
         self.fresh, self.late, self.overdue = fresh, late, overdue
         self.ns = ns  # its term of the drain floor's sum (``drain``), nanoseconds
+        self.r = r  # the request (its shared blocks: the footprint rule's credit)
+
+
+class _LiveRequests(Mapping[str, RequestView]):
+    """The index's waiting requests by id (``_walk``'s ``waiting``), read through its
+    entries."""
+
+    __slots__ = ("live",)
+
+    def __init__(self, live: dict[str, _Entry]) -> None:
+        self.live = live
+
+    def __getitem__(self, rid: str) -> RequestView:
+        return self.live[rid].r
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.live)
+
+    def __len__(self) -> int:
+        return len(self.live)
 
 
 _arrival_of = itemgetter(0)  # an _ArrivalWork entry's arrival
@@ -1564,6 +1615,7 @@ class _WaitingIndex:
         self.late_fresh: list[tuple[float, float, str, int, _Item]] = []
         self.log: WaitingLog | None = None
         self.pos = 0
+        self.hpos = 0  # the log's hit reports read (``WaitingLog.hits``)
         self.now = -math.inf
         self.gen = 0
         self.live: dict[str, _Entry] = {}
@@ -1580,11 +1632,12 @@ class _WaitingIndex:
         """Apply the log's events since the last step; False (nothing applied) when the
         log cannot be followed: the caller then checks the count and ``rebuild``s."""
         now = view.now
-        if log is not self.log or self.pos < log.base or now < self.now:
+        if (log is not self.log or self.pos < log.base or now < self.now
+                or self.hpos < log.hits_base):
             return False
         self.now = now
-        end = log.end
-        if self.pos == end:
+        end, hits = log.end, log.hits
+        if self.pos == end and (hits is None or self.hpos == log.hits_end):
             return True
         live = self.live
         for entered, r in log.events[self.pos - log.base:]:
@@ -1595,6 +1648,16 @@ class _WaitingIndex:
                 if e is not None:
                     self.waiting_ns -= e.ns
         self.pos = end
+        if hits is not None:  # hits changed (prefix caching): those requests keyed again
+            again: set[str] = set()
+            for r in hits[self.hpos - log.hits_base:]:
+                rid = r.request_id
+                e = live.get(rid)
+                if e is not None and rid not in again:
+                    again.add(rid)
+                    self.waiting_ns -= e.ns
+                    self.add(r, now)
+            self.hpos = log.hits_end
         if len(self.fresh) + len(self.late) + len(self.due) + len(self.small) + len(
                 self.byarr) + len(self.newest) + len(self.late_fresh) + len(
                 self.turn_wait) > 8 * len(live) + 256:
@@ -1602,7 +1665,7 @@ class _WaitingIndex:
         return True
 
     def rebuild(self, view: SchedulerView, log: WaitingLog, n_running: int) -> None:
-        self.log, self.pos, self.now = log, log.end, view.now
+        self.log, self.pos, self.hpos, self.now = log, log.end, log.hits_end, view.now
         self.live.clear()
         self.waiting_ns = 0
         for h in (self.late, self.fresh, self.due, self.small, self.byarr, self.newest,
@@ -1651,7 +1714,7 @@ class _WaitingIndex:
         overdue = now - arrival >= threshold and (self.turns is None or self.turns.turned(rid))
         ns = self.ns(r) if self.ns is not None else 0
         self.waiting_ns += ns
-        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue, ns)
+        self.live[rid] = _Entry(gen, arrival, threshold, fresh, late, overdue, ns, r)
         if self.prefix:
             heapq.heappush(self.byarr, (arrival, rid, gen, late))
             if overdue:
