@@ -133,6 +133,59 @@ def test_view_counts_and_recent_steps(model_dir: str) -> None:
     assert v.requests[-1].last_token_time is None
 
 
+@pytest.fixture(scope="module")
+def five_requests(model_dir: str) -> Scheduler:
+    """A scheduler with one running request and four waiting."""
+    sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096)
+    sched.add_request(make_request("a", 100, 5))
+    out = sched.schedule()
+    sched.update_from_output(out, fake_output(out, sched))
+    for i in range(4):
+        sched.add_request(make_request(f"w{i}", 64, 5, seed=i))
+    return sched
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(reads=st.lists(st.one_of(st.integers(-6, 6), st.just("iter"), st.just("head"),
+                                st.tuples(st.integers(-7, 7), st.integers(-7, 7))),
+                      max_size=8))
+def test_view_requests_read_in_any_order(five_requests: Scheduler,
+                                         reads: list[object]) -> None:
+    # The view wraps each request once, as first read: partial passes, indexing and slices
+    # in any order give the engine's order (running, then waiting), the same objects.
+    ids = ["a", "w0", "w1", "w2", "w3"]
+    reqs = five_requests.ppas_view(1.0).requests  # type: ignore[attr-defined]
+    seen: dict[str, object] = {}
+
+    def same(r: object) -> None:
+        assert seen.setdefault(r.request_id, r) is r  # type: ignore[attr-defined]
+
+    for op in reads:
+        if op == "iter":
+            got = list(reqs)
+            assert [r.request_id for r in got] == ids
+            for r in got:
+                same(r)
+        elif op == "head":  # a pass stopped at the first waiting request
+            for r in reqs:
+                same(r)
+                if not r.is_running:
+                    break
+        elif isinstance(op, int):
+            if -5 <= op < 5:
+                assert reqs[op].request_id == ids[op]
+                same(reqs[op])
+            else:
+                with pytest.raises(IndexError):
+                    reqs[op]
+        else:
+            lo, hi = op  # type: ignore[misc]
+            assert [r.request_id for r in reqs[lo:hi]] == ids[lo:hi]
+    assert len(reqs) == 5 and [r.request_id for r in reqs] == ids
+    assert [r.is_running for r in reqs] == [True, False, False, False, False]
+
+
 def test_aborts_leave_no_stale_state(model_dir: str) -> None:
     sched = make_scheduler(model_dir, policy=PPAS, max_num_batched_tokens=4096, num_blocks=2000)
     assert isinstance(sched, PolicyScheduler)

@@ -185,7 +185,7 @@ class _CacheReads:
     one of a model with one kind of attention; 0 (no credit) for the shared counts with
     several groups (``ppas.policies.kv_room``, "Shared blocks")."""
 
-    __slots__ = ("_m", "_group", "_hits", "_shared_hit")
+    __slots__ = ("_m", "_group", "_hits", "_hit", "_shared_hit", "_shared_chain")
 
     #: What the reads use of vLLM's KV cache manager (``check``, at startup).
     NEEDS = ("prefix_cache_lookup_enabled", "coordinator.find_longest_cache_hit",
@@ -203,7 +203,12 @@ class _CacheReads:
         self._hits = hits  # the scheduler's, kept between steps
         # shared_hit by request id, for this view's step: reference counts move only in
         # vLLM's schedule(), after the policy's decide() has read the view.
+        self._hit: dict[str, int] = {}  # hit by request id (this step; as below)
         self._shared_hit: dict[str, int] = {}
+        # ... and by hit, named by its length and last block: a block is cached under one
+        # hash, and a hash names its whole prefix, so two hits that end at the same block
+        # at the same place are the same blocks (prompts of one prefix: counted once).
+        self._shared_chain: dict[tuple[int, int], int] = {}
 
     @classmethod
     def check(cls, manager: Any, version: str) -> None:
@@ -237,18 +242,31 @@ class _CacheReads:
         return self._hits.lookup(request)
 
     def hit(self, request: Request) -> int:
-        """The prompt tokens a waiting request would take from the cache now."""
-        return self._lookup(request)[1]
+        """The prompt tokens a waiting request would take from the cache now (read once
+        per request and step)."""
+        rid = request.request_id
+        n = self._hit.get(rid)
+        if n is None:
+            n = self._hit[rid] = self._lookup(request)[1]
+        return n
 
     def shared_hit(self, request: Request) -> int:
         """A waiting request's hit tokens in blocks two holders reference (O(hit blocks),
-        once per request and step)."""
+        once per distinct hit and step)."""
         if self._group is None:
             return 0
         rid = request.request_id
         n = self._shared_hit.get(rid)
         if n is None:
-            n = self._shared_hit[rid] = self._shared_tokens(self._lookup(request)[0])
+            blocks = self._lookup(request)[0]
+            if not blocks:
+                n = 0
+            else:
+                key = (len(blocks), blocks[-1].block_id)
+                n = self._shared_chain.get(key)
+                if n is None:
+                    n = self._shared_chain[key] = self._shared_tokens(blocks)
+            self._shared_hit[rid] = n
         return n
 
     def shared(self, request: Request) -> int:
@@ -363,7 +381,9 @@ class _RequestAdapter:
 
 class _LazyRequests(Sequence[RequestView]):
     """Running requests in engine order, then waiting ones (KV holders first, then the queue),
-    wrapped on access: building a view costs O(1) until a policy reads the list."""
+    wrapped on access: building a view costs O(1) until a policy reads the list, and each
+    request is wrapped once per view however often the policy reads the list (the queues
+    do not change while the policy decides)."""
 
     def __init__(self, running: list[Request], waiting: Sequence[Sequence[Request]],
                  last_token: Mapping[str, float] | None = None,
@@ -372,16 +392,51 @@ class _LazyRequests(Sequence[RequestView]):
         self._waiting = waiting
         self._last = last_token
         self._cache = cache
+        self._wrapped: list[RequestView] = []  # the first requests, wrapped so far
+        self._rest: Iterator[RequestView] | None = None  # the others, wrapped as read
+        self._n = len(running) + sum(len(q) for q in waiting)
 
     def __len__(self) -> int:
-        return len(self._running) + sum(len(q) for q in self._waiting)
+        return self._n
 
-    def __iter__(self) -> Iterator[RequestView]:
+    def _wrap(self) -> Iterator[RequestView]:
+        last, cache = self._last, self._cache
         for r in self._running:
-            yield _RequestAdapter(r, True, self._last, self._cache)
+            yield _RequestAdapter(r, True, last, cache)
         for q in self._waiting:
             for r in q:
-                yield _RequestAdapter(r, False, self._last, self._cache)
+                yield _RequestAdapter(r, False, last, cache)
+
+    def _more(self) -> RequestView | None:
+        """The next request wrapped (None: every one is)."""
+        if self._rest is None:
+            if len(self._wrapped) == self._n:
+                return None
+            self._rest = self._wrap()
+        r = next(self._rest, None)
+        if r is None:
+            self._n = len(self._wrapped)
+            return None
+        self._wrapped.append(r)
+        return r
+
+    def __iter__(self) -> Iterator[RequestView]:
+        if len(self._wrapped) == self._n:
+            return iter(self._wrapped)  # (in C)
+        return self._read()
+
+    def _read(self) -> Iterator[RequestView]:
+        wrapped = self._wrapped
+        i = 0
+        while True:
+            if i < len(wrapped):
+                yield wrapped[i]
+            else:
+                r = self._more()
+                if r is None:
+                    return
+                yield r
+            i += 1
 
     @overload
     def __getitem__(self, i: int) -> RequestView: ...
@@ -395,14 +450,10 @@ class _LazyRequests(Sequence[RequestView]):
             i += n
         if not 0 <= i < n:
             raise IndexError(i)
-        if i < len(self._running):
-            return _RequestAdapter(self._running[i], True, self._last, self._cache)
-        i -= len(self._running)
-        for q in self._waiting:
-            if i < len(q):
-                return _RequestAdapter(list(q)[i], False, self._last, self._cache)
-            i -= len(q)
-        raise IndexError(i)  # pragma: no cover
+        while len(self._wrapped) <= i:
+            if self._more() is None:
+                raise IndexError(i)  # pragma: no cover
+        return self._wrapped[i]
 
 
 @dataclass(slots=True)
