@@ -203,7 +203,8 @@ class _CacheReads:
         self._hits = hits  # the scheduler's, kept between steps
         # shared_hit by request id, for this view's step: reference counts move only in
         # vLLM's schedule(), after the policy's decide() has read the view.
-        self._hit: dict[str, int] = {}  # hit by request id (this step; as below)
+        # lookups by request id, for this view's step (as below)
+        self._hit: dict[str, tuple[Sequence[Any], int]] = {}
         self._shared_hit: dict[str, int] = {}
         # ... and by hit, named by its length and last block: a block is cached under one
         # hash, and a hash names its whole prefix, so two hits that end at the same block
@@ -238,17 +239,16 @@ class _CacheReads:
 
     def _lookup(self, request: Request) -> tuple[Sequence[Any], int]:
         """vLLM's ``get_computed_blocks`` lookup: (the first group's hit blocks, the hit's
-        tokens), kept between steps (``PrefixHits``)."""
-        return self._hits.lookup(request)
+        tokens), kept between steps (``PrefixHits``) and read once per request and step."""
+        rid = request.request_id
+        h = self._hit.get(rid)
+        if h is None:
+            h = self._hit[rid] = self._hits.lookup(request)
+        return h
 
     def hit(self, request: Request) -> int:
-        """The prompt tokens a waiting request would take from the cache now (read once
-        per request and step)."""
-        rid = request.request_id
-        n = self._hit.get(rid)
-        if n is None:
-            n = self._hit[rid] = self._lookup(request)[1]
-        return n
+        """The prompt tokens a waiting request would take from the cache now."""
+        return self._lookup(request)[1]
 
     def shared_hit(self, request: Request) -> int:
         """A waiting request's hit tokens in blocks two holders reference (O(hit blocks),
