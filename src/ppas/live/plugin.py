@@ -429,13 +429,18 @@ class _LazyRequests(Sequence[RequestView]):
         wrapped = self._wrapped
         i = 0
         while True:
-            if i < len(wrapped):
+            n = len(wrapped)  # (another pass may have wrapped more meanwhile)
+            while i < n:
                 yield wrapped[i]
-            else:
-                r = self._more()
-                if r is None:
-                    return
-                yield r
+                i += 1
+            if self._rest is None:
+                self._rest = self._wrap()
+            r = next(self._rest, None)
+            if r is None:
+                self._n = len(wrapped)
+                return
+            wrapped.append(r)
+            yield r
             i += 1
 
     @overload
