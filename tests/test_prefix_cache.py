@@ -92,7 +92,7 @@ def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]]
     state = [CachedBlocks() for _ in reqs]
     held: list[list[int]] = [[] for _ in reqs]
     computed = [0] * len(reqs)
-    memos = [[0] for _ in reqs]  # hit_blocks' memos, kept across every operation
+    memos = [PrefixCache.new_memo() for _ in reqs]  # hit_blocks' memos, kept across every operation
     for who, kind, n in ops:
         i = who % len(reqs)
         if kind == 2 or computed[i] >= len(tokens[i]):  # finish: free everything
@@ -133,6 +133,9 @@ def test_matches_reference_pool(n_blocks: int, reqs: list[list[tuple[str, int]]]
         for t, hs in zip(tokens, hashes, strict=True):
             for k, h in enumerate(hs):
                 assert (h in pool._cached) == (t[: (k + 1) * BS] in cached)
+            # Prefix-closed (PrefixCache.hit_blocks): a block cached only with its parent.
+            flags = [h in pool._cached for h in hs]
+            assert flags == sorted(flags, reverse=True)
         # The memoised hit is the lookup's, at every length the request could be asked at.
         for t, hs, memo in zip(tokens, hashes, memos, strict=True):
             for m in (len(t), max(1, len(t) - BS - 1), 1):
@@ -198,7 +201,7 @@ def test_a_hash_held_three_times_is_found_in_caching_order() -> None:
     pool.check()
     assert pool.num_cached_blocks == 6
     assert pool.lookup(hs, 9) == reqs[0].block_ids
-    memo = [0]
+    memo = PrefixCache.new_memo()
     assert pool.hit_blocks(hs, 9, memo) == 2
     held = [list(r.block_ids) for r in reqs]
     for r in reqs:
@@ -222,10 +225,10 @@ def test_dead_memos_leave_the_watch_lists_and_live_ones_are_still_cut() -> None:
     r = CachedBlocks()
     assert pool.allocate(r, hs, 0, [], 8, 8)
     pool.free(r)
-    live = [0]
+    live = PrefixCache.new_memo()
     assert pool.hit_blocks(hs, 9, live) == 2
     for _ in range(1000):
-        memo = [0]
+        memo = PrefixCache.new_memo()
         assert pool.hit_blocks(hs, 9, memo) == 2
         memo[0] = -1
     assert max(len(w) for w in pool._watch.values()) <= 128

@@ -76,7 +76,7 @@ class KvPool:
                 r.num_hit_tokens = len(hit) * self.bs
         if admitted:  # its memo is done: no longer watched (PrefixCache.hit_blocks)
             r.hit_memo[0] = -1
-            r.hit_memo = [0, -1, r]
+            r.hit_memo = PrefixCache.new_memo(r)
 
     def take(self, blocks: int) -> None:
         """Decode runs (no prefix caching): ``blocks`` more held (fewer when rewound)."""

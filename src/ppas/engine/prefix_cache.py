@@ -47,9 +47,12 @@ def chained_block_hashes(
     """Chained hashes of the full blocks of the token sequence ``segments`` describes.
 
     A segment ``(stream, n)`` stands for tokens ``(stream, 0) .. (stream, n - 1)``; block
-    ``i``'s hash is ``hash((hash of block i - 1, block i's token ranges))``, so two
-    sequences get equal hashes for block ``i`` iff their first ``(i + 1) * block_size``
-    tokens are equal (up to hash collisions of Python's 64-bit tuple hash)."""
+    ``i``'s hash is ``hash((hash of block i - 1, block i's token ranges))``, a block of one
+    range ``(stream, off, off + block_size)`` named by ``stream, off`` (a range of a
+    segment never continues another's: every segment starts at its stream's token 0, so
+    the ranges of equal blocks are equal), so two sequences get equal hashes for block
+    ``i`` iff their first ``(i + 1) * block_size`` tokens are equal (up to hash collisions
+    of Python's 64-bit tuple hash)."""
     out: list[int] = []
     parent = 0
     parts: list[tuple[Hashable, int, int]] = []  # the partly filled block's token ranges
@@ -68,9 +71,9 @@ def chained_block_hashes(
             out.append(parent)
             parts.clear()
             fill = 0
-        while n - off >= block_size:  # whole blocks of this segment: one range each
-            parent = hash((parent, ((stream, off, off + block_size),)))
-            out.append(parent)
+        while n - off >= block_size:  # whole blocks of this segment: one range each,
+            parent = hash((parent, stream, off))  # (stream, off, off + block_size) named
+            out.append(parent)  # by its start (a block of two or more ranges: above)
             off += block_size
         if off < n:
             parts.append((stream, off, n))
@@ -158,6 +161,12 @@ class PrefixCache:
                                                     hashes[:num_blocks])))
         return num_blocks - refs.count(0) - refs.count(1)
 
+    @staticmethod
+    def new_memo(owner: Any = None) -> list[Any]:
+        """A fresh memo for ``hit_blocks``: [hit, position of the noted stop, owner,
+        position of the watched hash] (-1: none)."""
+        return [0, -1, owner, -1]
+
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes``, at most
         ``(num_tokens - 1) // block_size`` blocks (the last token is always computed)."""
@@ -172,48 +181,88 @@ class PrefixCache:
         return out
 
     def hit_blocks(self, hashes: Sequence[int], num_tokens: int, memo: list[Any]) -> int:
-        """``len(self.lookup(hashes, num_tokens))``, kept in ``memo`` (a list owned by the
-        caller, ``[0]`` to start, or ``[0, -1, owner]`` where ``changed`` is set; one per
-        ``hashes``) between calls.
+        """``len(self.lookup(hashes, num_tokens))``, kept in ``memo`` (``new_memo()``; one
+        per ``hashes``) between calls: O(log) dict lookups where the hit moved, two where
+        it did not (a waiting request is asked every step), not a walk of the whole hit.
 
-        Invariant: ``hashes[:memo[0]]`` are all cached. It holds because every hash the walk
-        passes is watched, and evicting a hash's last holder cuts each watching memo back
-        to that hash's position (``_cut``); a hash added since is found by resuming
-        the walk at ``memo[0]``. So a query costs one dict lookup plus the blocks the hit
-        grew by, not a walk of the whole hit (a waiting request is asked every step).
+        **The cache is prefix-closed**: a hash is cached only while its parent is (the
+        hash of the block before it in any chain). A block is hashed by the request that
+        computed it, which holds a block of its parent's hash then. Every held block of a
+        hash has a held block of its parent's (a request holds its prefix), and a freed
+        one was freed together with a block of its parent's hash, just before it
+        (``free``: tail first), or after the request last touched it (a lookup takes a
+        hit's blocks from its first): so in the LRU queue each block of a hash has a block
+        of its parent's hash after it, or held, and the last block of the parent's hash is
+        evicted after every block of the child's. So ``hashes[:k]`` are all cached iff
+        ``hashes[k - 1]`` is, and the hit is found by galloping and bisection.
+
+        ``memo[0]``: the hit when last asked, a bound that holds (``hashes[:memo[0]]`` all
+        cached) while ``memo[3]``, the position whose hash is watched, is ``memo[0] - 1``:
+        by the closure a hit loses that block first, and its eviction cuts the memo back
+        to it (``_cut``), which then watches nothing until asked again, when one lookup
+        of ``hashes[memo[0] - 1]`` confirms the bound (or the hit is found below it).
         A caller done with a memo (its request admitted) sets ``memo[0] = -1``: cuts skip
-        it, and a watch list drops such entries when it doubles (memory: the live memos'
-        walks, not every request's that ever passed a shared prefix).
+        it, and a watch list drops such entries when it doubles.
 
-        With ``changed`` set, a walk that stops at an uncached hash is noted there
-        (``memo[1]``: the position noted, -1 none), so that caching it reports ``owner``
-        (``_add``), as a cut does (``_cut``): the owners of every memo whose value changed
-        are in ``changed``, in order (``WaitingLog.hits``). A hash's position in any
-        chain is the same (chained hashes encode the whole prefix)."""
+        With ``changed`` set, the memo's owner (``memo[2]``) is reported there as its hit
+        changes (``WaitingLog.hits``): cut by an eviction (``_cut``), or grown by the
+        caching of the hash its walk stopped at (``memo[1]``, its position; ``_grown``).
+        By the closure those are the only changes. A hash's position in any chain is the
+        same (chained hashes encode the whole prefix)."""
         limit = min(len(hashes), max(0, num_tokens - 1) // self.block_size)
-        h = memo[0]
-        if h >= limit:
-            return limit
         cached = self._cached
-        watch = self._watch
-        while h < limit:
-            x = hashes[h]
-            if x not in cached:
-                if self.changed is not None and memo[1] != h:
-                    self._stop(x, h, memo)
-                break
-            w = watch.get(x)
+        h = memo[0]
+        if h > 0 and hashes[h - 1] not in cached:  # the bound no longer holds: below it
+            hi = h - 1  # (uncached)
+            step = 1
+            lo = hi - step
+            while lo >= 0 and hashes[lo] not in cached:
+                hi = lo
+                step += step
+                lo = hi - step
+            lo = lo + 1 if lo >= 0 else 0  # hashes[:lo] cached (the closure)
+            while lo < hi:  # the first uncached in [lo, hi]
+                mid = (lo + hi) >> 1
+                if hashes[mid] in cached:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            h = lo
+        elif h < limit and hashes[h] in cached:  # grown: gallop, then bisect
+            lo, step = h + 1, 1  # hashes[:lo] cached
+            hi = lo + step - 1
+            while hi < limit and hashes[hi] in cached:
+                lo = hi + 1
+                step += step
+                hi = lo + step - 1
+            if hi > limit:
+                hi = limit
+            while lo < hi:  # the first uncached in [lo, hi), or hi
+                mid = (lo + hi) >> 1
+                if hashes[mid] in cached:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            h = lo
+        if h != memo[0]:
+            memo[0] = h
+        if h > 0 and memo[3] != h - 1:  # watch the hit's last block (the closure)
+            memo[3] = h - 1
+            x = hashes[h - 1]
+            w = self._watch.get(x)
             if w is None:
-                watch[x] = [(memo, h)]
+                self._watch[x] = [(memo, h - 1)]
             else:
-                w.append((memo, h))
+                w.append((memo, h - 1))
                 n = len(w)
                 if n >= 64 and not n & (n - 1):  # at each doubling: drop the dead, if
                     live = [e for e in w if e[0][0] >= 0]  # half are (amortised O(1))
                     if 2 * len(live) <= n:
                         w[:] = live
-            h += 1
-        memo[0] = h
+        if h >= limit:
+            return limit
+        if self.changed is not None and memo[1] != h:
+            self._stop(hashes[h], h, memo)
         return h
 
     def _stop(self, x: int, pos: int, memo: list[Any]) -> None:
@@ -365,6 +414,7 @@ class PrefixCache:
         if n:  # evict the least recently freed (``_unhash``; its one-holder case inlined)
             back, hashed, cached, dups = self._back, self._hash, self._cached, self._dups
             watch = self._watch
+            unhashed = 0
             for _ in range(n):
                 b, _ = back.popitem(last=False)
                 h = hashed[b]
@@ -374,12 +424,14 @@ class PrefixCache:
                 else:  # b is the hash's one holder
                     hashed[b] = None
                     del cached[h]
-                    if watch:
-                        self._cut(h)
-                    self._num_hashed -= 1
+                    w = watch.pop(h, None)
+                    if w is not None:
+                        self._cut_watchers(w)
+                    unhashed += 1
                 ref[b] = 1
                 sole[b] = req
                 out.append(b)
+            self._num_hashed -= unhashed
 
     def _add(self, ids: list[int], hashes: Sequence[int], start: int, end: int) -> None:
         """Cache blocks ``ids[start:end]`` under ``hashes[start:end]``."""
@@ -435,10 +487,18 @@ class PrefixCache:
                 del self._dups[h]
 
     def _cut(self, h: int) -> None:
-        """Hash ``h`` has left the cache: every ``hit_blocks`` memo that walked past it is
+        """Hash ``h`` has left the cache: every ``hit_blocks`` memo that watches it is
         cut back to its position there."""
+        w = self._watch.pop(h, None)
+        if w is not None:
+            self._cut_watchers(w)
+
+    def _cut_watchers(self, watchers: list[tuple[list[Any], int]]) -> None:
+        """``_cut`` of the memos that watched the hash (the watch list, taken out)."""
         changed = self.changed
-        for memo, pos in self._watch.pop(h, ()):
+        for memo, pos in watchers:
+            if memo[3] == pos:
+                memo[3] = -1  # (its watch is spent: the next ask confirms the bound)
             if memo[0] > pos:
                 memo[0] = pos
                 if changed is not None:

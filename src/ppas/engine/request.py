@@ -60,7 +60,7 @@ class SimRequest:
         self.cache: PrefixCache | None = None
         # PrefixCache.hit_blocks' memo of this request's hit: (blocks, the walk's stop
         # noted, this request: reported in PrefixCache.changed as its hit changes)
-        self.hit_memo: list[Any] = [0, -1, self]
+        self.hit_memo: list[Any] = PrefixCache.new_memo(self)
         self.first_scheduled_time: float | None = None
         self.num_hit_tokens = 0  # prompt tokens taken from the cache, all admissions
 
