@@ -298,9 +298,13 @@ class _CacheReads:
 
 
 class _RequestAdapter:
-    """A vLLM ``Request`` seen as a ``RequestView`` (read-through, no copy)."""
+    """A vLLM ``Request`` seen as a ``RequestView`` for one step's view: what is fixed for
+    the request's life (its id, arrival, prompt and ``max_tokens``) copied as it is
+    wrapped, the rest read through. A policy reads the copied fields most, several times
+    a step."""
 
-    __slots__ = ("_r", "is_running", "_last", "_cache")
+    __slots__ = ("_r", "is_running", "_last", "_cache", "request_id", "arrival_time",
+                 "prompt_tokens", "max_output_tokens")
 
     def __init__(self, request: Request, is_running: bool,
                  last_token: Mapping[str, float] | None = None,
@@ -309,18 +313,10 @@ class _RequestAdapter:
         self.is_running = is_running
         self._last = last_token
         self._cache = cache  # vLLM's prefix cache (None: caching off)
-
-    @property
-    def request_id(self) -> str:
-        return str(self._r.request_id)
-
-    @property
-    def arrival_time(self) -> float:
-        return float(self._r.arrival_time)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return int(self._r.num_prompt_tokens)
+        self.request_id = str(request.request_id)
+        self.arrival_time = float(request.arrival_time)
+        self.prompt_tokens = int(request.num_prompt_tokens)
+        self.max_output_tokens = int(request.max_tokens)
 
     @property
     def num_computed_tokens(self) -> int:
@@ -329,10 +325,6 @@ class _RequestAdapter:
     @property
     def num_output_tokens(self) -> int:
         return int(self._r.num_output_tokens)
-
-    @property
-    def max_output_tokens(self) -> int:
-        return int(self._r.max_tokens)
 
     @property
     def last_token_time(self) -> float | None:
