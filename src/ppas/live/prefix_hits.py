@@ -6,7 +6,8 @@ A policy that orders or admits by a waiting prompt's hit (``ordered``, ``sorted-
 (``benchmarks/plugin_cache_reads.py``): 100 waiting requests with 8k-token hits would cost
 37 ms a step. ``PrefixHits`` keeps each hit from step to step, as the simulator does
 (``ppas.engine.prefix_cache.PrefixCache.hit_blocks``), and costs one probe per request
-per step while nothing it holds is evicted.
+per step only where the block after its end was cached (a newly arrived request: a walk of
+its hit, as vLLM makes when it admits it).
 
 Exact where vLLM's lookup is the plain longest run: one full-attention KV cache group,
 hashes at the block size, no EAGLE drop, no context parallelism (``plain``). There the
@@ -22,9 +23,11 @@ now, and the run ends where the cache first misses. It holds because
   the same key leaves the first block first (the map's dict keeps insertion order);
 * ``reset_prefix_cache`` replaces the map: every kept hit is dropped, the new map hooked;
 * an insertion appends a block to its key (never before the first) or caches a key not
-  mapped before, which can only lengthen a run at its end: the map's ``insert`` is hooked
-  too, and a read probes a kept hit's end once an insertion has happened since its last
-  probe (a step's reads after the first cost a dict lookup);
+  mapped before, which can only lengthen a run at its end, and only by caching the key
+  at its end, where its probe missed: the map's ``insert`` is hooked too, each kept hit's
+  miss is noted under that key (``make_block_hash_with_group_id`` of its hash and group
+  0, as ``get_cached_block`` makes it), and inserting that key marks the hit for one more
+  probe at its end;
 * a kept hit is for one ``Request`` object and one token count; a request that leaves
   the queue (computes tokens, finishes) is forgotten at the next step.
 Elsewhere (hybrid models, EAGLE, DCP/PCP, finer hashes) the lookup is vLLM's own, read
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vllm.v1.core.kv_cache_coordinator import UnitaryKVCacheCoordinator
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
 from vllm.v1.request import Request
 
@@ -45,7 +49,8 @@ from vllm.v1.request import Request
 class _Hit:
     """One waiting request's kept hit: its blocks, for this request object and bound."""
 
-    __slots__ = ("request", "limit", "blocks", "tokens", "inserts", "pops")
+    __slots__ = ("request", "limit", "blocks", "tokens", "inserts", "pops", "end", "miss",
+                 "stale")
 
     def __init__(self, request: Request, limit: int, blocks: list[Any], tokens: int,
                  pops: int = -1) -> None:
@@ -53,8 +58,11 @@ class _Hit:
         self.limit = limit  # plain: (num_tokens - 1) // block_size; else num_tokens
         self.blocks = blocks
         self.tokens = tokens
-        self.inserts = -1  # the map's insertions counted at its last probe or lookup
+        self.inserts = -1  # not plain: the map's insertions counted at its lookup
         self.pops = pops  # not plain: the map's removals counted at its lookup
+        self.end = -1  # plain: the run's bound at its last probe (-1: never probed)
+        self.miss: Any = None  # plain: the key its last probe missed, noted (None: none)
+        self.stale = True  # plain: that key was inserted since (the end probed again)
 
 
 class PrefixHits:
@@ -62,7 +70,7 @@ class PrefixHits:
     (module doc: where it is exact, and why). ``begin_step`` once a step, before reads."""
 
     __slots__ = ("_m", "_coord", "_pool", "_map", "plain", "_bs", "_hits", "_by_block",
-                 "_inserts", "_pops")
+                 "_inserts", "_pops", "_misses")
 
     def __init__(self, manager: Any) -> None:
         self._m = manager  # vLLM's KVCacheManager
@@ -80,6 +88,7 @@ class PrefixHits:
         self._bs = int(g.block_size) if g is not None else 0
         self._hits: dict[str, _Hit] = {}
         self._by_block: dict[int, set[str]] = {}  # block id -> kept hits that hold it
+        self._misses: dict[Any, set[str]] = {}  # key -> kept hits whose end missed it
         self._map: Any = None
         self._inserts = 0  # insertions into the watched map
         self._pops = 0  # removals from it
@@ -92,6 +101,7 @@ class PrefixHits:
         """Forget every kept hit and hook the pool's current hash -> block map."""
         self._hits.clear()
         self._by_block.clear()
+        self._misses.clear()
         m = self._map = self._pool.cached_block_hash_to_block
         pop = type(m).pop.__get__(m)  # the class's own, even if m.pop was hooked before
         insert = type(m).insert.__get__(m)
@@ -105,6 +115,15 @@ class PrefixHits:
 
         def hooked_insert(key: Any, block: Any) -> None:
             self._inserts += 1
+            if self._misses:  # (plain only)
+                rids = self._misses.pop(key, None)
+                if rids is not None:
+                    hits = self._hits
+                    for rid in rids:
+                        h = hits.get(rid)
+                        if h is not None and h.miss == key:
+                            h.miss = None
+                            h.stale = True
             insert(key, block)
 
         m.pop = hooked_pop
@@ -114,6 +133,12 @@ class PrefixHits:
         h = self._hits.pop(rid, None)
         if h is None:
             return
+        if h.miss is not None:
+            rids = self._misses.get(h.miss)
+            if rids is not None:
+                rids.discard(rid)
+                if not rids:
+                    del self._misses[h.miss]
         by_block = self._by_block
         for b in h.blocks:
             holders = by_block.get(b.block_id)
@@ -152,21 +177,36 @@ class PrefixHits:
                 h.inserts = self._inserts
             return h.blocks, h.tokens
         limit = (request.num_tokens - 1) // self._bs
+        hashes = request.block_hashes
+        end = min(limit, len(hashes))
         if h is None or h.request is not request or h.limit != limit:
             self._drop(rid)
             h = self._hits[rid] = _Hit(request, limit, [], 0)
-        elif h.inserts == self._inserts:
-            return h.blocks, h.tokens  # nothing cached since its last probe, nothing popped
-        h.inserts = self._inserts
+        elif not h.stale and h.end == end:
+            return h.blocks, h.tokens  # its miss not cached since its probe, nothing popped
+        h.stale = False
+        h.end = end
         blocks = h.blocks
-        hashes = request.block_hashes
-        end = min(limit, len(hashes))
         if len(blocks) < end:  # the run ends at the first miss: probe from there
             get = self._pool.get_cached_block
             by_block = self._by_block
             while len(blocks) < end:
                 found = get(hashes[len(blocks)], [0])
-                if not found:
+                if not found:  # noted: inserting this key marks the hit stale
+                    key = make_block_hash_with_group_id(hashes[len(blocks)], 0)
+                    if h.miss != key:
+                        if h.miss is not None:
+                            old = self._misses.get(h.miss)
+                            if old is not None:
+                                old.discard(rid)
+                                if not old:
+                                    del self._misses[h.miss]
+                        h.miss = key
+                        rids = self._misses.get(key)
+                        if rids is None:
+                            self._misses[key] = {rid}
+                        else:
+                            rids.add(rid)
                     break
                 b = found[0]
                 blocks.append(b)
