@@ -5,9 +5,9 @@ A policy that orders or admits by a waiting prompt's hit (``ordered``, ``sorted-
 (``find_longest_cache_hit``) walks the hit block by block, about 0.73 us a block
 (``benchmarks/plugin_cache_reads.py``): 100 waiting requests with 8k-token hits would cost
 37 ms a step. ``PrefixHits`` keeps each hit from step to step, as the simulator does
-(``ppas.engine.prefix_cache.PrefixCache.hit_blocks``), and costs one probe per request
-per step only where the block after its end was cached (a newly arrived request: a walk of
-its hit, as vLLM makes when it admits it).
+(``ppas.engine.prefix_cache.PrefixCache.hit_blocks``): a dict lookup per request and
+step, and one probe more where the block after its end was cached since (a newly arrived
+request: a walk of its hit, as vLLM makes when it admits it).
 
 Exact where vLLM's lookup is the plain longest run: one full-attention KV cache group,
 hashes at the block size, no EAGLE drop, no context parallelism (``plain``). There the
