@@ -386,6 +386,11 @@ def ordered_workloads(draw: st.DrawFn) -> tuple[Workload, bool]:
     RequestSpec(0.089, 2680, 188, prefix=(("group 1", 123),), priority=-1),
     RequestSpec(0.0, 253, 400, prefix=(("group 1", 171),)),
     RequestSpec(0.065, 51, 277), RequestSpec(0.012, 97, 318)], 201, 3), True))
+@example(wc=(([  # vLLM 0.33, priority, found by a CI seed
+    RequestSpec(0.0, 745, 1), RequestSpec(0.0, 601, 1), RequestSpec(0.0, 1, 1),
+    RequestSpec(0.0, 1, 57), RequestSpec(0.003, 1168, 1, priority=-1),
+    RequestSpec(0.0, 251, 81), RequestSpec(0.0, 1, 27), RequestSpec(0.0, 1, 1)], 92, 3),
+    False))
 def test_ordering_matches_vllm(model_dir: str, tmp_path: Path, name: str,
                                scheduling_policy: str, wc: tuple[Workload, bool]) -> None:
     w, caching = wc

@@ -34,6 +34,9 @@ class Base:
     def _free_request(self, request: Any, delay_free_blocks: bool = False) -> None:
         pass
 
+    def _preempt_request(self, request: Any, timestamp: float) -> None:
+        pass
+
 
 class Like032(Base):
     def schedule(self, throttle_prefills: bool = False) -> None:
@@ -160,6 +163,10 @@ class NoFree(Like033):
     _free_request = None  # type: ignore[assignment]
 
 
+class NoPreempt(Like033):
+    _preempt_request = None  # type: ignore[assignment]
+
+
 def test_call_sites_of_each_line() -> None:
     assert find_call_sites(Like032) == CallSites("continue", "break", True, False, "break")
     assert find_call_sites(Like033) == CallSites("continue", "continue", True, True,
@@ -184,6 +191,7 @@ def test_call_sites_of_each_line() -> None:
         ("0.32.0", RenamedHookArgs, r"differs from \('self', 'request'"),
         ("0.32.0", NoHook, r"has no _reserve_prefill_lookahead\(\)"),
         ("0.33.0", NoFree, r"has no _free_request\(\) to note where requests stop"),
+        ("0.33.0", NoPreempt, r"has no _preempt_request\(\) to see preemptions in"),
         ("0.31.9", Like032, r"unknown release line.*supported: 0\.32\.x, 0\.33\.x$"),
         ("1.0.0", Like033, r"unknown release line"),
     ],

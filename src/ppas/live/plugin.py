@@ -556,6 +556,9 @@ class PolicyScheduler(Scheduler):
             self._prefix_hits = PrefixHits(self.kv_cache_manager)
         self.ppas_decision: Decision | None = None  # the latest step's decision
         self._cap: step_rules.PrefillCap | None = None  # the step's cap; None outside schedule()
+        # The request the hook saw last and the prefill tokens charged for it: the request
+        # being allocated (vLLM calls the hook for each right before allocating).
+        self._charged: tuple[Request, int] | None = None
         # vLLM 0.33: stop the waiting loop once the cap is spent (see _stop_admission).
         self._stops_admission = release.stops_admission_via_limit
         self._admission_limit: int | None = None  # the saved max_num_active_reqs
@@ -627,6 +630,7 @@ class PolicyScheduler(Scheduler):
             out = super().schedule(*args, **kwargs)
         finally:
             self._cap = None
+            self._charged = None
             if self._admission_limit is not None:
                 self.max_num_active_reqs = self._admission_limit
                 self._admission_limit = None
@@ -651,6 +655,7 @@ class PolicyScheduler(Scheduler):
         if m < n:  # re-apply vLLM's clamp: the shorter chunk must respect it too
             m = self._vllm_reserve(request, num_computed_tokens, m)
         cap.charge(num_computed_tokens, prompt, m)
+        self._charged = (request, m if num_computed_tokens < prompt else 0)
         if m == 0 and self._stops_admission and request.status != RequestStatus.RUNNING:
             self._stop_admission()  # the cap cut a waiting prompt to 0 tokens (0.33)
         return m
@@ -663,6 +668,18 @@ class PolicyScheduler(Scheduler):
         if self._admission_limit is None:
             self._admission_limit = self.max_num_active_reqs
             self.max_num_active_reqs = 0
+
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        """A request that preempts itself (its blocks would not fit, no one else to take
+        them from) is not scheduled: the cap gets its chunk back, as the simulator charges
+        only scheduled chunks. That matters where vLLM's running loop goes on past it
+        (0.33 under ``--scheduling-policy priority``); a victim scheduled earlier in the
+        step keeps its charge, in both engines (vLLM returns only its token budget)."""
+        charged = self._charged
+        if self._cap is not None and charged is not None and charged[0] is request:
+            self._cap.left += charged[1]
+            self._charged = None
+        return super()._preempt_request(request, *args, **kwargs)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         """vLLM frees every finished request here: note where it stopped against its

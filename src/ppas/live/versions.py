@@ -53,6 +53,8 @@ HOOK_PARAMS = ("self", "request", "num_computed_tokens", "num_new_tokens")
 ADMISSION_LIMIT = "max_num_active_reqs"  # the waiting loop's `num_running >= ...: break`
 #: Where vLLM frees every finished request (the plugin notes where it stopped, there).
 FREE = "_free_request"
+#: Where vLLM preempts a request (a request that preempts itself gets its charge back).
+PREEMPT = "_preempt_request"
 ZeroAction = Literal["break", "continue"]
 
 
@@ -192,6 +194,8 @@ def find_call_sites(scheduler_cls: type) -> CallSites:
         raise PpasError(f"ppas.vllm: {name} has no {HOOK}() to hook into")
     if not callable(getattr(scheduler_cls, FREE, None)):
         raise PpasError(f"ppas.vllm: {name} has no {FREE}() to note where requests stop")
+    if not callable(getattr(scheduler_cls, PREEMPT, None)):
+        raise PpasError(f"ppas.vllm: {name} has no {PREEMPT}() to see preemptions in")
     params = tuple(inspect.signature(hook).parameters)
     if params != HOOK_PARAMS:
         raise PpasError(f"ppas.vllm: {name}.{HOOK}{params} differs from {HOOK_PARAMS}")
