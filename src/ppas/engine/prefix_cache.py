@@ -81,6 +81,19 @@ def chained_block_hashes(
     return out
 
 
+def _first_uncached(cached: dict[int, int], hashes: Sequence[int], lo: int, hi: int) -> int:
+    """The first position in ``[lo, hi]`` whose hash is not ``cached``, by bisection, given
+    ``hashes[:lo]`` cached and ``hashes[hi]`` not (or ``hi`` the bound): the cache is
+    prefix-closed (``PrefixCache.hit_blocks``)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if hashes[mid] in cached:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @dataclass(slots=True, eq=False)
 class CachedBlocks:
     """A request's blocks in the pool: ``block_ids`` in token order, the first
@@ -220,14 +233,7 @@ class PrefixCache:
                 hi = lo
                 step += step
                 lo = hi - step
-            lo = lo + 1 if lo >= 0 else 0  # hashes[:lo] cached (the closure)
-            while lo < hi:  # the first uncached in [lo, hi]
-                mid = (lo + hi) >> 1
-                if hashes[mid] in cached:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            h = lo
+            h = _first_uncached(cached, hashes, lo + 1 if lo >= 0 else 0, hi)
         elif h < limit and hashes[h] in cached:  # grown: gallop, then bisect
             lo, step = h + 1, 1  # hashes[:lo] cached
             hi = lo + step - 1
@@ -235,15 +241,7 @@ class PrefixCache:
                 lo = hi + 1
                 step += step
                 hi = lo + step - 1
-            if hi > limit:
-                hi = limit
-            while lo < hi:  # the first uncached in [lo, hi), or hi
-                mid = (lo + hi) >> 1
-                if hashes[mid] in cached:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            h = lo
+            h = _first_uncached(cached, hashes, lo, hi if hi < limit else limit)
         if h != memo[0]:
             memo[0] = h
         if h > 0 and memo[3] != h - 1:  # watch the hit's last block (the closure)

@@ -134,11 +134,7 @@ class PrefixHits:
         if h is None:
             return
         if h.miss is not None:
-            rids = self._misses.get(h.miss)
-            if rids is not None:
-                rids.discard(rid)
-                if not rids:
-                    del self._misses[h.miss]
+            self._unmiss(rid, h.miss)
         by_block = self._by_block
         for b in h.blocks:
             holders = by_block.get(b.block_id)
@@ -146,6 +142,14 @@ class PrefixHits:
                 holders.discard(rid)
                 if not holders:
                     del by_block[b.block_id]
+
+    def _unmiss(self, rid: str, key: Any) -> None:
+        """``rid``'s kept hit no longer waits for ``key``."""
+        rids = self._misses.get(key)
+        if rids is not None:
+            rids.discard(rid)
+            if not rids:
+                del self._misses[key]
 
     def begin_step(self) -> None:
         """A new step: forget requests that left the queue (computed tokens, finished)."""
@@ -196,11 +200,7 @@ class PrefixHits:
                     key = make_block_hash_with_group_id(hashes[len(blocks)], 0)
                     if h.miss != key:
                         if h.miss is not None:
-                            old = self._misses.get(h.miss)
-                            if old is not None:
-                                old.discard(rid)
-                                if not old:
-                                    del self._misses[h.miss]
+                            self._unmiss(rid, h.miss)
                         h.miss = key
                         rids = self._misses.get(key)
                         if rids is None:
