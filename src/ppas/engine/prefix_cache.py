@@ -242,8 +242,7 @@ class PrefixCache:
                 step += step
                 hi = lo + step - 1
             h = _first_uncached(cached, hashes, lo, hi if hi < limit else limit)
-        if h != memo[0]:
-            memo[0] = h
+        memo[0] = h
         if h > 0 and memo[3] != h - 1:  # watch the hit's last block (the closure)
             memo[3] = h - 1
             x = hashes[h - 1]

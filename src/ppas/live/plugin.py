@@ -185,7 +185,7 @@ class _CacheReads:
     one of a model with one kind of attention; 0 (no credit) for the shared counts with
     several groups (``ppas.policies.kv_room``, "Shared blocks")."""
 
-    __slots__ = ("_m", "_group", "_hits", "_hit", "_shared_hit", "_shared_chain")
+    __slots__ = ("_m", "_group", "_hits", "_hit", "_shared_chain")
 
     #: What the reads use of vLLM's KV cache manager (``check``, at startup).
     NEEDS = ("prefix_cache_lookup_enabled", "coordinator.find_longest_cache_hit",
@@ -201,14 +201,12 @@ class _CacheReads:
         managers = manager.coordinator.single_type_managers
         self._group = managers[0] if len(managers) == 1 else None
         self._hits = hits  # the scheduler's, kept between steps
-        # shared_hit by request id, for this view's step: reference counts move only in
-        # vLLM's schedule(), after the policy's decide() has read the view.
-        # lookups by request id, for this view's step (as below)
+        # For this view's step (the cache and its reference counts move only in vLLM's
+        # schedule(), after the policy's decide() has read the view): lookups by request
+        # id, and shared_hit by hit, named by its length and last block (a block is cached
+        # under one hash, and a hash names its whole prefix, so two hits that end at the
+        # same block at the same place are the same blocks: prompts of one prefix).
         self._hit: dict[str, tuple[Sequence[Any], int]] = {}
-        self._shared_hit: dict[str, int] = {}
-        # ... and by hit, named by its length and last block: a block is cached under one
-        # hash, and a hash names its whole prefix, so two hits that end at the same block
-        # at the same place are the same blocks (prompts of one prefix: counted once).
         self._shared_chain: dict[tuple[int, int], int] = {}
 
     @classmethod
@@ -255,18 +253,13 @@ class _CacheReads:
         once per distinct hit and step)."""
         if self._group is None:
             return 0
-        rid = request.request_id
-        n = self._shared_hit.get(rid)
+        blocks = self._lookup(request)[0]
+        if not blocks:
+            return 0
+        key = (len(blocks), blocks[-1].block_id)
+        n = self._shared_chain.get(key)
         if n is None:
-            blocks = self._lookup(request)[0]
-            if not blocks:
-                n = 0
-            else:
-                key = (len(blocks), blocks[-1].block_id)
-                n = self._shared_chain.get(key)
-                if n is None:
-                    n = self._shared_chain[key] = self._shared_tokens(blocks)
-            self._shared_hit[rid] = n
+            n = self._shared_chain[key] = self._shared_tokens(blocks)
         return n
 
     def shared(self, request: Request) -> int:
